@@ -1,0 +1,206 @@
+// CPU reference kernels: every op of a GraniteMoeHybrid training step, forward and backward.
+//
+// These are the oracle the CUDA kernels are tested against, so they favour clarity over speed.
+// Conventions, for every function below:
+//   - tensors are dense and row-major; shapes are given in the comments as [dim0, dim1, ...];
+//   - every output is OVERWRITTEN (never accumulated into): the compiler inserts adds where a
+//     value feeds several consumers;
+//   - a pointer documented as "nullable" may be nullptr, meaning "zero" for inputs and
+//     "not wanted" for outputs;
+//   - reductions accumulate in double, so results do not depend on loop order beyond fp32
+//     rounding of the final value.
+// Every function is a template over the scalar type, instantiated for float (what the runtime
+// runs) and double (what the finite-difference tests check against).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace hcp::cpu {
+
+// ---------------------------------------------------------------------------------------------
+// Matrix product. Linear layers, the vocabulary projection and their backward lower to this.
+// C[m, n] = alpha * sum_k op(A)[m, k] * op(B)[k, n] + beta * C[m, n], where op(X) is X or X^T.
+// lda/ldb/ldc are the row strides of A, B, C as stored. beta == 0 ignores C's old contents.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+// ---------------------------------------------------------------------------------------------
+// Embedding: out[t, :] = table[ids[t], :] * multiplier. ids [tokens], table [vocab, hidden].
+// Returns InvalidArgument naming the position if an id is outside [0, vocab).
+template <typename T>
+absl::Status embedding_forward(T* out, const int32_t* ids, const T* table, int64_t tokens,
+                               int64_t vocab, int64_t hidden, T multiplier);
+// dtable [vocab, hidden] = scatter-add of dout[t, :] * multiplier into row ids[t]. Rows equal to
+// padding_idx get no gradient (torch.nn.Embedding's padding_idx); padding_idx < 0 means none.
+template <typename T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t tokens,
+                        int64_t vocab, int64_t hidden, T multiplier, int64_t padding_idx);
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm over the last dim: rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps); y = x * rstd * w.
+// x, y [rows, dim]; w [dim]; rstd [rows] is saved for the backward.
+template <typename T>
+void rms_norm_forward(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, T eps);
+template <typename T>
+void rms_norm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd,
+                       int64_t rows, int64_t dim);
+
+// Gated RMSNorm (Mamba2, gate before norm): u = y * silu(z); out = u * rstd(u) * w, over the
+// whole last dim. y, z, out [rows, dim]; w [dim]; rstd [rows] saved.
+template <typename T>
+void gated_rms_norm_forward(T* out, T* rstd, const T* y, const T* z, const T* w, int64_t rows,
+                            int64_t dim, T eps);
+template <typename T>
+void gated_rms_norm_backward(T* dy, T* dz, T* dw, const T* dout, const T* y, const T* z,
+                             const T* w, const T* rstd, int64_t rows, int64_t dim);
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise, n elements.
+template <typename T> void silu_forward(T* y, const T* x, int64_t n);
+template <typename T> void silu_backward(T* dx, const T* dy, const T* x, int64_t n);
+// softplus(x) = log(1 + exp(x)), and x itself above 20 (torch's threshold).
+template <typename T> void softplus_forward(T* y, const T* x, int64_t n);
+template <typename T> void softplus_backward(T* dx, const T* dy, const T* x, int64_t n);
+template <typename T> void add(T* y, const T* a, const T* b, int64_t n);
+template <typename T> void scale(T* y, const T* x, T factor, int64_t n);
+// A = -exp(A_log) (Mamba2's decay rates); backward: dA_log = dA * A.
+template <typename T> void neg_exp_forward(T* y, const T* x, int64_t n);
+template <typename T> void neg_exp_backward(T* dx, const T* dy, const T* y, int64_t n);
+
+// Row-broadcast bias: y[r, c] = x[r, c] + bias[c]. Backward of the bias: dbias[c] = sum_r dy[r, c].
+template <typename T>
+void bias_add_forward(T* y, const T* x, const T* bias, int64_t rows, int64_t cols);
+template <typename T>
+void column_sum(T* dbias, const T* dy, int64_t rows, int64_t cols);
+
+// Column slices, for splitting a fused projection: out[r, :] = in[r, offset : offset + width].
+// in [rows, in_cols]; out [rows, width]. The backward of a split is a concat of the slices'
+// gradients, done with slice_columns_backward into disjoint column ranges of one buffer.
+template <typename T>
+void slice_columns(T* out, const T* in, int64_t rows, int64_t in_cols, int64_t offset,
+                   int64_t width);
+// din[r, offset : offset + width] = dout[r, :], other columns untouched (the caller zeroes or
+// fills them with the other slices).
+template <typename T>
+void slice_columns_backward(T* din, const T* dout, int64_t rows, int64_t in_cols,
+                            int64_t offset, int64_t width);
+
+// SwiGLU with gate-first packing: x [rows, 2*inner] = [a | b]; y [rows, inner] = silu(a) * b.
+template <typename T>
+void swiglu_forward(T* y, const T* x, int64_t rows, int64_t inner);
+template <typename T>
+void swiglu_backward(T* dx, const T* dy, const T* x, int64_t rows, int64_t inner);
+
+// ---------------------------------------------------------------------------------------------
+// Causal depthwise conv1d with bias (no activation; SiLU is a separate op).
+// x, y [batch, seq, channels]; w [channels, width] (the checkpoint's [C, 1, K]); bias [channels].
+// y[b, t, c] = bias[c] + sum_{j<width} w[c, j] * x[b, t - (width-1) + j, c], where positions
+// before 0 read halo[b, (width-1) + (t - (width-1) + j), c] from the rows that precede this
+// segment (context parallelism), or zero if halo is null. halo [batch, width-1, channels].
+template <typename T>
+void causal_conv1d_forward(T* y, const T* x, const T* halo, const T* w, const T* bias,
+                           int64_t batch, int64_t seq, int64_t channels, int64_t width);
+// dhalo is nullable (not wanted) and gets the gradient of the halo rows.
+template <typename T>
+void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const T* x,
+                            const T* halo, const T* w, int64_t batch, int64_t seq,
+                            int64_t channels, int64_t width);
+
+// ---------------------------------------------------------------------------------------------
+// Mamba2 SSD scan, chunked. Per batch b and head h (group g = h / (heads / groups)):
+//   S_t = exp(dt_t * A_h) * S_{t-1} + dt_t * x_t B_t^T      (S is [head_dim, state])
+//   y_t = S_t C_t + D_h * x_t,   S_{-1} = init_state (zero if null)
+// computed chunk by chunk (chunk positions; a partial last chunk is fine): within a chunk the
+// quadratic form with cumulative sums of dt*A, between chunks the state recurrence. dt, the
+// cumulative sums and all states are kept in the scalar type (fp32 at least).
+struct SsdShape {
+  int64_t batch, seq, heads, head_dim, groups, state, chunk;
+};
+// x [B,S,H,P]; dt [B,S,H] (already softplus'ed); A [H] (negative); Bm, Cm [B,S,G,N]; D [H];
+// init_state [B,H,P,N] nullable. y [B,S,H,P]; final_state [B,H,P,N] nullable.
+template <typename T>
+void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
+                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape);
+// Exact gradients of ssd_scan_forward. dfinal_state is nullable (zero); dinit_state nullable
+// (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
+// chunk's states), so it needs no saved activations and memory linear in one chunk.
+template <typename T>
+void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state,
+                       const T* dy, const T* dfinal_state, const T* x, const T* dt, const T* A,
+                       const T* Bm, const T* Cm, const T* D, const T* init_state,
+                       const SsdShape& shape);
+// Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t dt[b,t,h]*A[h].
+template <typename T>
+void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads);
+
+// ---------------------------------------------------------------------------------------------
+// Attention, grouped-query (query head h uses kv head h / (q_heads / kv_heads)), explicit scale.
+// q [B, Sq, Hq, D]; k, v [B, Sk, Hkv, D]; out [B, Sq, Hq, D]; lse [B, Hq, Sq] = natural log of
+// sum_j exp(scale * q.k_j) over visible keys. Query row i sits at global position q_pos0 + i,
+// key j at k_pos0 + j; when causal, key j is visible to row i iff k_pos0 + j <= q_pos0 + i.
+// A row that sees no key gets out = 0 and lse = -infinity (so it merges as "empty").
+struct AttentionShape {
+  int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim;
+};
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
+                       const AttentionShape& shape, T scale, bool causal, int64_t q_pos0,
+                       int64_t k_pos0);
+// Gradients of one (query block, key block) pair given the FINAL out and lse of the query rows
+// (after any merging over key blocks), as ring attention needs. dq [B,Sq,Hq,D] is this block's
+// contribution; dk, dv [B,Sk,Hkv,D].
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                        const T* out, const T* lse, const AttentionShape& shape, T scale,
+                        bool causal, int64_t q_pos0, int64_t k_pos0);
+// Merges a partial result (out_b, lse_b) into (out, lse) in place:
+// L = log(exp(L_a) + exp(L_b)); O = exp(L_a - L) O_a + exp(L_b - L) O_b. -inf entries are empty.
+// out, out_b [B, S, H, D]; lse, lse_b [B, H, S].
+template <typename T>
+void attention_merge(T* out, T* lse, const T* out_b, const T* lse_b, int64_t batch, int64_t seq,
+                     int64_t heads, int64_t head_dim);
+
+// ---------------------------------------------------------------------------------------------
+// MoE routing: top-k of the raw logits, then softmax over the k selected logits only.
+// logits [tokens, experts]; indices [tokens, k] in descending logit order (ties: lower expert
+// index first); gates [tokens, k].
+template <typename T>
+void topk_softmax_forward(T* gates, int32_t* indices, const T* logits, int64_t tokens,
+                          int64_t experts, int64_t k);
+// dlogits [tokens, experts]: softmax backward on the selected entries, zero elsewhere.
+template <typename T>
+void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const int32_t* indices,
+                           int64_t tokens, int64_t experts, int64_t k);
+
+// Expert compute: out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b), where [a | b] = W_in[e] x[t]
+// and e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden] (gate rows first);
+// w_out [E, hidden, inner].
+template <typename T>
+void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices,
+                         const T* w_in, const T* w_out, int64_t tokens, int64_t hidden,
+                         int64_t inner, int64_t experts, int64_t k);
+template <typename T>
+void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, const T* x,
+                          const T* gates, const int32_t* indices, const T* w_in, const T* w_out,
+                          int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
+                          int64_t k);
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy with an ignore index. logits [tokens, vocab]; targets [tokens].
+// loss_sum = sum over valid rows of (lse[t] - logits[t, targets[t]]); valid_count = number of
+// valid rows (as a scalar of type T); lse [tokens] saved (ignored rows too).
+// Returns InvalidArgument naming the position if a target is neither ignore_index nor in [0, vocab).
+template <typename T>
+absl::Status cross_entropy_forward(T* loss_sum, T* valid_count, T* lse, const T* logits,
+                                   const int32_t* targets, int64_t tokens, int64_t vocab,
+                                   int64_t ignore_index);
+// dlogits = dloss_sum[0] * (softmax(logits[t]) - onehot(targets[t])) for valid rows, 0 for ignored.
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* dloss_sum, const T* logits, const T* lse,
+                            const int32_t* targets, int64_t tokens, int64_t vocab,
+                            int64_t ignore_index);
+
+}  // namespace hcp::cpu

@@ -4,6 +4,7 @@
 find_package(MLIR REQUIRED CONFIG HINTS /usr/lib/llvm-22/lib/cmake/mlir)
 list(APPEND CMAKE_MODULE_PATH ${MLIR_CMAKE_DIR} ${LLVM_CMAKE_DIR})
 include(TableGen)
+include(AddLLVM)
 include(AddMLIR)
 include_directories(SYSTEM ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
 set(HYBRIDCP_MLIR_LIBS MLIR LLVM)

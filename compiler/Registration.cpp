@@ -1,0 +1,14 @@
+#include "compiler/Registration.h"
+
+#include "dialects/model/ModelDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace hcp {
+
+void registerHybridcpDialects(mlir::DialectRegistry& registry) {
+  registry.insert<model::ModelDialect, mlir::func::FuncDialect>();
+}
+
+void registerHybridcpPasses() {}
+
+}  // namespace hcp

@@ -1,0 +1,225 @@
+#include "compiler/import/ModelImporter.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dialects/model/ModelOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+
+namespace hcp {
+namespace {
+
+using namespace mlir;
+
+// Builds the ops of one training step; holds the builder state so each layer reads as a recipe.
+class ModelBuilder {
+ public:
+  ModelBuilder(MLIRContext& context, const GraniteConfig& config, const ImportOptions& options)
+      : b_(&context), config_(config), batch_(options.micro_batch), seq_(options.seq) {
+    act_ = options.dtype == ActivationType::kBF16 ? Type(b_.getBF16Type()) : b_.getF32Type();
+  }
+
+  OwningOpRef<ModuleOp> Build() {
+    Location loc = b_.getUnknownLoc();
+    OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+    b_.setInsertionPointToEnd(module->getBody());
+    auto tokens = RankedTensorType::get({batch_, seq_}, b_.getI32Type());
+    auto scalar = RankedTensorType::get({}, b_.getF32Type());
+    auto func = func::FuncOp::create(b_, loc, kTrainStepFunction,
+                                     b_.getFunctionType({tokens, tokens}, {scalar}));
+    func.setArgAttr(0, "model.input", b_.getStringAttr("input_ids"));
+    func.setArgAttr(1, "model.input", b_.getStringAttr("targets"));
+    b_.setInsertionPointToStart(func.addEntryBlock());
+    Value loss = Loss(func.getArgument(0), func.getArgument(1));
+    func::ReturnOp::create(b_, loc, loss);
+    return module;
+  }
+
+ private:
+  // --- helpers ---------------------------------------------------------------------------------
+  RankedTensorType Act(ArrayRef<int64_t> shape) { return RankedTensorType::get(shape, act_); }
+  RankedTensorType F32(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, b_.getF32Type());
+  }
+  Location Loc(const std::string& name) { return NameLoc::get(b_.getStringAttr(name)); }
+
+  Value Param(const std::string& name, ArrayRef<int64_t> shape, model::ParamInit init) {
+    FloatAttr std = init == model::ParamInit::Normal ? b_.getF64FloatAttr(config_.initializer_range)
+                                                     : FloatAttr();
+    return model::ParamOp::create(b_, Loc(name), Act(shape), b_.getStringAttr(name),
+                                  model::ParamInitAttr::get(b_.getContext(), init), std);
+  }
+  Value Weight(const std::string& name, ArrayRef<int64_t> shape) {
+    return Param(name, shape, model::ParamInit::Normal);
+  }
+  Value Linear(Value x, Value weight) {
+    auto in = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> shape(in.getShape());
+    shape.back() = cast<RankedTensorType>(weight.getType()).getShape()[0];
+    return model::LinearOp::create(b_, loc_, Act(shape), x, weight);
+  }
+  Value RmsNorm(Value x, const std::string& weight_name) {
+    Value w = Param(weight_name, {config_.hidden_size}, model::ParamInit::Ones);
+    return model::RmsNormOp::create(b_, loc_, x.getType(), x, w,
+                                    b_.getF64FloatAttr(config_.rms_norm_eps));
+  }
+  Value Scale(Value x, double factor) {
+    return model::ScaleOp::create(b_, loc_, x.getType(), x, b_.getF64FloatAttr(factor));
+  }
+  Value Add(Value a, Value b) { return model::AddOp::create(b_, loc_, a.getType(), a, b); }
+  Value Reshape(Value x, ArrayRef<int64_t> shape) {
+    return model::ReshapeOp::create(b_, loc_, Act(shape), x);
+  }
+  SmallVector<Value> Split(Value x, ArrayRef<int64_t> sizes) {
+    auto in = cast<RankedTensorType>(x.getType());
+    SmallVector<Type> types;
+    for (int64_t size : sizes) {
+      SmallVector<int64_t> shape(in.getShape());
+      shape.back() = size;
+      types.push_back(Act(shape));
+    }
+    auto op = model::SplitOp::create(b_, loc_, types, x, b_.getDenseI64ArrayAttr(sizes));
+    return SmallVector<Value>(op.getResults());
+  }
+
+  // --- the model --------------------------------------------------------------------------------
+  Value Loss(Value ids, Value targets) {
+    const int64_t h = config_.hidden_size;
+    loc_ = Loc("model.embed_tokens");
+    Value embed = Weight("model.embed_tokens.weight", {config_.vocab_size, h});
+    IntegerAttr padding;
+    if (config_.pad_token_id) padding = b_.getI64IntegerAttr(*config_.pad_token_id);
+    Value hidden = model::EmbeddingOp::create(b_, loc_, Act({batch_, seq_, h}), embed, ids,
+                                              b_.getF64FloatAttr(config_.embedding_multiplier),
+                                              padding);
+    for (int64_t i = 0; i < config_.num_layers; ++i) hidden = Layer(hidden, i);
+
+    loc_ = Loc("model.norm");
+    hidden = RmsNorm(hidden, "model.norm.weight");
+    loc_ = Loc("lm_head");
+    Value head = config_.tie_word_embeddings ? embed
+                                             : Weight("lm_head.weight", {config_.vocab_size, h});
+    Value logits = Scale(Linear(hidden, head), 1.0 / config_.logits_scaling);
+    auto loss = model::CrossEntropyOp::create(b_, Loc("loss"), F32({}), F32({}), logits, targets,
+                                              b_.getI64IntegerAttr(kIgnoreIndex));
+    return model::DivOp::create(b_, loc_, F32({}), loss.getLossSum(), loss.getValidCount());
+  }
+
+  // r = h; h = r + m * Mixer(norm(h)); r = h; h = r + m * FFN(norm(h))
+  Value Layer(Value hidden, int64_t index) {
+    std::string prefix = absl::StrCat("model.layers.", index, ".");
+    bool mamba = config_.layers[index] == LayerKind::kMamba;
+    loc_ = Loc(prefix + (mamba ? "mamba" : "self_attn"));
+    Value x = RmsNorm(hidden, prefix + "input_layernorm.weight");
+    Value mixed = mamba ? Mamba(x, prefix + "mamba.") : Attention(x, prefix + "self_attn.");
+    hidden = Add(hidden, Scale(mixed, config_.residual_multiplier));
+
+    loc_ = Loc(prefix + "mlp");
+    x = RmsNorm(hidden, prefix + "post_attention_layernorm.weight");
+    Value ffn = SharedMlp(x, prefix + "shared_mlp.");
+    if (config_.has_experts()) ffn = Add(Experts(x, prefix + "block_sparse_moe."), ffn);
+    return Add(hidden, Scale(ffn, config_.residual_multiplier));
+  }
+
+  Value Mamba(Value x, const std::string& p) {
+    const GraniteConfig& c = config_;
+    const int64_t heads = c.mamba_heads, dim = c.mamba_head_dim, inner = c.mamba_inner();
+    const int64_t groups = c.mamba_groups, state = c.mamba_state, conv = c.mamba_conv_dim();
+    Value proj = Linear(x, Weight(p + "in_proj.weight", {c.mamba_in_proj_dim(), c.hidden_size}));
+    SmallVector<Value> zxbcdt = Split(proj, {inner, conv, heads});  // z, xBC, dt in this order
+    Value z = zxbcdt[0], dt = zxbcdt[2];
+
+    Value conv_w = Weight(p + "conv1d.weight", {conv, 1, c.mamba_conv_width});
+    Value conv_b = Param(p + "conv1d.bias", {conv}, model::ParamInit::Zeros);
+    Value xbc = model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w,
+                                              conv_b);
+    xbc = model::SiluOp::create(b_, loc_, xbc);
+    SmallVector<Value> parts = Split(xbc, {inner, groups * state, groups * state});
+    Value xs = Reshape(parts[0], {batch_, seq_, heads, dim});
+    Value B = Reshape(parts[1], {batch_, seq_, groups, state});
+    Value C = Reshape(parts[2], {batch_, seq_, groups, state});
+
+    dt = Add(dt, Param(p + "dt_bias", {heads}, model::ParamInit::Ones));
+    dt = model::SoftplusOp::create(b_, loc_, dt);
+    Value A = model::NegExpOp::create(b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange));
+    Value D = Param(p + "D", {heads}, model::ParamInit::Ones);
+    auto scan = model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
+                                         F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
+                                         /*init_state=*/Value(), b_.getI64IntegerAttr(c.mamba_chunk));
+    Value y = Reshape(scan.getY(), {batch_, seq_, inner});
+    y = model::GatedRmsNormOp::create(b_, loc_, y.getType(), y, z,
+                                      Param(p + "norm.weight", {inner}, model::ParamInit::Ones),
+                                      b_.getF64FloatAttr(c.rms_norm_eps));
+    return Linear(y, Weight(p + "out_proj.weight", {c.hidden_size, inner}));
+  }
+
+  Value Attention(Value x, const std::string& p) {
+    const GraniteConfig& c = config_;
+    const int64_t h = c.hidden_size, d = c.head_dim, q_width = c.num_heads * d,
+                  kv_width = c.num_kv_heads * d;
+    Value q = Reshape(Linear(x, Weight(p + "q_proj.weight", {q_width, h})),
+                      {batch_, seq_, c.num_heads, d});
+    Value k = Reshape(Linear(x, Weight(p + "k_proj.weight", {kv_width, h})),
+                      {batch_, seq_, c.num_kv_heads, d});
+    Value v = Reshape(Linear(x, Weight(p + "v_proj.weight", {kv_width, h})),
+                      {batch_, seq_, c.num_kv_heads, d});
+    auto attention = model::AttentionOp::create(
+        b_, loc_, q.getType(), F32({batch_, c.num_heads, seq_}), q, k, v,
+        b_.getF64FloatAttr(c.attention_multiplier), b_.getUnitAttr());
+    Value out = Reshape(attention.getOut(), {batch_, seq_, q_width});
+    return Linear(out, Weight(p + "o_proj.weight", {h, q_width}));
+  }
+
+  Value SharedMlp(Value x, const std::string& p) {
+    const int64_t h = config_.hidden_size, width = config_.shared_width;
+    Value up = Linear(x, Weight(p + "input_linear.weight", {2 * width, h}));
+    Value act = model::SwigluOp::create(b_, loc_, Act({batch_, seq_, width}), up);
+    return Linear(act, Weight(p + "output_linear.weight", {h, width}));
+  }
+
+  Value Experts(Value x, const std::string& p) {
+    const GraniteConfig& c = config_;
+    const int64_t h = c.hidden_size, e = c.num_experts, k = c.experts_per_token, w = c.expert_width;
+    Value logits = Linear(x, Weight(p + "router.layer.weight", {e, h}));
+    auto route = model::MoeRouteOp::create(b_, loc_, Act({batch_, seq_, k}),
+                                           RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
+                                           logits, b_.getI64IntegerAttr(k));
+    return model::MoeExpertsOp::create(b_, loc_, x.getType(), x, route.getGates(),
+                                       route.getExperts(),
+                                       Weight(p + "input_linear.weight", {e, 2 * w, h}),
+                                       Weight(p + "output_linear.weight", {e, h, w}));
+  }
+
+  OpBuilder b_;
+  const GraniteConfig& config_;
+  int64_t batch_, seq_;
+  Type act_;
+  Location loc_ = UnknownLoc::get(b_.getContext());
+};
+
+}  // namespace
+
+absl::StatusOr<OwningOpRef<ModuleOp>> ImportModel(MLIRContext& context, const GraniteConfig& config,
+                                                  const ImportOptions& options) {
+  if (options.seq <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("--seq must be positive, got %d", options.seq));
+  }
+  if (options.micro_batch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--micro-batch must be positive, got %d", options.micro_batch));
+  }
+  context.loadDialect<model::ModelDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = ModelBuilder(context, config, options).Build();
+  if (failed(verify(*module))) {
+    return absl::InternalError(
+        absl::StrFormat("%s: the imported model does not verify (a bug in the importer)", config.source));
+  }
+  return module;
+}
+
+}  // namespace hcp

@@ -1,0 +1,276 @@
+#include "dialects/model/ModelOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+
+namespace hcp::model {
+namespace {
+
+RankedTensorType tensorType(Value value) { return cast<RankedTensorType>(value.getType()); }
+
+ArrayRef<int64_t> shapeOf(Value value) { return tensorType(value).getShape(); }
+
+// "[2, 8192, 1536]" for messages.
+std::string formatShape(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (auto [i, dim] : llvm::enumerate(shape)) {
+    if (i) text += ", ";
+    text += ShapedType::isDynamic(dim) ? "?" : std::to_string(dim);
+  }
+  return text + "]";
+}
+
+LogicalResult expectRank(Operation* op, Value value, int64_t rank, StringRef what) {
+  if (tensorType(value).getRank() != rank) {
+    return op->emitOpError() << what << " must have rank " << rank << ", got shape "
+                             << formatShape(shapeOf(value));
+  }
+  if (!tensorType(value).hasStaticShape()) {
+    return op->emitOpError() << what << " must have a static shape, got "
+                             << formatShape(shapeOf(value));
+  }
+  return success();
+}
+
+LogicalResult expectShape(Operation* op, Value value, ArrayRef<int64_t> expected, StringRef what) {
+  if (shapeOf(value) != expected) {
+    return op->emitOpError() << what << " must have shape " << formatShape(expected) << ", got "
+                             << formatShape(shapeOf(value));
+  }
+  return success();
+}
+
+LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef whatA,
+                                    StringRef whatB) {
+  if (tensorType(a).getElementType() != tensorType(b).getElementType()) {
+    return op->emitOpError() << whatA << " and " << whatB << " must have the same element type, got "
+                             << tensorType(a).getElementType() << " and "
+                             << tensorType(b).getElementType();
+  }
+  return success();
+}
+
+SmallVector<int64_t> withLastDim(ArrayRef<int64_t> shape, int64_t last) {
+  SmallVector<int64_t> result(shape);
+  result.back() = last;
+  return result;
+}
+
+}  // namespace
+
+LogicalResult ParamOp::verify() {
+  if (getName().empty()) return emitOpError() << "parameter needs a checkpoint name";
+  if (!getResult().getType().hasStaticShape())
+    return emitOpError() << "parameter '" << getName() << "' must have a static shape";
+  if (getInit() == ParamInit::Normal && (!getStd() || getStd()->convertToDouble() <= 0.0))
+    return emitOpError() << "parameter '" << getName()
+                         << "' is initialised from a normal distribution and needs a positive std";
+  if (getInit() != ParamInit::Normal && getStd())
+    return emitOpError() << "parameter '" << getName() << "': std only applies to normal init";
+  if (getInit() == ParamInit::LogArange && getResult().getType().getRank() != 1)
+    return emitOpError() << "parameter '" << getName() << "': log_arange init needs rank 1";
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  if (failed(expectRank(*this, getTable(), 2, "embedding table")) ||
+      failed(expectRank(*this, getIds(), 2, "token ids")))
+    return failure();
+  ArrayRef<int64_t> table = shapeOf(getTable()), ids = shapeOf(getIds());
+  if (failed(expectShape(*this, getResult(), {ids[0], ids[1], table[1]}, "embedding output")))
+    return failure();
+  if (auto pad = getPaddingIdx(); pad && (*pad < 0 || *pad >= table[0]))
+    return emitOpError() << "padding_idx " << *pad << " is outside the vocabulary of " << table[0]
+                         << " tokens";
+  return expectSameElementType(*this, getTable(), getResult(), "embedding table", "output");
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(expectRank(*this, getWeight(), 1, "norm weight"))) return failure();
+  int64_t hidden = shapeOf(getX()).back();
+  if (shapeOf(getWeight())[0] != hidden)
+    return emitOpError() << "norm weight has " << shapeOf(getWeight())[0]
+                         << " entries but the normalised dim has " << hidden;
+  if (getEps().convertToDouble() <= 0.0) return emitOpError() << "eps must be positive";
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  if (failed(expectRank(*this, getWeight(), 2, "linear weight"))) return failure();
+  ArrayRef<int64_t> x = shapeOf(getX()), w = shapeOf(getWeight());
+  if (x.empty()) return emitOpError() << "input must have at least one dim";
+  if (w[1] != x.back())
+    return emitOpError() << "weight " << formatShape(w) << " expects inputs of size " << w[1]
+                         << " but the input's last dim is " << x.back();
+  return expectShape(*this, getResult(), withLastDim(x, w[0]), "linear output");
+}
+
+template <typename BinaryOp>
+static LogicalResult verifyBroadcast(BinaryOp op) {
+  ArrayRef<int64_t> lhs = shapeOf(op.getLhs()), rhs = shapeOf(op.getRhs());
+  if (rhs.size() > lhs.size() || lhs.take_back(rhs.size()) != rhs)
+    return op.emitOpError() << "rhs shape " << formatShape(rhs)
+                            << " must equal the trailing dims of lhs shape " << formatShape(lhs);
+  return expectSameElementType(op, op.getLhs(), op.getRhs(), "lhs", "rhs");
+}
+
+LogicalResult AddOp::verify() { return verifyBroadcast(*this); }
+LogicalResult MulOp::verify() { return verifyBroadcast(*this); }
+LogicalResult DivOp::verify() { return verifyBroadcast(*this); }
+
+LogicalResult SplitOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  if (x.empty()) return emitOpError() << "cannot split a scalar";
+  if (getSizes().size() != getPieces().size())
+    return emitOpError() << getSizes().size() << " sizes given for " << getPieces().size()
+                         << " results";
+  int64_t total = 0;
+  for (auto [size, piece] : llvm::zip(getSizes(), getPieces())) {
+    if (size <= 0) return emitOpError() << "split sizes must be positive, got " << size;
+    total += size;
+    if (failed(expectShape(*this, piece, withLastDim(x, size), "split piece"))) return failure();
+  }
+  if (total != x.back())
+    return emitOpError() << "split sizes add up to " << total << " but the last dim is " << x.back();
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = tensorType(getX()), out = getResult().getType();
+  if (!in.hasStaticShape() || !out.hasStaticShape())
+    return emitOpError() << "reshape needs static shapes";
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "cannot reshape " << formatShape(in.getShape()) << " ("
+                         << in.getNumElements() << " elements) to " << formatShape(out.getShape())
+                         << " (" << out.getNumElements() << " elements)";
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "reshape cannot change the element type";
+  return success();
+}
+
+LogicalResult SwigluOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  if (x.empty() || x.back() % 2 != 0)
+    return emitOpError() << "the packed gate|up dim must be even, got shape " << formatShape(x);
+  return expectShape(*this, getResult(), withLastDim(x, x.back() / 2), "swiglu output");
+}
+
+LogicalResult CausalConv1dOp::verify() {
+  if (failed(expectRank(*this, getX(), 3, "conv input [batch, seq, channels]")) ||
+      failed(expectRank(*this, getWeight(), 3, "conv weight [channels, 1, width]")) ||
+      failed(expectRank(*this, getBias(), 1, "conv bias")))
+    return failure();
+  int64_t channels = shapeOf(getX())[2];
+  ArrayRef<int64_t> w = shapeOf(getWeight());
+  if (w[0] != channels || w[1] != 1)
+    return emitOpError() << "depthwise conv weight must be [" << channels << ", 1, width], got "
+                         << formatShape(w);
+  if (w[2] < 1) return emitOpError() << "conv width must be at least 1";
+  return expectShape(*this, getBias(), {channels}, "conv bias");
+}
+
+LogicalResult SsdScanOp::verify() {
+  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
+      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
+  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
+  if (b[0] != batch || b[1] != seq)
+    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
+                         << formatShape(x.take_front(2));
+  if (heads % groups != 0)
+    return emitOpError() << groups << " groups do not divide " << heads << " heads";
+  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
+      failed(expectShape(*this, getA(), {heads}, "A")) ||
+      failed(expectShape(*this, getC(), b, "C")) ||
+      failed(expectShape(*this, getD(), {heads}, "D")) ||
+      failed(expectShape(*this, getY(), x, "y")) ||
+      failed(expectShape(*this, getFinalState(), {batch, heads, headDim, state}, "final state")))
+    return failure();
+  if (getInitState() &&
+      failed(expectShape(*this, getInitState(), {batch, heads, headDim, state}, "initial state")))
+    return failure();
+  if (getChunkSize() <= 0) return emitOpError() << "chunk size must be positive";
+  return success();
+}
+
+LogicalResult GatedRmsNormOp::verify() {
+  if (failed(expectRank(*this, getWeight(), 1, "norm weight"))) return failure();
+  int64_t dim = shapeOf(getY()).back();
+  if (shapeOf(getWeight())[0] != dim)
+    return emitOpError() << "norm weight has " << shapeOf(getWeight())[0]
+                         << " entries but the normalised dim has " << dim;
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(expectRank(*this, getQ(), 4, "q [batch, seq, heads, head_dim]")) ||
+      failed(expectRank(*this, getK(), 4, "k [batch, seq, kv_heads, head_dim]")))
+    return failure();
+  ArrayRef<int64_t> q = shapeOf(getQ()), k = shapeOf(getK());
+  if (k[0] != q[0] || k[1] != q[1] || k[3] != q[3])
+    return emitOpError() << "k " << formatShape(k) << " does not match q " << formatShape(q)
+                         << " in batch, sequence or head_dim";
+  if (q[2] % k[2] != 0)
+    return emitOpError() << k[2] << " kv heads do not divide " << q[2] << " query heads";
+  if (failed(expectShape(*this, getV(), k, "v")) ||
+      failed(expectShape(*this, getOut(), q, "attention output")) ||
+      failed(expectShape(*this, getLse(), {q[0], q[2], q[1]}, "log-sum-exp")))
+    return failure();
+  if (tensorType(getLse()).getElementType() != Float32Type::get(getContext()))
+    return emitOpError() << "log-sum-exp must be f32";
+  return success();
+}
+
+LogicalResult MoeRouteOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.empty()) return emitOpError() << "router logits need an experts dim";
+  int64_t experts = logits.back(), k = getTopK();
+  if (k < 1 || k > experts)
+    return emitOpError() << "top_k " << k << " must be between 1 and the " << experts << " experts";
+  if (failed(expectShape(*this, getGates(), withLastDim(logits, k), "gates")) ||
+      failed(expectShape(*this, getExperts(), withLastDim(logits, k), "expert indices")))
+    return failure();
+  return success();
+}
+
+LogicalResult MoeExpertsOp::verify() {
+  if (failed(expectRank(*this, getInputWeight(), 3, "expert input weight [experts, 2*width, hidden]")) ||
+      failed(expectRank(*this, getOutputWeight(), 3, "expert output weight [experts, hidden, width]")))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getX()), win = shapeOf(getInputWeight()),
+                    gates = shapeOf(getGates());
+  int64_t hidden = x.back(), experts = win[0];
+  if (win[2] != hidden || win[1] % 2 != 0)
+    return emitOpError() << "expert input weight must be [experts, 2*width, " << hidden << "], got "
+                         << formatShape(win);
+  if (failed(expectShape(*this, getOutputWeight(), {experts, hidden, win[1] / 2},
+                         "expert output weight")))
+    return failure();
+  if (gates.size() != x.size() || gates.drop_back() != x.drop_back())
+    return emitOpError() << "gates " << formatShape(gates) << " must be [tokens..., k] for input "
+                         << formatShape(x);
+  if (gates.back() > experts)
+    return emitOpError() << "each token picks " << gates.back() << " experts but there are only "
+                         << experts;
+  if (failed(expectShape(*this, getExperts(), gates, "expert indices")) ||
+      failed(expectShape(*this, getResult(), x, "expert output")))
+    return failure();
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  if (failed(expectRank(*this, getLogits(), 3, "logits [batch, seq, vocab]")) ||
+      failed(expectRank(*this, getTargets(), 2, "targets [batch, seq]")))
+    return failure();
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  return expectShape(*this, getTargets(), logits.drop_back(), "targets");
+}
+
+}  // namespace hcp::model
+
+#define GET_OP_CLASSES
+#include "dialects/model/ModelOps.cpp.inc"

@@ -1,0 +1,234 @@
+// Ops of the `model` dialect. Each op's verifier checks shapes, dtypes and divisibility and says
+// what is wrong in the model's terms (heads, hidden size, experts), not in MLIR's.
+#ifndef HYBRIDCP_MODEL_OPS_TD
+#define HYBRIDCP_MODEL_OPS_TD
+
+include "dialects/model/ModelDialect.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===------------------------------------------------------------------------------------------===//
+// Parameters
+//===------------------------------------------------------------------------------------------===//
+
+def Model_ParamOp : Model_Op<"param", [Pure]> {
+  let summary = "a trainable parameter, by its checkpoint name";
+  let description = [{
+    `%w = model.param "model.layers.0.mamba.in_proj.weight" normal(0.02) : tensor<6448x1536xf32>`
+    The name is the Hugging Face checkpoint name; the shape is the checkpoint's shape. `init` says
+    how the runtime initialises it when no checkpoint is loaded (`std` for `normal` only).
+  }];
+  let arguments = (ins StrAttr:$name, Model_ParamInit:$init, OptionalAttr<F64Attr>:$std);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===------------------------------------------------------------------------------------------===//
+// Token-local ops
+//===------------------------------------------------------------------------------------------===//
+
+def Model_EmbeddingOp : Model_Op<"embedding", [Pure]> {
+  let summary = "token embedding lookup times a multiplier";
+  let description = [{
+    `out[b, s, :] = table[ids[b, s], :] * multiplier`. When `padding_idx` is set, that row of the
+    table gets no gradient from the lookup (torch.nn.Embedding's padding_idx).
+  }];
+  let arguments = (ins Model_FloatTensor:$table, Model_TokenTensor:$ids, F64Attr:$multiplier,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_RmsNormOp : Model_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>]> {
+  let summary = "RMSNorm over the last dim, times a weight";
+  let description = [{ `y = x * rsqrt(mean(x^2, -1) + eps) * weight`, computed in fp32. }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight, F64Attr:$eps);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $weight attr-dict `:` type($x) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def Model_LinearOp : Model_Op<"linear", [Pure]> {
+  let summary = "y = x W^T with W stored [out, in] as in the checkpoint";
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+class Model_UnaryOp<string mnemonic, string summaryText>
+    : Model_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = summaryText;
+  let arguments = (ins Model_FloatTensor:$x);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+def Model_SiluOp : Model_UnaryOp<"silu", "x * sigmoid(x)">;
+def Model_SoftplusOp : Model_UnaryOp<"softplus", "log(1 + exp(x)); x itself above 20">;
+def Model_NegExpOp : Model_UnaryOp<"neg_exp", "-exp(x): Mamba2's decay rates A from A_log">;
+
+def Model_ScaleOp : Model_Op<"scale", [Pure, SameOperandsAndResultType]> {
+  let summary = "multiplication by a constant (residual, logits and embedding multipliers)";
+  let arguments = (ins Model_FloatTensor:$x, F64Attr:$factor);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+class Model_BinaryOp<string mnemonic, string summaryText>
+    : Model_Op<mnemonic, [Pure, AllTypesMatch<["lhs", "result"]>]> {
+  let summary = summaryText;
+  let description = [{
+    Elementwise; `rhs` has the shape of `lhs` or of a trailing part of it and is broadcast over
+    the leading dims (a per-head bias over [batch, seq, heads], say).
+  }];
+  let arguments = (ins Model_FloatTensor:$lhs, Model_FloatTensor:$rhs);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+  let hasVerifier = 1;
+}
+
+def Model_AddOp : Model_BinaryOp<"add", "lhs + rhs">;
+def Model_MulOp : Model_BinaryOp<"mul", "lhs * rhs">;
+def Model_DivOp : Model_BinaryOp<"div", "lhs / rhs">;
+
+def Model_SplitOp : Model_Op<"split", [Pure]> {
+  let summary = "split the last dim into consecutive pieces";
+  let description = [{
+    `%z, %xbc, %dt = model.split %proj [3072, 3328, 48]`: the sizes must add up to the last dim.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Model_FloatTensor>:$pieces);
+  let assemblyFormat = "$x $sizes attr-dict `:` type($x) `->` type($pieces)";
+  let hasVerifier = 1;
+}
+
+def Model_ReshapeOp : Model_Op<"reshape", [Pure]> {
+  let summary = "reinterpret the shape (row-major), e.g. [b, s, heads*dim] -> [b, s, heads, dim]";
+  let arguments = (ins Model_FloatTensor:$x);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Model_SwigluOp : Model_Op<"swiglu", [Pure]> {
+  let summary = "silu(a) * b over a gate-first packed last dim [a | b]";
+  let arguments = (ins Model_FloatTensor:$x);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===------------------------------------------------------------------------------------------===//
+// Mamba2 mixer
+//===------------------------------------------------------------------------------------------===//
+
+def Model_CausalConv1dOp : Model_Op<"causal_conv1d", [Pure, AllTypesMatch<["x", "result"]>]> {
+  let summary = "causal depthwise conv1d with bias over [batch, seq, channels]";
+  let description = [{
+    `y[b, t, c] = bias[c] + sum_j w[c, 0, j] * x[b, t - (width-1) + j, c]`, zero before t = 0.
+    The weight has the checkpoint's shape [channels, 1, width].
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight, Model_FloatTensor:$bias);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure]> {
+  let summary = "Mamba2 chunked state-space scan (SSD) with optional initial state";
+  let description = [{
+    Per batch row and head h (group g = h / (heads / groups)):
+    `S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T`, `y_t = S_t C_t + D_h x_t`, computed in chunks
+    of `chunk_size` positions (a partial last chunk is fine). Shapes: x [b, s, heads, head_dim],
+    dt [b, s, heads] (after softplus), A [heads], B and C [b, s, groups, state], D [heads],
+    init_state and final_state [b, heads, head_dim, state]. dt, cumulative sums and states are
+    fp32 whatever the activation dtype.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$dt, Model_FloatTensor:$A,
+                       Model_FloatTensor:$B, Model_FloatTensor:$C, Model_FloatTensor:$D,
+                       Optional<Model_FloatTensor>:$init_state, I64Attr:$chunk_size);
+  let results = (outs Model_FloatTensor:$y, Model_FloatTensor:$final_state);
+  let assemblyFormat = [{
+    $x `,` $dt `,` $A `,` $B `,` $C `,` $D (`init` $init_state^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_GatedRmsNormOp : Model_Op<"gated_rms_norm", [Pure, AllTypesMatch<["y", "gate", "result"]>]> {
+  let summary = "Mamba2 output norm: RMSNorm(y * silu(gate)) * weight (gate before norm)";
+  let arguments = (ins Model_FloatTensor:$y, Model_FloatTensor:$gate, Model_FloatTensor:$weight,
+                       F64Attr:$eps);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$y `,` $gate `,` $weight attr-dict `:` type($y) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+//===------------------------------------------------------------------------------------------===//
+// Attention
+//===------------------------------------------------------------------------------------------===//
+
+def Model_AttentionOp : Model_Op<"attention", [Pure]> {
+  let summary = "causal grouped-query attention with an explicit softmax scale";
+  let description = [{
+    q [b, s, heads, d]; k, v [b, s, kv_heads, d]; query head h reads kv head h / (heads / kv_heads).
+    `out = softmax(q k^T * scale + causal mask) v` in fp32. `lse` [b, heads, s] is the
+    log-sum-exp of each row's scaled scores, the quantity ring attention merges with.
+  }];
+  let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k, Model_FloatTensor:$v,
+                       F64Attr:$scale, UnitAttr:$causal);
+  let results = (outs Model_FloatTensor:$out, Model_FloatTensor:$lse);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===------------------------------------------------------------------------------------------===//
+// Mixture of experts
+//===------------------------------------------------------------------------------------------===//
+
+def Model_MoeRouteOp : Model_Op<"moe_route", [Pure]> {
+  let summary = "top-k experts per token; gates = softmax over the k selected router logits";
+  let arguments = (ins Model_FloatTensor:$logits, I64Attr:$top_k);
+  let results = (outs Model_FloatTensor:$gates, Model_TokenTensor:$experts);
+  let assemblyFormat = "$logits attr-dict `:` type($logits) `->` type($gates) `,` type($experts)";
+  let hasVerifier = 1;
+}
+
+def Model_MoeExpertsOp : Model_Op<"moe_experts", [Pure]> {
+  let summary = "routed expert MLPs, combined with their gates";
+  let description = [{
+    `out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b)` with `[a | b] = W_in[e] x[t]` and
+    `e = experts[t, j]`. W_in [experts, 2*width, hidden] (gate rows first),
+    W_out [experts, hidden, width], as in the checkpoint.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$gates, Model_TokenTensor:$experts,
+                       Model_FloatTensor:$input_weight, Model_FloatTensor:$output_weight);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $gates `,` $experts `,` $input_weight `,` $output_weight attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===------------------------------------------------------------------------------------------===//
+// Loss
+//===------------------------------------------------------------------------------------------===//
+
+def Model_CrossEntropyOp : Model_Op<"cross_entropy", [Pure]> {
+  let summary = "summed token cross-entropy and the number of valid tokens";
+  let description = [{
+    logits [b, s, vocab]; targets [b, s] are already shifted (targets[t] is the token after t);
+    positions equal to `ignore_index` count neither in the sum nor in `valid_count`. Returning
+    the sum and the count (not their ratio) lets split runs normalise by the global count.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$targets, I64Attr:$ignore_index);
+  let results = (outs Model_Scalar:$loss_sum, Model_Scalar:$valid_count);
+  let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif  // HYBRIDCP_MODEL_OPS_TD

@@ -1,0 +1,34 @@
+// The subcommands of `hybridcp`. Each command parses its own options and returns a Status; main
+// turns a failed Status into one "error: ..." line and a non-zero exit.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compiler/import/GraniteConfig.h"
+#include "tools/hybridcp/Args.h"
+
+namespace hcp {
+
+struct Command {
+  std::string name;
+  std::string summary;
+  std::string usage;  // the line after "usage: hybridcp "
+  std::vector<OptionSpec> options;
+  std::function<absl::Status(const Args&)> run;
+};
+
+// The model a command works on: a config.json path as the first positional, or --model NAME
+// (one of the built-in presets); a positional that names a preset works too.
+absl::StatusOr<GraniteConfig> ResolveModelConfig(const Args& args);
+inline const OptionSpec kModelOption{"model", "NAME", "a built-in Granite 4.0-H config, e.g. granite-4.0-h-tiny"};
+
+Command MakeInspectCommand();
+#ifdef HYBRIDCP_HAVE_COMPILER
+Command MakeCompileCommand();
+#endif
+
+}  // namespace hcp

@@ -13,7 +13,8 @@ ParameterCounts CountParameters(const GraniteConfig& c) {
   if (!c.tie_word_embeddings) add(c.vocab_size * h, c.vocab_size * h);
   add(h, h);  // final norm
   for (LayerKind kind : c.layers) {
-    int64_t common = 2 * h + 3 * c.shared_width * h;  // two norms, shared MLP (in: 2S x H, out: H x S)
+    int64_t common =
+        2 * h + 3 * c.shared_width * h;  // two norms, shared MLP (in: 2S x H, out: H x S)
     add(common, common);
     if (kind == LayerKind::kMamba) {
       int64_t conv = c.mamba_conv_dim();

@@ -108,8 +108,8 @@ absl::Status ReadLayers(const FieldReader& in, GraniteConfig& config) {
     std::optional<LayerKind> kind;
     if (entry.is_string()) kind = ParseLayerKind(entry.get<std::string>());
     if (!kind) {
-      return in.Error(field, absl::StrFormat("entry %d is %s; expected \"mamba\" or \"attention\"", i,
-                                             entry.dump()));
+      return in.Error(field, absl::StrFormat("entry %d is %s; expected \"mamba\" or \"attention\"",
+                                             i, entry.dump()));
     }
     config.layers.push_back(*kind);
   }
@@ -120,13 +120,14 @@ absl::Status ReadAttention(const FieldReader& in, GraniteConfig& c) {
   HCP_ASSIGN_OR_RETURN(c.num_heads, in.Positive("num_attention_heads"));
   HCP_ASSIGN_OR_RETURN(c.num_kv_heads, in.Positive("num_key_value_heads", c.num_heads));
   if (c.hidden_size % c.num_heads != 0) {
-    return in.Error("num_attention_heads",
-                    absl::StrFormat("%d does not divide hidden_size (%d)", c.num_heads, c.hidden_size));
+    return in.Error("num_attention_heads", absl::StrFormat("%d does not divide hidden_size (%d)",
+                                                           c.num_heads, c.hidden_size));
   }
   HCP_ASSIGN_OR_RETURN(c.head_dim, in.Positive("head_dim", c.hidden_size / c.num_heads));
   if (c.num_heads % c.num_kv_heads != 0) {
-    return in.Error("num_key_value_heads", absl::StrFormat("%d does not divide num_attention_heads (%d)",
-                                                           c.num_kv_heads, c.num_heads));
+    return in.Error("num_key_value_heads",
+                    absl::StrFormat("%d does not divide num_attention_heads (%d)", c.num_kv_heads,
+                                    c.num_heads));
   }
   HCP_ASSIGN_OR_RETURN(c.attention_multiplier, in.Number("attention_multiplier", 1.0));
   HCP_ASSIGN_OR_RETURN(bool attention_bias, in.Bool("attention_bias", false));
@@ -144,8 +145,9 @@ absl::Status ReadMamba(const FieldReader& in, GraniteConfig& c) {
   HCP_ASSIGN_OR_RETURN(c.mamba_heads, in.Positive("mamba_n_heads"));
   int64_t inner = expand * c.hidden_size;
   if (inner % c.mamba_heads != 0) {
-    return in.Error("mamba_n_heads", absl::StrFormat("%d does not divide mamba_expand * hidden_size (%d)",
-                                                     c.mamba_heads, inner));
+    return in.Error("mamba_n_heads",
+                    absl::StrFormat("%d does not divide mamba_expand * hidden_size (%d)",
+                                    c.mamba_heads, inner));
   }
   // "auto" (a string) means inner / heads.
   if (const json* d = in.Find("mamba_d_head"); d == nullptr || d->is_string() || d->is_null()) {
@@ -160,22 +162,24 @@ absl::Status ReadMamba(const FieldReader& in, GraniteConfig& c) {
   }
   HCP_ASSIGN_OR_RETURN(c.mamba_groups, in.Positive("mamba_n_groups", 1));
   if (c.mamba_heads % c.mamba_groups != 0) {
-    return in.Error("mamba_n_groups",
-                    absl::StrFormat("%d does not divide mamba_n_heads (%d)", c.mamba_groups, c.mamba_heads));
+    return in.Error("mamba_n_groups", absl::StrFormat("%d does not divide mamba_n_heads (%d)",
+                                                      c.mamba_groups, c.mamba_heads));
   }
   HCP_ASSIGN_OR_RETURN(c.mamba_state, in.Positive("mamba_d_state"));
   HCP_ASSIGN_OR_RETURN(c.mamba_conv_width, in.Positive("mamba_d_conv", 4));
   HCP_ASSIGN_OR_RETURN(c.mamba_chunk, in.Positive("mamba_chunk_size", 256));
   HCP_ASSIGN_OR_RETURN(c.mamba_conv_bias, in.Bool("mamba_conv_bias", true));
   HCP_ASSIGN_OR_RETURN(bool proj_bias, in.Bool("mamba_proj_bias", false));
-  if (proj_bias) return in.Error("mamba_proj_bias", "biases in the Mamba projections are not supported");
+  if (proj_bias)
+    return in.Error("mamba_proj_bias", "biases in the Mamba projections are not supported");
   // time_step_limit other than (0, inf) would clamp dt; Granite 4.0-H has none.
   if (const json* limit = in.Find("time_step_limit"); limit != nullptr && !limit->is_null()) {
     bool unbounded = limit->is_array() && limit->size() == 2 && (*limit)[0].is_number() &&
                      (*limit)[0].get<double>() == 0.0 &&
-                     ((*limit)[1].is_object() || ((*limit)[1].is_number() &&
-                                                  std::isinf((*limit)[1].get<double>())));
-    if (!unbounded) return in.Error("time_step_limit", "only (0, inf) (no clamp on dt) is supported");
+                     ((*limit)[1].is_object() ||
+                      ((*limit)[1].is_number() && std::isinf((*limit)[1].get<double>())));
+    if (!unbounded)
+      return in.Error("time_step_limit", "only (0, inf) (no clamp on dt) is supported");
   }
   return absl::OkStatus();
 }
@@ -194,7 +198,8 @@ absl::Status ReadFeedForward(const FieldReader& in, GraniteConfig& c) {
   }
   HCP_ASSIGN_OR_RETURN(c.shared_width, in.Positive("shared_intermediate_size"));
   HCP_ASSIGN_OR_RETURN(std::string act, in.String("hidden_act", "silu"));
-  if (act != "silu") return in.Error("hidden_act", "\"" + act + "\" is not supported; only \"silu\"");
+  if (act != "silu")
+    return in.Error("hidden_act", "\"" + act + "\" is not supported; only \"silu\"");
   return absl::OkStatus();
 }
 
@@ -206,7 +211,8 @@ int64_t GraniteConfig::count(LayerKind kind) const {
   return n;
 }
 
-absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text, std::string_view source) {
+absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text,
+                                                 std::string_view source) {
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", source));
@@ -220,7 +226,8 @@ absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text, std
 
   HCP_ASSIGN_OR_RETURN(std::string model_type, in.String("model_type"));
   if (model_type != "granitemoehybrid") {
-    return in.Error("model_type", "\"" + model_type + "\" is not supported; expected \"granitemoehybrid\"");
+    return in.Error("model_type",
+                    "\"" + model_type + "\" is not supported; expected \"granitemoehybrid\"");
   }
   HCP_ASSIGN_OR_RETURN(c.vocab_size, in.Positive("vocab_size"));
   HCP_ASSIGN_OR_RETURN(c.hidden_size, in.Positive("hidden_size"));
@@ -230,7 +237,8 @@ absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text, std
   if (in.Has("pad_token_id")) {
     HCP_ASSIGN_OR_RETURN(int64_t pad, in.Int("pad_token_id"));
     if (pad < 0 || pad >= c.vocab_size) {
-      return in.Error("pad_token_id", absl::StrFormat("%d is outside the vocabulary [0, %d)", pad, c.vocab_size));
+      return in.Error("pad_token_id",
+                      absl::StrFormat("%d is outside the vocabulary [0, %d)", pad, c.vocab_size));
     }
     c.pad_token_id = pad;
   }
@@ -240,7 +248,8 @@ absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text, std
   HCP_ASSIGN_OR_RETURN(c.embedding_multiplier, in.Number("embedding_multiplier", 1.0));
   HCP_ASSIGN_OR_RETURN(c.residual_multiplier, in.Number("residual_multiplier", 1.0));
   HCP_ASSIGN_OR_RETURN(c.logits_scaling, in.Number("logits_scaling", 1.0));
-  if (c.logits_scaling == 0.0) return in.Error("logits_scaling", "must not be zero (logits are divided by it)");
+  if (c.logits_scaling == 0.0)
+    return in.Error("logits_scaling", "must not be zero (logits are divided by it)");
   HCP_ASSIGN_OR_RETURN(c.rms_norm_eps, in.Number("rms_norm_eps", 1e-6));
   if (c.rms_norm_eps <= 0.0) return in.Error("rms_norm_eps", "must be positive");
   HCP_ASSIGN_OR_RETURN(c.initializer_range, in.Number("initializer_range", 0.02));

@@ -61,7 +61,8 @@ struct GraniteConfig {
 
 // Parses and validates the text of a config.json. Errors are one line naming `source` and the
 // field, e.g. "cfg.json: field 'num_key_value_heads': 5 does not divide num_attention_heads (12)".
-absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text, std::string_view source);
+absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text,
+                                                 std::string_view source);
 
 // Reads a config.json file.
 absl::StatusOr<GraniteConfig> LoadGraniteConfig(const std::string& path);

@@ -94,16 +94,16 @@ class ModelBuilder {
     Value embed = Weight("model.embed_tokens.weight", {config_.vocab_size, h});
     IntegerAttr padding;
     if (config_.pad_token_id) padding = b_.getI64IntegerAttr(*config_.pad_token_id);
-    Value hidden = model::EmbeddingOp::create(b_, loc_, Act({batch_, seq_, h}), embed, ids,
-                                              b_.getF64FloatAttr(config_.embedding_multiplier),
-                                              padding);
+    Value hidden =
+        model::EmbeddingOp::create(b_, loc_, Act({batch_, seq_, h}), embed, ids,
+                                   b_.getF64FloatAttr(config_.embedding_multiplier), padding);
     for (int64_t i = 0; i < config_.num_layers; ++i) hidden = Layer(hidden, i);
 
     loc_ = Loc("model.norm");
     hidden = RmsNorm(hidden, "model.norm.weight");
     loc_ = Loc("lm_head");
-    Value head = config_.tie_word_embeddings ? embed
-                                             : Weight("lm_head.weight", {config_.vocab_size, h});
+    Value head =
+        config_.tie_word_embeddings ? embed : Weight("lm_head.weight", {config_.vocab_size, h});
     Value logits = Scale(Linear(hidden, head), 1.0 / config_.logits_scaling);
     auto loss = model::CrossEntropyOp::create(b_, Loc("loss"), F32({}), F32({}), logits, targets,
                                               b_.getI64IntegerAttr(kIgnoreIndex));
@@ -136,8 +136,8 @@ class ModelBuilder {
 
     Value conv_w = Weight(p + "conv1d.weight", {conv, 1, c.mamba_conv_width});
     Value conv_b = Param(p + "conv1d.bias", {conv}, model::ParamInit::Zeros);
-    Value xbc = model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w,
-                                              conv_b);
+    Value xbc =
+        model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w, conv_b);
     xbc = model::SiluOp::create(b_, loc_, xbc);
     SmallVector<Value> parts = Split(xbc, {inner, groups * state, groups * state});
     Value xs = Reshape(parts[0], {batch_, seq_, heads, dim});
@@ -146,11 +146,13 @@ class ModelBuilder {
 
     dt = Add(dt, Param(p + "dt_bias", {heads}, model::ParamInit::Ones));
     dt = model::SoftplusOp::create(b_, loc_, dt);
-    Value A = model::NegExpOp::create(b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange));
+    Value A =
+        model::NegExpOp::create(b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange));
     Value D = Param(p + "D", {heads}, model::ParamInit::Ones);
-    auto scan = model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
-                                         F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
-                                         /*init_state=*/Value(), b_.getI64IntegerAttr(c.mamba_chunk));
+    auto scan =
+        model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
+                                 F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
+                                 /*init_state=*/Value(), b_.getI64IntegerAttr(c.mamba_chunk));
     Value y = Reshape(scan.getY(), {batch_, seq_, inner});
     y = model::GatedRmsNormOp::create(b_, loc_, y.getType(), y, z,
                                       Param(p + "norm.weight", {inner}, model::ParamInit::Ones),
@@ -168,9 +170,9 @@ class ModelBuilder {
                       {batch_, seq_, c.num_kv_heads, d});
     Value v = Reshape(Linear(x, Weight(p + "v_proj.weight", {kv_width, h})),
                       {batch_, seq_, c.num_kv_heads, d});
-    auto attention = model::AttentionOp::create(
-        b_, loc_, q.getType(), F32({batch_, c.num_heads, seq_}), q, k, v,
-        b_.getF64FloatAttr(c.attention_multiplier), b_.getUnitAttr());
+    auto attention =
+        model::AttentionOp::create(b_, loc_, q.getType(), F32({batch_, c.num_heads, seq_}), q, k, v,
+                                   b_.getF64FloatAttr(c.attention_multiplier), b_.getUnitAttr());
     Value out = Reshape(attention.getOut(), {batch_, seq_, q_width});
     return Linear(out, Weight(p + "o_proj.weight", {h, q_width}));
   }
@@ -186,13 +188,14 @@ class ModelBuilder {
     const GraniteConfig& c = config_;
     const int64_t h = c.hidden_size, e = c.num_experts, k = c.experts_per_token, w = c.expert_width;
     Value logits = Linear(x, Weight(p + "router.layer.weight", {e, h}));
-    auto route = model::MoeRouteOp::create(b_, loc_, Act({batch_, seq_, k}),
-                                           RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
-                                           logits, b_.getI64IntegerAttr(k));
+    auto route = model::MoeRouteOp::create(
+        b_, loc_, Act({batch_, seq_, k}), RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
+        logits, b_.getI64IntegerAttr(k));
+    // Separate statements: argument evaluation order would make the IR order compiler-dependent.
+    Value input_weight = Weight(p + "input_linear.weight", {e, 2 * w, h});
+    Value output_weight = Weight(p + "output_linear.weight", {e, h, w});
     return model::MoeExpertsOp::create(b_, loc_, x.getType(), x, route.getGates(),
-                                       route.getExperts(),
-                                       Weight(p + "input_linear.weight", {e, 2 * w, h}),
-                                       Weight(p + "output_linear.weight", {e, h, w}));
+                                       route.getExperts(), input_weight, output_weight);
   }
 
   OpBuilder b_;
@@ -207,7 +210,8 @@ class ModelBuilder {
 absl::StatusOr<OwningOpRef<ModuleOp>> ImportModel(MLIRContext& context, const GraniteConfig& config,
                                                   const ImportOptions& options) {
   if (options.seq <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("--seq must be positive, got %d", options.seq));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--seq must be positive, got %d", options.seq));
   }
   if (options.micro_batch <= 0) {
     return absl::InvalidArgumentError(
@@ -216,8 +220,8 @@ absl::StatusOr<OwningOpRef<ModuleOp>> ImportModel(MLIRContext& context, const Gr
   context.loadDialect<model::ModelDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module = ModelBuilder(context, config, options).Build();
   if (failed(verify(*module))) {
-    return absl::InternalError(
-        absl::StrFormat("%s: the imported model does not verify (a bug in the importer)", config.source));
+    return absl::InternalError(absl::StrFormat(
+        "%s: the imported model does not verify (a bug in the importer)", config.source));
   }
   return module;
 }

@@ -1,9 +1,8 @@
 #include "dialects/model/ModelDialect.h"
 
-#include "dialects/model/ModelOps.h"
-
 #include "dialects/model/ModelDialect.cpp.inc"
 #include "dialects/model/ModelEnums.cpp.inc"
+#include "dialects/model/ModelOps.h"
 
 namespace hcp::model {
 

@@ -46,7 +46,8 @@ LogicalResult expectShape(Operation* op, Value value, ArrayRef<int64_t> expected
 LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef whatA,
                                     StringRef whatB) {
   if (tensorType(a).getElementType() != tensorType(b).getElementType()) {
-    return op->emitOpError() << whatA << " and " << whatB << " must have the same element type, got "
+    return op->emitOpError() << whatA << " and " << whatB
+                             << " must have the same element type, got "
                              << tensorType(a).getElementType() << " and "
                              << tensorType(b).getElementType();
   }
@@ -134,7 +135,8 @@ LogicalResult SplitOp::verify() {
     if (failed(expectShape(*this, piece, withLastDim(x, size), "split piece"))) return failure();
   }
   if (total != x.back())
-    return emitOpError() << "split sizes add up to " << total << " but the last dim is " << x.back();
+    return emitOpError() << "split sizes add up to " << total << " but the last dim is "
+                         << x.back();
   return success();
 }
 
@@ -238,8 +240,10 @@ LogicalResult MoeRouteOp::verify() {
 }
 
 LogicalResult MoeExpertsOp::verify() {
-  if (failed(expectRank(*this, getInputWeight(), 3, "expert input weight [experts, 2*width, hidden]")) ||
-      failed(expectRank(*this, getOutputWeight(), 3, "expert output weight [experts, hidden, width]")))
+  if (failed(expectRank(*this, getInputWeight(), 3,
+                        "expert input weight [experts, 2*width, hidden]")) ||
+      failed(
+          expectRank(*this, getOutputWeight(), 3, "expert output weight [experts, hidden, width]")))
     return failure();
   ArrayRef<int64_t> x = shapeOf(getX()), win = shapeOf(getInputWeight()),
                     gates = shapeOf(getGates());

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "dialects/model/ModelDialect.h"
+#include "dialects/model/ModelEnums.h.inc"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -7,9 +9,6 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-
-#include "dialects/model/ModelDialect.h"
-#include "dialects/model/ModelEnums.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/model/ModelOps.h.inc"

@@ -1,4 +1,5 @@
-// Error handling for the runtime: absl::Status travels to the edge, where it becomes one clear line.
+// Error handling for the runtime: absl::Status travels to the edge, where it becomes one clear
+// line.
 #pragma once
 
 #include "absl/status/status.h"
@@ -6,10 +7,10 @@
 #include "absl/strings/str_format.h"
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define HCP_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::absl::Status hcp_status_ = (expr);          \
-    if (!hcp_status_.ok()) return hcp_status_;    \
+#define HCP_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status hcp_status_ = (expr);       \
+    if (!hcp_status_.ok()) return hcp_status_; \
   } while (0)
 
 #define HCP_CONCAT_INNER_(a, b) a##b

@@ -7,6 +7,7 @@ config.name = "hybridcp"
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".test"]
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
+config.substitutions.append(("%tool_inputs", os.path.join(os.path.dirname(__file__), "tools", "Inputs")))
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = config.hybridcp_obj_root
 

@@ -13,7 +13,7 @@
 namespace hcp {
 
 struct OptionSpec {
-  std::string name;  // without the leading dashes; "o" is spelled -o
+  std::string name;        // without the leading dashes; "o" is spelled -o
   std::string value_name;  // empty for a flag
   std::string help;
 };

@@ -24,7 +24,8 @@ struct Command {
 // The model a command works on: a config.json path as the first positional, or --model NAME
 // (one of the built-in presets); a positional that names a preset works too.
 absl::StatusOr<GraniteConfig> ResolveModelConfig(const Args& args);
-inline const OptionSpec kModelOption{"model", "NAME", "a built-in Granite 4.0-H config, e.g. granite-4.0-h-tiny"};
+inline const OptionSpec kModelOption{"model", "NAME",
+                                     "a built-in Granite 4.0-H config, e.g. granite-4.0-h-tiny"};
 
 Command MakeInspectCommand();
 #ifdef HYBRIDCP_HAVE_COMPILER

@@ -32,11 +32,13 @@ absl::Status InspectConfig(const Args& args) {
               static_cast<long long>(c.count(LayerKind::kMamba)),
               static_cast<long long>(c.count(LayerKind::kAttention)));
   std::printf("layer pattern: %s\n", LayerPattern(c).c_str());
-  std::printf("hidden: %lld, vocab: %lld, attention heads: %lld/%lld x %lld, mamba heads: %lld x %lld, d_state: %lld\n",
-              static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
-              static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
-              static_cast<long long>(c.head_dim), static_cast<long long>(c.mamba_heads),
-              static_cast<long long>(c.mamba_head_dim), static_cast<long long>(c.mamba_state));
+  std::printf(
+      "hidden: %lld, vocab: %lld, attention heads: %lld/%lld x %lld, mamba heads: %lld x %lld, "
+      "d_state: %lld\n",
+      static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
+      static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
+      static_cast<long long>(c.head_dim), static_cast<long long>(c.mamba_heads),
+      static_cast<long long>(c.mamba_head_dim), static_cast<long long>(c.mamba_state));
   if (c.has_experts()) {
     std::printf("experts: %lld, top-%lld, width %lld; shared MLP width %lld\n",
                 static_cast<long long>(c.num_experts), static_cast<long long>(c.experts_per_token),

@@ -19,7 +19,8 @@ std::vector<hcp::Command> AllCommands() {
 
 void PrintUsage(const std::vector<hcp::Command>& commands) {
   std::printf("usage: hybridcp <command> [options]\n\ncommands:\n");
-  for (const hcp::Command& c : commands) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+  for (const hcp::Command& c : commands)
+    std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf("\n'hybridcp <command> --help' describes a command's options.\n");
 }
 

@@ -1,0 +1,55 @@
+// Mamba2 SSD scan, forward: chunked, with an optional incoming state (context parallelism).
+#include <algorithm>
+#include <vector>
+
+#include "runtime/kernels/cpu/Kernels.h"
+#include "runtime/kernels/cpu/SsdScanDetail.h"
+
+namespace hcp::cpu {
+
+template <typename T>
+void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
+                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape) {
+  const int64_t PN = shape.head_dim * shape.state;
+  std::vector<T> H(PN), H_next(PN);
+  for (int64_t b = 0; b < shape.batch; b++) {
+    for (int64_t h = 0; h < shape.heads; h++) {
+      detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D);
+      if (init_state != nullptr) {
+        std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN, H.begin());
+      } else {
+        std::fill(H.begin(), H.end(), T(0));
+      }
+      // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
+      for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
+        const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
+        detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
+        std::swap(H, H_next);
+      }
+      if (final_state != nullptr) std::copy(H.begin(), H.end(), final_state + hd.state_offset());
+    }
+  }
+}
+
+template <typename T>
+void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads) {
+  for (int64_t b = 0; b < batch; b++) {
+    for (int64_t h = 0; h < heads; h++) {
+      double acc = 0.0;
+      for (int64_t t = 0; t < seq; t++) {
+        acc += static_cast<double>(dt[(b * seq + t) * heads + h]) * static_cast<double>(A[h]);
+      }
+      g[b * heads + h] = static_cast<T>(acc);
+    }
+  }
+}
+
+#define HCP_INSTANTIATE(T)                                                                    \
+  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*, \
+                                    const T*, const T*, const SsdShape&);                     \
+  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);
+HCP_INSTANTIATE(float)
+HCP_INSTANTIATE(double)
+#undef HCP_INSTANTIATE
+
+}  // namespace hcp::cpu

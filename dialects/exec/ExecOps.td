@@ -1,0 +1,52 @@
+#ifndef HYBRIDCP_EXEC_OPS_TD
+#define HYBRIDCP_EXEC_OPS_TD
+
+include "dialects/exec/ExecDialect.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Exec_BufferOp : Exec_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
+  let summary = "a buffer in an arena";
+  let description = [{
+    `%w = exec.buffer parameters "model.norm.weight" {init = "ones"} : memref<1536xf32>`
+    Parameters carry their checkpoint name and initialiser (`init`: normal, zeros, ones,
+    log_arange; `std` for normal); gradients carry the parameter's name; inputs are named
+    "input_ids" and "targets"; activations get an `offset` in bytes from hcp-plan-memory.
+  }];
+  let arguments = (ins Exec_Arena:$arena, StrAttr:$name, OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<StrAttr>:$init, OptionalAttr<F64Attr>:$std);
+  let results = (outs Exec_Buffer:$result);
+  let assemblyFormat = "$arena $name (`offset` $offset^)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Exec_ViewOp : Exec_Op<"view", [Pure]> {
+  let summary = "the same bytes with another shape (a reshape costs nothing)";
+  let arguments = (ins Exec_Buffer:$source);
+  let results = (outs Exec_Buffer:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+  let hasVerifier = 1;
+}
+
+def Exec_LaunchOp : Exec_Op<"launch", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+                                        AttrSizedOperandSegments]> {
+  let summary = "run one kernel of the kernel table";
+  let description = [{
+    `exec.launch "gemm" ins(%x, %w : ...) outs(%y : ...) {ints = array<i64: 0, 1, 64, 96, 48>, floats = array<f64: 1.0>}`
+    Reads `ins`, overwrites `outs`; `ints` and `floats` are the kernel's scalar arguments in the
+    order runtime/plan/KernelTable.def documents.
+  }];
+  let arguments = (ins StrAttr:$kernel, Variadic<Exec_Buffer>:$ins, Variadic<Exec_Buffer>:$outs,
+                       DenseI64ArrayAttr:$ints, DenseF64ArrayAttr:$floats);
+  let assemblyFormat = [{
+    $kernel (`ins` `(` $ins^ `:` type($ins) `)`)? `outs` `(` $outs `:` type($outs) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_ResultOp : Exec_Op<"result", [MemoryEffects<[MemRead]>]> {
+  let summary = "a buffer the runtime reads after the step (the loss)";
+  let arguments = (ins StrAttr:$name, Exec_Buffer:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+}
+
+#endif  // HYBRIDCP_EXEC_OPS_TD

@@ -1,0 +1,63 @@
+// Verifier errors of the `exec` dialect.
+// RUN: hybridcp-opt %s --split-input-file --verify-diagnostics
+
+// A kernel must be in the kernel table.
+func.func @unknown_kernel(%a: memref<4xf32>) {
+  // expected-error @+1 {{unknown kernel 'frobnicate'}}
+  exec.launch "frobnicate" outs(%a : memref<4xf32>) {ints = array<i64>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// Argument counts follow the kernel table.
+func.func @wrong_arity(%a: memref<4xf32>, %b: memref<4xf32>) {
+  // expected-error @+1 {{kernel 'silu.forward' takes 1 inputs, got 2}}
+  exec.launch "silu.forward" ins(%a, %b : memref<4xf32>, memref<4xf32>) outs(%a : memref<4xf32>) {ints = array<i64: 4>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// Scalar argument counts too.
+func.func @wrong_ints(%a: memref<4xf32>, %b: memref<4xf32>) {
+  // expected-error @+1 {{kernel 'silu.forward' takes 1 int arguments, got 2}}
+  exec.launch "silu.forward" ins(%a : memref<4xf32>) outs(%b : memref<4xf32>) {ints = array<i64: 4, 4>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// Only parameters carry an initialiser.
+func.func @init_on_activation() {
+  // expected-error @+1 {{buffer 'act.0': parameters and only parameters carry an init}}
+  %0 = exec.buffer activations "act.0" {init = "ones"} : memref<4xf32>
+  return
+}
+
+// -----
+
+// A parameter needs one.
+func.func @param_without_init() {
+  // expected-error @+1 {{buffer 'w': parameters and only parameters carry an init}}
+  %0 = exec.buffer parameters "w" : memref<4xf32>
+  return
+}
+
+// -----
+
+// Known initialisers only.
+func.func @bad_init() {
+  // expected-error @+1 {{unknown init 'xavier' for parameter 'w'}}
+  %0 = exec.buffer parameters "w" {init = "xavier"} : memref<4xf32>
+  return
+}
+
+// -----
+
+// A view keeps the element count.
+func.func @bad_view(%a: memref<4x2xf32>) {
+  // expected-error @+1 {{a view keeps the element type and count}}
+  %0 = exec.view %a : memref<4x2xf32> to memref<6xf32>
+  return
+}

@@ -1,15 +1,18 @@
 #include "compiler/Registration.h"
 
 #include "dialects/exec/ExecDialect.h"
+#include "dialects/model/ModelAutodiff.h"
 #include "dialects/model/ModelDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/autodiff/Passes.h"
 
 namespace hcp {
 
 void registerHybridcpDialects(mlir::DialectRegistry& registry) {
   registry.insert<model::ModelDialect, exec::ExecDialect, mlir::func::FuncDialect>();
+  model::registerDifferentiableOpInterfaces(registry);
 }
 
-void registerHybridcpPasses() {}
+void registerHybridcpPasses() { registerAutodiffPasses(); }
 
 }  // namespace hcp

@@ -231,4 +231,6 @@ def Model_CrossEntropyOp : Model_Op<"cross_entropy", [Pure]> {
   let hasVerifier = 1;
 }
 
+include "dialects/model/ModelGradOps.td"
+
 #endif  // HYBRIDCP_MODEL_OPS_TD

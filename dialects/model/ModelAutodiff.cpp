@@ -1,0 +1,255 @@
+// The backward rule of every forward `model` op, attached to the ops as external models of
+// DifferentiableOpInterface. Each rule reads top to bottom as the math: given the gradients of
+// the op's results (null where the loss does not depend on a result), it builds the gradients of
+// the operands at the builder's insertion point. Fused ops map onto one gradient op
+// (ModelGradOps.td); the elementwise algebra maps back onto forward ops.
+#include "dialects/model/ModelAutodiff.h"
+
+#include "dialects/interfaces/DifferentiableOpInterface.h"
+#include "dialects/model/ModelOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/MLIRContext.h"
+
+using namespace mlir;
+
+namespace hcp::model {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+Value zerosLike(OpBuilder& b, Location loc, Type type) {
+  return FillOp::create(b, loc, type, b.getF64FloatAttr(0.0));
+}
+
+// The gradient of a result, or zeros of its type where the loss does not depend on it (for rules
+// whose gradient op needs every result's gradient).
+Value gradOrZeros(OpBuilder& b, Location loc, Value grad, Value result) {
+  return grad ? grad : zerosLike(b, loc, result.getType());
+}
+
+// Reduces a gradient of lhs's shape to a broadcast rhs's shape: the backward of broadcasting.
+Value unbroadcast(OpBuilder& b, Location loc, Value grad, Type rhsType) {
+  if (grad.getType() == rhsType) return grad;
+  return SumLeadingOp::create(b, loc, rhsType, grad);
+}
+
+// --- parameters and token-local ops ----------------------------------------------------------
+
+LogicalResult backward(ParamOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& /*none*/) {
+  ParamGradOp::create(b, op.getLoc(), op.getNameAttr(), dy[0]);
+  return success();
+}
+
+LogicalResult backward(FillOp, OpBuilder&, ArrayRef<Value>, Grads&) { return success(); }
+
+LogicalResult backward(EmbeddingOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  // ids (operand 1) are integers: no gradient.
+  grads[0] = EmbeddingGradOp::create(b, op.getLoc(), op.getTable().getType(), dy[0], op.getIds(),
+                                     op.getMultiplierAttr(), op.getPaddingIdxAttr());
+  return success();
+}
+
+LogicalResult backward(LinearOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  Location loc = op.getLoc();
+  grads[0] = LinearGradInputOp::create(b, loc, op.getX().getType(), dy[0], op.getWeight());
+  grads[1] = LinearGradWeightOp::create(b, loc, op.getWeight().getType(), dy[0], op.getX());
+  return success();
+}
+
+LogicalResult backward(RmsNormOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  auto grad = RmsNormGradOp::create(b, op.getLoc(), op.getX().getType(), op.getWeight().getType(),
+                                    dy[0], op.getX(), op.getWeight(), op.getEpsAttr());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDw();
+  return success();
+}
+
+LogicalResult backward(SiluOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = SiluGradOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getX());
+  return success();
+}
+
+LogicalResult backward(SoftplusOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = SoftplusGradOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getX());
+  return success();
+}
+
+// d(-exp(x)) = -exp(x) dx = y dx: the rule reads the forward result.
+LogicalResult backward(NegExpOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = NegExpGradOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getResult());
+  return success();
+}
+
+LogicalResult backward(SwigluOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = SwigluGradOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getX());
+  return success();
+}
+
+LogicalResult backward(ScaleOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = ScaleOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getFactorAttr());
+  return success();
+}
+
+// lhs + rhs, rhs broadcast over lhs's leading dims.
+LogicalResult backward(AddOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = dy[0];
+  grads[1] = unbroadcast(b, op.getLoc(), dy[0], op.getRhs().getType());
+  return success();
+}
+
+// d(lhs * rhs) = dy * rhs for lhs, sum_leading(dy * lhs) for rhs.
+LogicalResult backward(MulOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  Location loc = op.getLoc();
+  Type lhsType = op.getLhs().getType();
+  grads[0] = MulOp::create(b, loc, lhsType, dy[0], op.getRhs());
+  Value full = MulOp::create(b, loc, lhsType, dy[0], op.getLhs());
+  grads[1] = unbroadcast(b, loc, full, op.getRhs().getType());
+  return success();
+}
+
+// d(lhs / rhs) = dy / rhs for lhs, -(dy * lhs / rhs) / rhs (summed over broadcasting) for rhs.
+LogicalResult backward(DivOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  Location loc = op.getLoc();
+  Type lhsType = op.getLhs().getType();
+  Value rhs = op.getRhs();
+  grads[0] = DivOp::create(b, loc, lhsType, dy[0], rhs);
+  Value t = MulOp::create(b, loc, lhsType, dy[0], op.getLhs());
+  t = DivOp::create(b, loc, lhsType, t, rhs);
+  t = DivOp::create(b, loc, lhsType, t, rhs);
+  t = ScaleOp::create(b, loc, lhsType, t, b.getF64FloatAttr(-1.0));
+  grads[1] = unbroadcast(b, loc, t, rhs.getType());
+  return success();
+}
+
+// The pieces' gradients side by side; zeros for a piece the loss does not read.
+LogicalResult backward(SplitOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  Location loc = op.getLoc();
+  SmallVector<Value> pieces;
+  for (auto [grad, piece] : llvm::zip(dy, op.getPieces()))
+    pieces.push_back(gradOrZeros(b, loc, grad, piece));
+  grads[0] = ConcatOp::create(b, loc, op.getX().getType(), pieces);
+  return success();
+}
+
+LogicalResult backward(ReshapeOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = ReshapeOp::create(b, op.getLoc(), op.getX().getType(), dy[0]);
+  return success();
+}
+
+// --- Mamba2 mixer -------------------------------------------------------------------------------
+
+LogicalResult backward(CausalConv1dOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  auto grad =
+      CausalConv1dGradOp::create(b, op.getLoc(), op.getX().getType(), op.getWeight().getType(),
+                                 op.getBias().getType(), dy[0], op.getX(), op.getWeight());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDw();
+  grads[2] = grad.getDbias();
+  return success();
+}
+
+// dfinal only when the final state has a gradient (a later CP shard reads it); dinit exactly
+// when there is an initial state.
+LogicalResult backward(SsdScanOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  Location loc = op.getLoc();
+  Value init = op.getInitState();
+  auto grad = SsdScanGradOp::create(
+      b, loc, op.getX().getType(), op.getDt().getType(), op.getA().getType(), op.getB().getType(),
+      op.getC().getType(), op.getD().getType(), init ? init.getType() : Type(),
+      gradOrZeros(b, loc, dy[0], op.getY()), op.getX(), op.getDt(), op.getA(), op.getB(), op.getC(),
+      op.getD(), init, /*dfinal=*/dy[1], op.getChunkSizeAttr());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDdt();
+  grads[2] = grad.getDA();
+  grads[3] = grad.getDB();
+  grads[4] = grad.getDC();
+  grads[5] = grad.getDD();
+  if (init) grads[6] = grad.getDinit();
+  return success();
+}
+
+LogicalResult backward(GatedRmsNormOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  auto grad = GatedRmsNormGradOp::create(b, op.getLoc(), op.getY().getType(),
+                                         op.getGate().getType(), op.getWeight().getType(), dy[0],
+                                         op.getY(), op.getGate(), op.getWeight(), op.getEpsAttr());
+  grads[0] = grad.getDy();
+  grads[1] = grad.getDgate();
+  grads[2] = grad.getDw();
+  return success();
+}
+
+// --- attention ----------------------------------------------------------------------------------
+
+// lse is an output the loss never reads in a model function (ring attention reads it after CP
+// sharding, and its dist op has its own rule): its gradient is ignored here.
+LogicalResult backward(AttentionOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  if (!dy[0]) return success();
+  auto grad =
+      AttentionGradOp::create(b, op.getLoc(), op.getQ().getType(), op.getK().getType(),
+                              op.getV().getType(), dy[0], op.getQ(), op.getK(), op.getV(),
+                              op.getOut(), op.getLse(), op.getScaleAttr(), op.getCausalAttr());
+  grads[0] = grad.getDq();
+  grads[1] = grad.getDk();
+  grads[2] = grad.getDv();
+  return success();
+}
+
+// --- mixture of experts -------------------------------------------------------------------------
+
+// Only the gates carry gradient; the expert indices are integers.
+LogicalResult backward(MoeRouteOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  if (!dy[0]) return success();
+  grads[0] = MoeRouteGradOp::create(b, op.getLoc(), op.getLogits().getType(), dy[0], op.getGates(),
+                                    op.getExperts());
+  return success();
+}
+
+LogicalResult backward(MoeExpertsOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  auto grad = MoeExpertsGradOp::create(
+      b, op.getLoc(), op.getX().getType(), op.getGates().getType(), op.getInputWeight().getType(),
+      op.getOutputWeight().getType(), dy[0], op.getX(), op.getGates(), op.getExperts(),
+      op.getInputWeight(), op.getOutputWeight());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDgates();
+  // experts (operand 2): integer indices, no gradient.
+  grads[3] = grad.getDwIn();
+  grads[4] = grad.getDwOut();
+  return success();
+}
+
+// --- loss ---------------------------------------------------------------------------------------
+
+// Only loss_sum carries gradient: valid_count is a count of targets.
+LogicalResult backward(CrossEntropyOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  if (!dy[0]) return success();
+  grads[0] = CrossEntropyGradOp::create(b, op.getLoc(), op.getLogits().getType(), dy[0],
+                                        op.getLogits(), op.getTargets(), op.getIgnoreIndexAttr());
+  return success();
+}
+
+// Adapts the per-op `backward` functions above to the interface.
+template <typename OpT>
+struct Differentiable : DifferentiableOpInterface::ExternalModel<Differentiable<OpT>, OpT> {
+  LogicalResult buildBackward(Operation* op, OpBuilder& builder, ArrayRef<Value> resultGrads,
+                              SmallVectorImpl<Value>& operandGrads) const {
+    return backward(cast<OpT>(op), builder, resultGrads, operandGrads);
+  }
+};
+
+template <typename... OpTs>
+void attach(MLIRContext* context) {
+  (OpTs::template attachInterface<Differentiable<OpTs>>(*context), ...);
+}
+
+}  // namespace
+
+void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
+  registry.addExtension(+[](MLIRContext* context, ModelDialect*) {
+    attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp,
+           SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
+           GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(context);
+  });
+}
+
+}  // namespace hcp::model

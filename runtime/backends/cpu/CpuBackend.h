@@ -1,0 +1,26 @@
+// The CPU backend: runs one plan step on the fp32 reference kernels of runtime/kernels/cpu.
+//
+// One wrapper per line of KernelTable.def (CpuBackend.cpp, in table order) unpacks the step's
+// buffers, ints and floats and calls the kernel, so a wrapper and its kernel can be read side
+// by side. The wrappers keep small scratch of their own where the plan does not carry a saved
+// value (rms_norm's rstd and cross_entropy's lse are recomputed in the backward).
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp::cpu {
+
+// Base address of each arena, indexed by plan::Arena; each holds plan.arena_bytes[arena] bytes.
+using ArenaBases = std::array<std::byte*, plan::kNumArenas>;
+
+// Runs step `step_index` of `plan`, which must have passed plan::ValidatePlan (the wrappers
+// rely on its element counts and int ranges). Data-dependent errors (a token id outside the
+// vocabulary, a target outside it, an expert index outside [0, experts)) come back as
+// InvalidArgument starting with the step: "step 3 (embedding.forward): token id ...".
+absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas);
+
+}  // namespace hcp::cpu

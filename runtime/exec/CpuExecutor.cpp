@@ -1,0 +1,188 @@
+#include "runtime/exec/CpuExecutor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/Init.h"
+
+namespace hcp {
+namespace {
+
+constexpr size_t kArenaAlignment = 64;
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrFormat("[%s]", absl::StrJoin(shape, ", "));
+}
+
+}  // namespace
+
+void CpuExecutor::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Plan& plan,
+                                                                 Options options) {
+  HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
+  // Refuse up front what cannot fit, rather than letting an allocation (or the page faults of
+  // filling it) fail halfway. Summed with overflow checks: arena sizes come from the file.
+  uint64_t total = 0;
+  for (uint64_t bytes : plan.arena_bytes) {
+    if (__builtin_add_overflow(total, bytes, &total)) total = std::numeric_limits<uint64_t>::max();
+  }
+  const uint64_t memory = PhysicalMemoryBytes();
+  if (total > memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the plan's arenas need %d bytes, more than this machine's %d bytes of memory", total,
+        memory));
+  }
+
+  std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
+  for (int a = 0; a < plan::kNumArenas; ++a) {
+    // At least one aligned block, so no base pointer is null; aligned_alloc wants a multiple of
+    // the alignment.
+    const uint64_t bytes = plan.arena_bytes[a];
+    const uint64_t rounded =
+        (std::max<uint64_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    auto* memory_block = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, rounded));
+    if (memory_block == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate the %s arena (%d bytes)",
+                                                          plan::ArenaName(plan::Arena(a)), bytes));
+    }
+    exec->arenas_[a].reset(memory_block);
+    exec->bases_[a] = memory_block;
+    if (plan::Arena(a) == plan::Arena::Activations && options.poison_activations) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::fill_n(reinterpret_cast<float*>(memory_block), rounded / sizeof(float), nan);
+    } else {
+      std::memset(memory_block, 0, rounded);
+    }
+  }
+  return exec;
+}
+
+std::byte* CpuExecutor::Address(uint32_t buffer) const {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  return bases_[static_cast<int>(b.arena)] + b.offset;
+}
+
+std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
+  if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::F32) return {};
+  return {reinterpret_cast<float*>(Address(index)), plan_.buffers[index].elements};
+}
+
+std::span<int32_t> CpuExecutor::I32Buffer(uint32_t index) {
+  if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::I32) return {};
+  return {reinterpret_cast<int32_t*>(Address(index)), plan_.buffers[index].elements};
+}
+
+const plan::Parameter* CpuExecutor::FindParameter(std::string_view name) const {
+  for (const plan::Parameter& p : plan_.parameters) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::span<float>> CpuExecutor::Parameter(std::string_view name) {
+  const plan::Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  }
+  return F32Buffer(p->buffer);
+}
+
+absl::StatusOr<std::span<float>> CpuExecutor::Gradient(std::string_view name) {
+  const plan::Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  }
+  return F32Buffer(p->gradient);
+}
+
+void CpuExecutor::InitializeParameters(uint64_t seed) {
+  for (const plan::Parameter& p : plan_.parameters) {
+    std::span<float> value = F32Buffer(p.buffer);
+    const auto n = static_cast<int64_t>(value.size());
+    switch (p.init) {
+      case plan::ParamInit::Normal:
+        FillNormal(value.data(), 0, n, seed, p.name, static_cast<float>(p.std));
+        break;
+      case plan::ParamInit::Zeros:
+        FillConstant(value.data(), n, 0.0f);
+        break;
+      case plan::ParamInit::Ones:
+        FillConstant(value.data(), n, 1.0f);
+        break;
+      case plan::ParamInit::LogArange:
+        for (int64_t i = 0; i < n; ++i) value[i] = static_cast<float>(std::log(double(i + 1)));
+        break;
+    }
+  }
+}
+
+absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
+  // Check everything first, so a bad checkpoint leaves the parameters as they were.
+  for (const plan::Parameter& p : plan_.parameters) {
+    const plan::Buffer& b = plan_.buffers[p.buffer];
+    if (!checkpoint.Has(p.name)) {
+      return absl::NotFoundError(
+          absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
+                          checkpoint.dir(), p.name, ShapeString(b.shape)));
+    }
+    HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
+    if (!IsFloatDType(info.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
+                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
+    }
+    if (info.shape != b.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
+                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(b.shape)));
+    }
+  }
+  for (const plan::Parameter& p : plan_.parameters) {
+    std::span<float> value = F32Buffer(p.buffer);
+    HCP_RETURN_IF_ERROR(
+        checkpoint.ReadF32Range(p.name, 0, static_cast<int64_t>(value.size()), value.data()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::SetInputs(std::span<const int32_t> input_ids,
+                                    std::span<const int32_t> targets) {
+  const auto tokens = static_cast<size_t>(plan_.tokens());
+  if (input_ids.size() != tokens || targets.size() != tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
+        input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
+  }
+  std::copy(input_ids.begin(), input_ids.end(), I32Buffer(plan_.input_ids).begin());
+  std::copy(targets.begin(), targets.end(), I32Buffer(plan_.targets).begin());
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::RunStep() {
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    HCP_RETURN_IF_ERROR(cpu::RunCpuStep(plan_, i, bases_));
+  }
+  return absl::OkStatus();
+}
+
+float CpuExecutor::Loss() const { return *reinterpret_cast<const float*>(Address(plan_.loss)); }
+
+}  // namespace hcp

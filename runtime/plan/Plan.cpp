@@ -1,0 +1,87 @@
+#include "runtime/plan/Plan.h"
+
+#include "absl/strings/str_format.h"
+
+namespace hcp::plan {
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "i32";
+  }
+  return "?";
+}
+
+uint64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+  }
+  return 0;
+}
+
+std::string_view ArenaName(Arena arena) {
+  switch (arena) {
+    case Arena::Parameters:
+      return "parameters";
+    case Arena::Gradients:
+      return "gradients";
+    case Arena::Activations:
+      return "activations";
+    case Arena::Inputs:
+      return "inputs";
+  }
+  return "?";
+}
+
+std::string_view ParamInitName(ParamInit init) {
+  switch (init) {
+    case ParamInit::Normal:
+      return "normal";
+    case ParamInit::Zeros:
+      return "zeros";
+    case ParamInit::Ones:
+      return "ones";
+    case ParamInit::LogArange:
+      return "log_arange";
+  }
+  return "?";
+}
+
+uint64_t Plan::total_arena_bytes() const {
+  uint64_t total = 0;
+  for (uint64_t bytes : arena_bytes) total += bytes;
+  return total;
+}
+
+Arity ExpectedArity(const Step& step) {
+  const KernelInfo& info = GetKernelInfo(step.kernel);
+  auto flag = [&](size_t i) { return i < step.ints.size() && step.ints[i] != 0 ? 1 : 0; };
+  switch (step.kernel) {
+    case KernelId::SsdScanForward:  // x, dt, A, B, C, D [, init_state]
+      return {6 + flag(7), info.outs};
+    case KernelId::SsdScanBackward:  // dy, x, dt, A, B, C, D [, init_state] [, dfinal_state]
+      return {7 + flag(7) + flag(8), 6 + flag(7)};
+    default:
+      return {info.ins, info.outs};
+  }
+}
+
+std::string StepLabel(const Plan& plan, size_t step_index) {
+  if (step_index >= plan.steps.size()) return absl::StrFormat("step %d", step_index);
+  const KernelId kernel = plan.steps[step_index].kernel;
+  if (static_cast<int>(kernel) >= kNumKernels) {  // only in a Plan assembled in memory
+    return absl::StrFormat("step %d (kernel id %d)", step_index, static_cast<int>(kernel));
+  }
+  return absl::StrFormat("step %d (%s)", step_index, KernelName(kernel));
+}
+
+}  // namespace hcp::plan

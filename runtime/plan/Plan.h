@@ -1,0 +1,107 @@
+// The plan as plain C++: what one rank executes for one training step. LoadPlan (PlanFile.h)
+// produces it from a plan file after checking everything in it; the executors read it.
+//
+// The fields mirror plan.fbs one to one. Buffer, parameter and step lists are indexed the way
+// the file indexes them, so "buffer 17" means the same thing in a message, in `inspect` and here.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/plan/KernelTable.h"
+
+namespace hcp::plan {
+
+// Same values as plan.fbs's enums (PlanFile.cpp checks that at compile time).
+enum class DType : uint8_t { F32 = 0, BF16 = 1, I32 = 2 };
+enum class Arena : uint8_t { Parameters = 0, Gradients = 1, Activations = 2, Inputs = 3 };
+enum class ParamInit : uint8_t { Normal = 0, Zeros = 1, Ones = 2, LogArange = 3 };
+
+inline constexpr int kNumArenas = 4;
+inline constexpr int kNumDTypes = 3;
+inline constexpr int kNumParamInits = 4;
+
+// "f32", "bf16", "i32".
+std::string_view DTypeName(DType dtype);
+// Bytes per element.
+uint64_t DTypeSize(DType dtype);
+// "parameters", "gradients", "activations", "inputs".
+std::string_view ArenaName(Arena arena);
+// "normal", "zeros", "ones", "log_arange".
+std::string_view ParamInitName(ParamInit init);
+
+struct Buffer {
+  std::string name;  // "model.layers.0.mamba.in_proj.weight", "act.123"
+  Arena arena = Arena::Activations;
+  uint64_t offset = 0;  // bytes from the start of the arena
+  uint64_t elements = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // product equals elements
+
+  // Valid once ValidatePlan has passed (it rules out overflow).
+  uint64_t bytes() const { return elements * DTypeSize(dtype); }
+};
+
+struct Parameter {
+  std::string name;       // Hugging Face checkpoint name
+  uint32_t buffer = 0;    // in the Parameters arena
+  uint32_t gradient = 0;  // in the Gradients arena, same element count
+  ParamInit init = ParamInit::Normal;
+  double std = 0.0;  // for Normal
+};
+
+// One kernel launch: ins/outs are buffer indices; ints/floats are the kernel's scalar
+// arguments in the order KernelTable.def documents.
+struct Step {
+  KernelId kernel = KernelId::Gemm;
+  std::vector<uint32_t> ins;
+  std::vector<uint32_t> outs;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+};
+
+struct Plan {
+  std::string producer;                            // "hybridcp 0.1.0"
+  std::string model;                               // config source (file or preset name)
+  int64_t seq = 0;                                 // tokens per sequence
+  int64_t micro_batch = 0;                         // sequences per micro-batch
+  std::array<uint64_t, kNumArenas> arena_bytes{};  // indexed by Arena
+  std::vector<Buffer> buffers;
+  std::vector<Parameter> parameters;
+  uint32_t input_ids = 0;  // I32 [micro_batch, seq] in Inputs
+  uint32_t targets = 0;    // I32 [micro_batch, seq] in Inputs; -100 = ignored
+  uint32_t loss = 0;       // F32 [1]: the micro-batch loss
+  std::vector<Step> steps;
+  double flops_per_step = 0.0;
+
+  uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }
+  uint64_t total_arena_bytes() const;
+  // Tokens per micro-batch: micro_batch * seq.
+  int64_t tokens() const { return micro_batch * seq; }
+};
+
+// Buffer counts a step of this kernel must have, with the table's -1 entries resolved from the
+// step's flags (ssd_scan's has_init and has_dfinal). Only meaningful once the step has as many
+// ints as the table says and its flags are 0 or 1.
+struct Arity {
+  int ins, outs;
+};
+Arity ExpectedArity(const Step& step);
+
+// "step 12 (rms_norm.forward)": how every message about a step starts.
+std::string StepLabel(const Plan& plan, size_t step_index);
+
+// Every semantic rule a plan must satisfy before it runs: arena sizes, buffer extents (no
+// overflow), shapes, parameters, inputs and loss, and for each step the kernel's arity, buffer
+// indices, dtypes, element counts implied by its ints, int ranges and in/out aliasing.
+// The error names the step, kernel and argument:
+//   "step 12 (rms_norm.forward): input 0 'act.7' has 100 elements, expected rows*dim = 128".
+// LoadPlan runs this; executors run it again on the Plan they are given (it is cheap), so a
+// Plan assembled in memory can never reach a kernel unchecked.
+absl::Status ValidatePlan(const Plan& plan);
+
+}  // namespace hcp::plan

@@ -1,0 +1,41 @@
+// Plan files: a 24-byte header, then the FlatBuffer of plan.fbs.
+//
+//   offset  size  field
+//        0     8  magic "HCPPLAN\0"
+//        8     4  schema version, little-endian uint32 (kPlanSchemaVersion)
+//       12     4  reserved, 0
+//       16     8  payload size in bytes, little-endian uint64 (the rest of the file)
+//       24     -  FlatBuffer, file identifier "HCPP"
+//
+// Loading checks, in order: the header (magic, version, payload size against the file), the
+// FlatBuffers verifier, the fields the schema leaves optional or open (absent names, enum values
+// out of range, unknown kernels), then every semantic rule of ValidatePlan. Only a plan that
+// passes all of them comes back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp::plan {
+
+// Bumped on any change to plan.fbs or to the meaning of a kernel's arguments.
+inline constexpr uint32_t kPlanSchemaVersion = 1;
+inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
+inline constexpr size_t kPlanHeaderBytes = 24;
+// FlatBuffers addresses its buffer with 32-bit offsets.
+inline constexpr uint64_t kMaxPlanPayloadBytes = (1ull << 31) - 1;
+
+// The 24 header bytes for a payload of `payload_size` bytes.
+std::string EncodePlanHeader(uint64_t payload_size);
+
+// Parses and validates a whole plan file held in memory. `source` (a path, or a label such as
+// "<memory>") starts every error message.
+absl::StatusOr<Plan> ParsePlan(std::string_view bytes, std::string_view source);
+// Reads `path` and parses it.
+absl::StatusOr<Plan> LoadPlan(const std::string& path);
+
+}  // namespace hcp::plan

@@ -1,0 +1,406 @@
+// CpuExecutor on the hand-built TinyLm plan: loss and gradients against the reference kernels
+// composed directly (in double) and against finite differences of the executor's own loss;
+// parameter initialisation and checkpoint loading; input and runtime errors.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/exec/CpuExecutor.h"
+#include "runtime/kernels/cpu/Kernels.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/DType.h"
+#include "runtime/weights/Init.h"
+#include "tests/unit/plan/TinyLm.h"
+
+namespace hcp {
+namespace {
+
+using hcp::testing::TinyLm;
+using ::testing::HasSubstr;
+
+constexpr int64_t T = TinyLm::kTokens, V = TinyLm::kVocab, H = TinyLm::kHidden;
+
+plan::Plan LoadTinyLm(const TinyLm& lm = TinyLm()) {
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(lm.Bytes(), "tiny");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+std::unique_ptr<CpuExecutor> MakeExecutor(const plan::Plan& plan) {
+  CpuExecutor::Options options;
+  options.poison_activations = true;
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::Create(plan, options);
+  EXPECT_TRUE(exec.ok()) << exec.status();
+  return *std::move(exec);
+}
+
+// Token ids and targets for TinyLm, one target ignored.
+struct Batch {
+  std::vector<int32_t> ids, targets;
+  Batch() {
+    for (int64_t t = 0; t < T; ++t) {
+      ids.push_back(static_cast<int32_t>((t * 7 + 3) % V));
+      targets.push_back(static_cast<int32_t>((t * 5 + 1) % V));
+    }
+    targets[4] = static_cast<int32_t>(TinyLm::kIgnoreIndex);
+  }
+};
+
+std::vector<float> Copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+
+// A directory removed with everything in it at the end of the test.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hcp_exec_XXXXXX").string();
+    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+    path = pattern;
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
+
+// The TinyLm step written out with the reference kernels in double: the oracle.
+struct Reference {
+  double loss;
+  std::vector<double> dtable, dnorm;
+};
+
+Reference ComputeReference(const std::vector<float>& table_f, const std::vector<float>& norm_f,
+                           const Batch& batch) {
+  using std::vector;
+  const vector<double> table(table_f.begin(), table_f.end()), norm(norm_f.begin(), norm_f.end());
+  vector<double> x(T * H), h(T * H), rstd(T), logits_raw(T * V), logits(T * V), lse(T);
+  EXPECT_TRUE(cpu::embedding_forward<double>(x.data(), batch.ids.data(), table.data(), T, V, H,
+                                             TinyLm::kEmbeddingMultiplier)
+                  .ok());
+  cpu::rms_norm_forward<double>(h.data(), rstd.data(), x.data(), norm.data(), T, H, TinyLm::kEps);
+  cpu::gemm<double>(false, true, T, V, H, 1.0, h.data(), H, table.data(), H, 0.0, logits_raw.data(),
+                    V);
+  cpu::scale<double>(logits.data(), logits_raw.data(), TinyLm::kLogitScale, T * V);
+  double loss_sum = 0, count = 0;
+  EXPECT_TRUE(cpu::cross_entropy_forward<double>(&loss_sum, &count, lse.data(), logits.data(),
+                                                 batch.targets.data(), T, V, TinyLm::kIgnoreIndex)
+                  .ok());
+  Reference ref;
+  ref.loss = loss_sum / count;
+  const double dloss_sum = 1.0 / count;
+  vector<double> dlogits(T * V), dlogits_raw(T * V), dh(T * H), dtable_head(V * H), dx(T * H),
+      dtable_embed(V * H);
+  cpu::cross_entropy_backward<double>(dlogits.data(), &dloss_sum, logits.data(), lse.data(),
+                                      batch.targets.data(), T, V, TinyLm::kIgnoreIndex);
+  cpu::scale<double>(dlogits_raw.data(), dlogits.data(), TinyLm::kLogitScale, T * V);
+  cpu::gemm<double>(false, false, T, H, V, 1.0, dlogits_raw.data(), V, table.data(), H, 0.0,
+                    dh.data(), H);
+  cpu::gemm<double>(true, false, V, H, T, 1.0, dlogits_raw.data(), V, h.data(), H, 0.0,
+                    dtable_head.data(), H);
+  ref.dnorm.resize(H);
+  cpu::rms_norm_backward<double>(dx.data(), ref.dnorm.data(), dh.data(), x.data(), norm.data(),
+                                 rstd.data(), T, H);
+  cpu::embedding_backward<double>(dtable_embed.data(), dx.data(), batch.ids.data(), T, V, H,
+                                  TinyLm::kEmbeddingMultiplier, -1);
+  ref.dtable.resize(V * H);
+  cpu::add<double>(ref.dtable.data(), dtable_head.data(), dtable_embed.data(), V * H);
+  return ref;
+}
+
+void ExpectClose(std::span<const float> got, const std::vector<double>& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << what << "[" << i << "]";
+  }
+}
+
+// Perturbs the norm away from all-ones so its gradient is not a special case.
+void PerturbNorm(CpuExecutor& exec) {
+  std::span<float> norm = *exec.Parameter(TinyLm::kNorm);
+  for (size_t i = 0; i < norm.size(); ++i) norm[i] = 1.0f + 0.1f * static_cast<float>(i);
+}
+
+TEST(CpuExecutor, TinyLmMatchesReferenceKernels) {
+  const plan::Plan plan = LoadTinyLm();
+  auto exec = MakeExecutor(plan);
+  exec->InitializeParameters(42);
+  PerturbNorm(*exec);
+  Batch batch;
+  ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
+  ASSERT_TRUE(exec->RunStep().ok());
+
+  const Reference ref = ComputeReference(Copy(*exec->Parameter(TinyLm::kTable)),
+                                         Copy(*exec->Parameter(TinyLm::kNorm)), batch);
+  EXPECT_NEAR(exec->Loss(), ref.loss, 1e-5 * ref.loss);
+  // The loss of random logits is close to log(V).
+  EXPECT_GT(exec->Loss(), 0.5 * std::log(double(V)));
+  ExpectClose(*exec->Gradient(TinyLm::kTable), ref.dtable, 1e-5, "dtable");
+  ExpectClose(*exec->Gradient(TinyLm::kNorm), ref.dnorm, 1e-5, "dnorm");
+
+  // A second run with the same inputs gives bit-identical results: every kernel overwrites.
+  const float loss = exec->Loss();
+  const std::vector<float> dtable = Copy(*exec->Gradient(TinyLm::kTable));
+  ASSERT_TRUE(exec->RunStep().ok());
+  EXPECT_EQ(exec->Loss(), loss);
+  EXPECT_EQ(Copy(*exec->Gradient(TinyLm::kTable)), dtable);
+}
+
+TEST(CpuExecutor, GradientsMatchFiniteDifferencesOfTheLoss) {
+  const plan::Plan plan = LoadTinyLm();
+  auto exec = MakeExecutor(plan);
+  exec->InitializeParameters(3);
+  PerturbNorm(*exec);
+  Batch batch;
+  ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
+  ASSERT_TRUE(exec->RunStep().ok());
+
+  for (const char* name : {TinyLm::kTable, TinyLm::kNorm}) {
+    const std::vector<float> analytic = Copy(*exec->Gradient(name));
+    std::span<float> param = *exec->Parameter(name);
+    bool any_nonzero = false;
+    for (size_t i = 0; i < param.size(); ++i) {
+      const float original = param[i];
+      // The step actually taken in fp32, so the quotient uses the true difference.
+      const float up = original + 1e-2f, down = original - 1e-2f;
+      param[i] = up;
+      ASSERT_TRUE(exec->RunStep().ok());
+      const double loss_up = exec->Loss();
+      param[i] = down;
+      ASSERT_TRUE(exec->RunStep().ok());
+      const double loss_down = exec->Loss();
+      param[i] = original;
+      const double fd = (loss_up - loss_down) / (double(up) - double(down));
+      EXPECT_NEAR(fd, analytic[i], 2e-3 + 2e-2 * std::abs(analytic[i])) << name << "[" << i << "]";
+      any_nonzero |= analytic[i] != 0.0f;
+    }
+    EXPECT_TRUE(any_nonzero) << name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialisation.
+
+std::vector<uint8_t> ParameterBytes(CpuExecutor& exec) {
+  std::vector<uint8_t> bytes;
+  for (const plan::Parameter& p : exec.parameters()) {
+    std::span<float> v = *exec.Parameter(p.name);
+    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+    bytes.insert(bytes.end(), b, b + v.size_bytes());
+  }
+  return bytes;
+}
+
+TEST(CpuExecutor, InitializationIsDeterministic) {
+  const plan::Plan plan = LoadTinyLm();
+  auto a = MakeExecutor(plan), b = MakeExecutor(plan), c = MakeExecutor(plan);
+  a->InitializeParameters(1234);
+  b->InitializeParameters(1234);
+  c->InitializeParameters(1235);
+  EXPECT_EQ(ParameterBytes(*a), ParameterBytes(*b));
+  EXPECT_NE(Copy(*a->Parameter(TinyLm::kTable)), Copy(*c->Parameter(TinyLm::kTable)));
+  // Ones does not depend on the seed.
+  EXPECT_EQ(Copy(*c->Parameter(TinyLm::kNorm)), std::vector<float>(H, 1.0f));
+
+  // Normal is FillNormal keyed by the parameter's name.
+  std::vector<float> expected(V * H);
+  FillNormal(expected.data(), 0, V * H, 1234, TinyLm::kTable, 0.5f);
+  EXPECT_EQ(Copy(*a->Parameter(TinyLm::kTable)), expected);
+}
+
+TEST(CpuExecutor, InitializationFollowsNamesNotPlans) {
+  // Plan 2: a parameter of the same shape under another name comes first, and the table sits at
+  // another offset. The table's values are the same; the other parameter's differ.
+  plan::PlanBuilder b;
+  b.set_shape(1, 2);
+  b.AllocateInputs();
+  b.set_loss(b.Allocate("loss", plan::Arena::Activations, {1}));
+  b.AddParameter("model.other.weight", {V, H}, plan::ParamInit::Normal, 0.5);
+  b.AddParameter(TinyLm::kTable, {V, H}, plan::ParamInit::Normal, 0.5);
+  b.AddParameter("model.layers.0.mamba.A_log", {4}, plan::ParamInit::LogArange);
+  b.AddParameter("model.layers.0.mamba.D", {3}, plan::ParamInit::Zeros);
+  absl::StatusOr<std::string> bytes = b.Finish();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<plan::Plan> other_plan = plan::ParsePlan(*bytes, "other");
+  ASSERT_TRUE(other_plan.ok()) << other_plan.status();
+
+  auto tiny = MakeExecutor(LoadTinyLm());
+  auto other = MakeExecutor(*other_plan);
+  tiny->InitializeParameters(9);
+  other->InitializeParameters(9);
+  EXPECT_EQ(Copy(*tiny->Parameter(TinyLm::kTable)), Copy(*other->Parameter(TinyLm::kTable)));
+  EXPECT_NE(Copy(*other->Parameter("model.other.weight")), Copy(*other->Parameter(TinyLm::kTable)));
+  EXPECT_EQ(Copy(*other->Parameter("model.layers.0.mamba.A_log")),
+            (std::vector<float>{0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)}));
+  EXPECT_EQ(Copy(*other->Parameter("model.layers.0.mamba.D")), std::vector<float>(3, 0.0f));
+}
+
+TEST(CpuExecutor, ParameterAndGradientLookups) {
+  auto exec = MakeExecutor(LoadTinyLm());
+  ASSERT_EQ(exec->parameters().size(), 2u);
+  EXPECT_EQ(exec->parameters()[1].name, TinyLm::kNorm);
+  EXPECT_EQ(exec->Parameter(TinyLm::kTable)->size(), size_t(V * H));
+  EXPECT_EQ(exec->Gradient(TinyLm::kNorm)->size(), size_t(H));
+  absl::StatusOr<std::span<float>> missing = exec->Parameter("lm_head.weight");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'lm_head.weight'"));
+  EXPECT_TRUE(exec->F32Buffer(TinyLm().ids).empty());  // an i32 buffer
+  EXPECT_EQ(exec->I32Buffer(TinyLm().ids).size(), size_t(T));
+  EXPECT_TRUE(exec->F32Buffer(100000).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading parameters from a checkpoint.
+
+class LoadParametersTest : public ::testing::Test {
+ protected:
+  LoadParametersTest() : exec_(MakeExecutor(LoadTinyLm())) {
+    table_.resize(V * H);
+    for (size_t i = 0; i < table_.size(); ++i) table_[i] = 0.01f * static_cast<float>(i) - 0.3f;
+    norm_ = {1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.0009765625f + 1e-4f};  // the last one rounds in bf16
+    exec_->InitializeParameters(5);
+  }
+  absl::Status Load(const std::vector<TensorToWrite>& tensors) {
+    ScratchDir dir;
+    HCP_RETURN_IF_ERROR(WriteCheckpoint(dir.path, tensors));
+    HCP_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(dir.path));
+    return exec_->LoadParameters(reader);
+  }
+  TensorToWrite Table() { return {TinyLm::kTable, DType::F32, {V, H}, table_, {}}; }
+  TensorToWrite Norm(DType dtype = DType::BF16) { return {TinyLm::kNorm, dtype, {H}, norm_, {}}; }
+
+  std::unique_ptr<CpuExecutor> exec_;
+  std::vector<float> table_, norm_;
+};
+
+TEST_F(LoadParametersTest, LoadsAndConvertsBf16) {
+  // An extra tensor (optimizer state, say) is ignored.
+  std::vector<float> extra(3, 7.0f);
+  ASSERT_TRUE(Load({Table(), Norm(), {"extra", DType::F32, {3}, extra, {}}}).ok());
+  EXPECT_EQ(Copy(*exec_->Parameter(TinyLm::kTable)), table_);
+  std::vector<float> norm_bf16;
+  for (float v : norm_) norm_bf16.push_back(Bf16ToF32(F32ToBf16(v)));
+  EXPECT_EQ(Copy(*exec_->Parameter(TinyLm::kNorm)), norm_bf16);
+  EXPECT_NE(norm_bf16.back(), norm_.back());  // the conversion really happened
+
+  ASSERT_TRUE(Load({Table(), Norm(DType::F16)}).ok());
+  EXPECT_EQ((*exec_->Parameter(TinyLm::kNorm))[1], F16ToF32(F32ToF16(1.1f)));
+}
+
+TEST_F(LoadParametersTest, MissingTensor) {
+  const std::vector<uint8_t> before = ParameterBytes(*exec_);
+  absl::Status status = Load({Table()});
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("has no tensor 'model.norm.weight' (the plan's parameter of shape [6])"));
+  // Nothing was read: the table is as it was.
+  EXPECT_EQ(ParameterBytes(*exec_), before);
+}
+
+TEST_F(LoadParametersTest, WrongShape) {
+  std::vector<float> norm7(7, 1.0f);
+  absl::Status status = Load({Table(), {TinyLm::kNorm, DType::F32, {7}, norm7, {}}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("tensor 'model.norm.weight' has shape [7], the plan expects [6]"));
+  // Same element count, other shape: still refused.
+  status = Load({{TinyLm::kTable, DType::F32, {H, V}, table_, {}}, Norm()});
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("tensor 'model.embed_tokens.weight' has shape [6, 11], the plan expects "
+                        "[11, 6]"));
+}
+
+TEST_F(LoadParametersTest, IntegerTensor) {
+  std::vector<int64_t> ints(H, 1);
+  absl::Status status = Load({Table(), {TinyLm::kNorm, DType::I32, {H}, {}, ints}});
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("tensor 'model.norm.weight' is I32, expected a float tensor"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs and runtime errors.
+
+TEST(CpuExecutor, SetInputsChecksSizes) {
+  auto exec = MakeExecutor(LoadTinyLm());
+  std::vector<int32_t> short_ids(T - 1), targets(T);
+  absl::Status status = exec->SetInputs(short_ids, targets);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr("got 9 input ids and 10 targets, the plan takes micro_batch*seq = 2*5 = 10"));
+}
+
+TEST(CpuExecutor, DataErrorsNameTheStep) {
+  auto exec = MakeExecutor(LoadTinyLm());
+  exec->InitializeParameters(1);
+  Batch batch;
+  batch.ids[3] = static_cast<int32_t>(V);
+  ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
+  absl::Status status = exec->RunStep();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("step 0 (embedding.forward): embedding: token id 11 at position 3"));
+
+  batch = Batch();
+  batch.targets[2] = -5;
+  ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
+  status = exec->RunStep();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("step 4 (cross_entropy.forward): cross_entropy: target -5 at position 2"));
+}
+
+TEST(CpuExecutor, UnwrittenActivationsReadAsNaN) {
+  // A plan whose only step reads an activation nothing wrote.
+  plan::PlanBuilder b;
+  b.set_shape(1, 1);
+  b.AllocateInputs();
+  const uint32_t loss = b.Allocate("loss", plan::Arena::Activations, {1});
+  const uint32_t never_written = b.Allocate("act.never_written", plan::Arena::Activations, {1});
+  b.set_loss(loss);
+  b.AddStep("scale", {never_written}, {loss}, {1}, {2.0});
+  absl::StatusOr<std::string> bytes = b.Finish();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(*bytes, "poison");
+  ASSERT_TRUE(plan.ok());
+
+  auto poisoned = MakeExecutor(*plan);
+  ASSERT_TRUE(poisoned->RunStep().ok());
+  EXPECT_TRUE(std::isnan(poisoned->Loss()));
+
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> zeroed =
+      CpuExecutor::Create(*plan, CpuExecutor::Options{.poison_activations = false});
+  ASSERT_TRUE(zeroed.ok());
+  ASSERT_TRUE((*zeroed)->RunStep().ok());
+  EXPECT_EQ((*zeroed)->Loss(), 0.0f);
+}
+
+TEST(CpuExecutor, CreateValidatesThePlanAgain) {
+  plan::Plan plan = LoadTinyLm();
+  plan.steps[1].ints[1] = H + 1;  // rms_norm dim
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::Create(plan);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_THAT(std::string(exec.status().message()), HasSubstr("step 1 (rms_norm.forward)"));
+}
+
+TEST(CpuExecutor, CreateRefusesArenasLargerThanMemory) {
+  TinyLm lm;
+  lm.builder.SetArenaBytes(plan::Arena::Activations, uint64_t{1} << 60);
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(lm.Bytes(), "huge");
+  ASSERT_TRUE(plan.ok()) << plan.status();  // valid: every buffer fits
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::Create(*plan);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(exec.status().message()), HasSubstr("more than this machine's"));
+}
+
+}  // namespace
+}  // namespace hcp

@@ -1,0 +1,357 @@
+// Semantic validation: each rule of ValidatePlan has a plan that breaks it, and the message
+// names the right step, kernel, argument and buffer.
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/plan/PlanBuilder.h"
+#include "runtime/plan/PlanFile.h"
+#include "tests/unit/plan/TinyLm.h"
+
+namespace hcp::plan {
+namespace {
+
+using hcp::testing::TinyLm;
+using ::testing::HasSubstr;
+
+constexpr int64_t T = TinyLm::kTokens, V = TinyLm::kVocab, H = TinyLm::kHidden;
+
+// Breaks a fresh TinyLm with `edit`, loads it, and returns the error ("(loaded)" if it loads).
+std::string ErrorAfter(const std::function<void(TinyLm&)>& edit) {
+  TinyLm lm;
+  edit(lm);
+  absl::StatusOr<Plan> plan = ParsePlan(lm.Bytes(), "tiny.plan");
+  if (plan.ok()) return "(loaded)";
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(plan.status().message());
+}
+
+TEST(Validate, TinyLmIsValid) {
+  EXPECT_EQ(ErrorAfter([](TinyLm&) {}), "(loaded)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers and arenas.
+
+TEST(Validate, ShapeMustMatchElements) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.buffer(lm.h).shape = {T, H + 1};
+              }),
+              HasSubstr("'act.h' has shape [10, 7] (70 elements) but says it has 60 elements"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.buffer(lm.h).shape = {-T, -H};
+              }),
+              HasSubstr("'act.h' has shape [-10, -6]: a negative dimension"));
+}
+
+TEST(Validate, BufferMustFitItsArena) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.SetArenaBytes(Arena::Activations,
+                                         lm.builder.arena_bytes(Arena::Activations) - 4);
+              }),
+              HasSubstr("'act.dtable_embed' (offset"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.SetArenaBytes(Arena::Activations,
+                                         lm.builder.arena_bytes(Arena::Activations) - 4);
+              }),
+              HasSubstr("does not fit in the activations arena"));
+  // offset + bytes wrapping around 2^64 must not pass.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.h).offset = ~uint64_t{0} - 63; }),
+              HasSubstr("'act.h' (offset 18446744073709551552, 60 elements of f32) does not fit"));
+}
+
+TEST(Validate, ElementBytesOverflow) {
+  // 2^31 * 2^31 elements * 4 bytes overflows 64 bits; the shape product itself still fits.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                Buffer& b = lm.builder.buffer(lm.h);
+                b.shape = {int64_t{1} << 31, int64_t{1} << 31};
+                b.elements = uint64_t{1} << 62;
+              }),
+              HasSubstr("4611686018427387904 elements of f32) does not fit"));
+  // A shape whose product overflows int64.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.buffer(lm.h).shape = {int64_t{1} << 40, int64_t{1} << 40};
+              }),
+              HasSubstr("too many elements"));
+}
+
+TEST(Validate, OffsetAlignedToElementSize) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.h).offset += 2; }),
+              HasSubstr("'act.h': offset 258 is not a multiple of its f32 element size 4"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters, inputs, loss.
+
+TEST(Validate, Parameters) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = lm.h; }),
+              HasSubstr("parameter 1 'model.norm.weight': value buffer"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = lm.h; }),
+              HasSubstr("is f32 in the activations arena, expected f32 in the parameters arena"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).gradient = lm.norm; }),
+              HasSubstr("gradient buffer 2 'model.norm.weight' is f32 in the parameters arena"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).gradient = lm.dtable; }),
+              HasSubstr("has 6 elements but gradient buffer 1 'model.embed_tokens.weight.grad' "
+                        "has 66"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = 999; }),
+              HasSubstr("value is buffer 999, but the plan has"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).name = TinyLm::kTable; }),
+              HasSubstr("parameter 1 'model.embed_tokens.weight' appears twice"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.parameter(0).std = std::numeric_limits<double>::quiet_NaN();
+              }),
+              HasSubstr("normal init with std nan"));
+}
+
+TEST(Validate, ParametersMustNotShareBytes) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.buffer(lm.norm).offset = lm.builder.buffer(lm.table).offset + 8;
+              }),
+              HasSubstr("parameter value buffer 2 'model.norm.weight' overlaps parameter value "
+                        "buffer 0 'model.embed_tokens.weight'"));
+}
+
+TEST(Validate, InputsAndLoss) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_shape(3, TinyLm::kSeq); }),
+              HasSubstr("input_ids buffer 4 'input_ids' is i32 [10 elements] in the inputs "
+                        "arena, expected i32 [micro_batch*seq = 15]"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_targets(lm.h); }),
+              HasSubstr("targets buffer"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_input_ids(500); }),
+              HasSubstr("input_ids is buffer 500, but the plan has"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_loss(lm.h); }),
+              HasSubstr("loss buffer 7 'act.h' is f32 [60 elements], expected f32 [1]"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_shape(0, TinyLm::kSeq); }),
+              HasSubstr("seq 5 and micro_batch 0 must be positive"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_targets(lm.ids); }),
+              HasSubstr("input_ids and targets overlap"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps.
+
+TEST(Validate, IndexOutOfRange) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins[1] = 77; }),
+              HasSubstr("step 1 (rms_norm.forward): input 1 is buffer 77, but the plan has 21 "
+                        "buffers"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).outs[0] = 25; }),
+              HasSubstr("step 1 (rms_norm.forward): output 0 is buffer 25"));
+}
+
+TEST(Validate, WrongArity) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins.push_back(lm.x); }),
+              HasSubstr("step 1 (rms_norm.forward): takes 2 inputs, got 3"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).outs.clear(); }),
+              HasSubstr("step 1 (rms_norm.forward): takes 1 outputs, got 0"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ints.pop_back(); }),
+              HasSubstr("step 1 (rms_norm.forward): takes 2 ints, got 1"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).floats.clear(); }),
+              HasSubstr("step 1 (rms_norm.forward): takes 1 floats, got 0"));
+}
+
+TEST(Validate, WrongDType) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.embedding_step).ins[1] = lm.h; }),
+              HasSubstr("step 0 (embedding.forward): input 1 'act.h' is f32, expected i32"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins[0] = lm.ids; }),
+              HasSubstr("step 1 (rms_norm.forward): input 0 'input_ids' is i32, expected f32"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.h).dtype = DType::BF16; }),
+              HasSubstr("output 0 'act.h' is bf16, expected f32"));
+}
+
+TEST(Validate, SizeMismatch) {
+  // The example of the message format: rows*dim from the ints against the buffer.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(lm.norm_step).ints = {T, 7};
+              }),
+              HasSubstr("step 1 (rms_norm.forward): input 0 'act.x' has 60 elements, expected "
+                        "rows*dim = 70"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins[1] = lm.table; }),
+              HasSubstr("step 1 (rms_norm.forward): input 1 'model.embed_tokens.weight' has 66 "
+                        "elements, expected dim = 6"));
+  // gemm needs at least m*k, k*n, m*n.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(lm.head_gemm_step).ints = {0, 1, T, V + 1, H};
+              }),
+              HasSubstr("step 2 (gemm): input 1 'model.embed_tokens.weight' has 66 elements, "
+                        "expected at least k*n = 72"));
+  EXPECT_EQ(ErrorAfter([](TinyLm& lm) {  // smaller is fine: the leading rows
+              lm.builder.step(lm.head_gemm_step).ints = {0, 1, T - 1, V, H};
+            }),
+            "(loaded)");
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.ce_forward_step).outs[1] = lm.h; }),
+              HasSubstr("step 4 (cross_entropy.forward): output 1 'act.h' has 60 elements, "
+                        "expected 1"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(lm.add_step).ints = {V * H, 7};
+              }),
+              HasSubstr("step 14 (add): n = 66 is not divisible by rhs_n = 7"));
+}
+
+TEST(Validate, IntRanges) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.head_gemm_step).ints[0] = 2; }),
+              HasSubstr("step 2 (gemm): int 0 (trans_a) is 2, expected 0 or 1"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.head_gemm_step).ints[2] = 0; }),
+              HasSubstr("step 2 (gemm): int 2 (m) is 0, expected a positive size"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ints[0] = -10; }),
+              HasSubstr("int 0 (rows) is -10, expected a positive size"));
+  // Extreme values must not overflow while the range is computed.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(13).ints[1] = std::numeric_limits<int64_t>::min();
+              }),
+              HasSubstr("int 1 (vocab) is -9223372036854775808, expected a positive size"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(13).ints[3] = V; }),
+              HasSubstr("step 13 (embedding.backward): int 3 (padding_idx) is 11, expected "
+                        "-1..vocab-1"));
+  // Products of ints that overflow int64 are errors, not wrapped sizes.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(lm.norm_step).ints = {int64_t{1} << 40, int64_t{1} << 40};
+              }),
+              HasSubstr("input 0 'act.x': rows*dim overflows"));
+}
+
+TEST(Validate, FloatsMustBeFinite) {
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                lm.builder.step(lm.norm_step).floats[0] = std::numeric_limits<double>::infinity();
+              }),
+              HasSubstr("step 1 (rms_norm.forward): float 0 is inf, expected a finite fp32 "
+                        "value"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).floats[0] = 1e300; }),
+              HasSubstr("float 0 is 1e+300, expected a finite fp32 value"));
+}
+
+TEST(Validate, OverlappingInputAndOutput) {
+  // rms_norm writing its output over its own input.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).outs[0] = lm.x; }),
+              HasSubstr("step 1 (rms_norm.forward): output 0 'act.x' overlaps input 0 'act.x' "
+                        "(activations arena bytes"));
+  // Partial overlap through a second buffer over the same bytes.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                const Buffer& x = lm.builder.buffer(lm.x);
+                lm.builder.buffer(lm.h).offset = x.offset + x.bytes() - 4;
+              }),
+              HasSubstr("output 0 'act.h' overlaps input 0 'act.x'"));
+  // Two outputs of one step sharing bytes.
+  EXPECT_THAT(
+      ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.ce_forward_step).outs[1] = lm.loss_sum; }),
+      HasSubstr("step 4 (cross_entropy.forward): output 1 'act.loss_sum' overlaps output "
+                "0 'act.loss_sum'"));
+  // Same offsets in different arenas do not overlap.
+  EXPECT_EQ(ErrorAfter([](TinyLm& lm) {
+              lm.builder.buffer(lm.h).offset = 0;
+              lm.builder.buffer(lm.x).offset = 0;
+              lm.builder.buffer(lm.x).arena = Arena::Gradients;
+            }),
+            "(loaded)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels with flag-dependent arity and more involved rules, on one-step plans.
+
+struct OneStepPlan {
+  PlanBuilder b;
+  OneStepPlan() {
+    b.set_shape(1, 1);
+    b.AllocateInputs();
+    b.set_loss(b.Allocate("loss", Arena::Activations, {1}));
+  }
+  uint32_t Act(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    return b.Allocate(absl::StrFormat("t%d", b.num_buffers()), Arena::Activations, std::move(shape),
+                      dtype);
+  }
+  std::string Error() const {
+    absl::StatusOr<Plan> plan = ParsePlan(b.FinishUnchecked(), "one.plan");
+    return plan.ok() ? "(loaded)" : std::string(plan.status().message());
+  }
+};
+
+TEST(Validate, SsdScanArityFollowsFlags) {
+  const int64_t B = 1, S = 4, Hd = 2, P = 3, G = 1, N = 2;
+  auto build = [&](int64_t has_init, bool give_init) {
+    OneStepPlan p;
+    std::vector<uint32_t> ins = {p.Act({B, S, Hd, P}), p.Act({B, S, Hd}),   p.Act({Hd}),
+                                 p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd})};
+    if (give_init) ins.push_back(p.Act({B, Hd, P, N}));
+    std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, Hd, P, N})};
+    p.b.AddStep("ssd_scan.forward", ins, outs, {B, S, Hd, P, G, N, 2, has_init});
+    return p.Error();
+  };
+  EXPECT_EQ(build(0, false), "(loaded)");
+  EXPECT_EQ(build(1, true), "(loaded)");
+  EXPECT_THAT(build(1, false), HasSubstr("step 0 (ssd_scan.forward): takes 7 inputs, got 6"));
+  EXPECT_THAT(build(0, true), HasSubstr("takes 6 inputs, got 7"));
+  EXPECT_THAT(build(2, true), HasSubstr("int 7 (has_init) is 2, expected 0 or 1"));
+}
+
+TEST(Validate, SsdScanBackwardShapes) {
+  const int64_t B = 2, S = 4, Hd = 2, P = 3, G = 1, N = 2;
+  OneStepPlan p;
+  const uint32_t state = p.Act({B, Hd, P, N});
+  std::vector<uint32_t> ins = {
+      p.Act({B, S, Hd, P}), p.Act({B, S, Hd, P}), p.Act({B, S, Hd}), p.Act({Hd}),
+      p.Act({B, S, G, N}),  p.Act({B, S, G, N}),  p.Act({Hd}),       state,
+      p.Act({B, Hd, P, N})};
+  std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, S, Hd}),   p.Act({Hd}),
+                                p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd}),
+                                p.Act({B, Hd, P, N})};
+  p.b.AddStep("ssd_scan.backward", ins, outs, {B, S, Hd, P, G, N, 4, 1, 1});
+  EXPECT_EQ(p.Error(), "(loaded)");
+  p.b.step(0).ints[4] = 3;  // groups = 3 does not divide heads = 2
+  EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));
+  p.b.step(0).ints[4] = 1;
+  p.b.step(0).outs[6] = p.Act({B, Hd, P, N + 1});
+  EXPECT_THAT(p.Error(), HasSubstr("output 6 't19' has 36 elements, expected "
+                                   "batch*heads*head_dim*state = 24"));
+}
+
+TEST(Validate, AttentionHeads) {
+  OneStepPlan p;
+  const int64_t B = 1, S = 3, Hq = 4, Hkv = 3, D = 2;
+  p.b.AddStep("attention.forward",
+              {p.Act({B, S, Hq, D}), p.Act({B, S, Hkv, D}), p.Act({B, S, Hkv, D})},
+              {p.Act({B, S, Hq, D}), p.Act({B, Hq, S})}, {B, S, Hq, Hkv, D, 1}, {0.5});
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (attention.forward): q_heads = 4 is not divisible by "
+                                   "kv_heads = 3"));
+}
+
+TEST(Validate, MoeRoutingK) {
+  OneStepPlan p;
+  p.b.AddStep("moe_route.forward", {p.Act({4, 3})}, {p.Act({4, 4}), p.Act({4, 4}, DType::I32)},
+              {4, 3, 4});
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (moe_route.forward): int 2 (k) is 4, expected "
+                                   "1..experts"));
+  p.b.step(0).ints[2] = 2;
+  EXPECT_THAT(p.Error(), HasSubstr("output 0 't3' has 16 elements, expected tokens*k = 8"));
+}
+
+TEST(Validate, SliceColumnsRange) {
+  OneStepPlan p;
+  p.b.AddStep("slice_columns", {p.Act({2, 5})}, {p.Act({2, 3})}, {2, 5, 3, 3});
+  EXPECT_THAT(p.Error(), HasSubstr("int 2 (offset) is 3, expected 0..in_cols-width"));
+  p.b.step(0).ints[2] = 2;
+  EXPECT_EQ(p.Error(), "(loaded)");
+}
+
+TEST(Validate, FillHasNoInputs) {
+  OneStepPlan p;
+  p.b.AddStep("fill", {}, {p.Act({3})}, {3}, {0.0});
+  EXPECT_EQ(p.Error(), "(loaded)");
+  p.b.step(0).ins = {p.Act({3})};
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (fill): takes 0 inputs, got 1"));
+}
+
+TEST(Validate, PlanBuiltInMemoryIsCheckedToo) {
+  TinyLm lm;
+  absl::StatusOr<Plan> plan = ParsePlan(lm.Bytes(), "tiny");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(ValidatePlan(*plan).ok());
+  plan->steps[1].kernel = KernelId(200);
+  EXPECT_THAT(std::string(ValidatePlan(*plan).message()),
+              HasSubstr("step 1 (kernel id 200) is unknown"));
+}
+
+}  // namespace
+}  // namespace hcp::plan

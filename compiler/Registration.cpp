@@ -1,10 +1,12 @@
 #include "compiler/Registration.h"
 
+#include "compiler/pipeline/TrainingPipeline.h"
 #include "dialects/exec/ExecDialect.h"
 #include "dialects/model/ModelAutodiff.h"
 #include "dialects/model/ModelDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "passes/autodiff/Passes.h"
+#include "passes/lowering/Passes.h"
 
 namespace hcp {
 
@@ -13,6 +15,10 @@ void registerHybridcpDialects(mlir::DialectRegistry& registry) {
   model::registerDifferentiableOpInterfaces(registry);
 }
 
-void registerHybridcpPasses() { registerAutodiffPasses(); }
+void registerHybridcpPasses() {
+  registerAutodiffPasses();
+  registerLoweringPasses();
+  registerTrainingPipeline();
+}
 
 }  // namespace hcp

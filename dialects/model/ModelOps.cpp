@@ -83,9 +83,9 @@ LogicalResult EmbeddingOp::verify() {
   ArrayRef<int64_t> table = shapeOf(getTable()), ids = shapeOf(getIds());
   if (failed(expectShape(*this, getResult(), {ids[0], ids[1], table[1]}, "embedding output")))
     return failure();
-  if (auto pad = getPaddingIdx(); pad && (*pad < 0 || *pad >= table[0]))
-    return emitOpError() << "padding_idx " << *pad << " is outside the vocabulary of " << table[0]
-                         << " tokens";
+  if (IntegerAttr pad = getPaddingIdxAttr(); pad && (pad.getInt() < 0 || pad.getInt() >= table[0]))
+    return emitOpError() << "padding_idx " << pad.getInt() << " is outside the vocabulary of "
+                         << table[0] << " tokens";
   return expectSameElementType(*this, getTable(), getResult(), "embedding table", "output");
 }
 

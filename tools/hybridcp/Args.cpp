@@ -1,6 +1,7 @@
 #include "tools/hybridcp/Args.h"
 
 #include <charconv>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -67,6 +68,18 @@ absl::StatusOr<int64_t> Args::GetInt(const std::string& name,
   if (error != std::errc() || end != text->data() + text->size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("option --%s expects an integer, got '%s'", name, *text));
+  }
+  return value;
+}
+
+absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback) const {
+  std::optional<std::string> text = Get(name);
+  if (!text) return fallback;
+  char* end = nullptr;
+  double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || end != text->c_str() + text->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("option --%s expects a number, got '%s'", name, *text));
   }
   return value;
 }

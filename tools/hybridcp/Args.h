@@ -29,6 +29,8 @@ class Args {
   std::optional<std::string> Get(const std::string& name) const;
   // The option as an integer; `fallback` when absent; an error if it is not an integer.
   absl::StatusOr<int64_t> GetInt(const std::string& name, std::optional<int64_t> fallback) const;
+  // The option as a floating-point number; `fallback` when absent.
+  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:

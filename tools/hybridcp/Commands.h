@@ -28,6 +28,11 @@ inline const OptionSpec kModelOption{"model", "NAME",
                                      "a built-in Granite 4.0-H config, e.g. granite-4.0-h-tiny"};
 
 Command MakeInspectCommand();
+Command MakeRunStepCommand();
+
+// Plans: recognised by their magic bytes; inspected without MLIR.
+bool LooksLikePlanFile(const std::string& path);
+absl::Status InspectPlan(const std::string& path);
 #ifdef HYBRIDCP_HAVE_COMPILER
 Command MakeCompileCommand();
 #endif

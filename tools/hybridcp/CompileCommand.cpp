@@ -1,12 +1,20 @@
 // `hybridcp compile`: config -> model IR (and, as the pipeline grows, the per-rank plan).
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "compiler/Registration.h"
+#include "compiler/cost/ModelCost.h"
 #include "compiler/import/ModelImporter.h"
+#include "compiler/pipeline/TrainingPipeline.h"
+#include "compiler/plan/PlanWriter.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/AtomicFile.h"
 #include "tools/hybridcp/Commands.h"
 
 namespace hcp {
@@ -43,26 +51,57 @@ absl::Status WriteText(const std::string& text, const std::optional<std::string>
   return absl::OkStatus();
 }
 
+std::string Print(mlir::ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  module.print(stream);
+  return text;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 absl::Status Compile(const Args& args) {
-  absl::StatusOr<GraniteConfig> config = ResolveModelConfig(args);
-  if (!config.ok()) return config.status();
-  absl::StatusOr<ImportOptions> options = ReadImportOptions(args);
-  if (!options.ok()) return options.status();
-  std::string emit = args.Get("emit").value_or("model");
-  if (emit != "model") {
-    return absl::UnimplementedError(
-        absl::StrFormat("--emit=%s is not available yet; this build emits --emit=model", emit));
+  auto start = std::chrono::steady_clock::now();
+  HCP_ASSIGN_OR_RETURN(GraniteConfig config, ResolveModelConfig(args));
+  HCP_ASSIGN_OR_RETURN(ImportOptions options, ReadImportOptions(args));
+  std::optional<std::string> emit = args.Get("emit");
+  std::optional<std::string> output = args.Get("o");
+  if (emit && *emit != "model" && *emit != "exec") {
+    return absl::InvalidArgumentError("--emit must be model or exec, got '" + *emit + "'");
+  }
+  if (!emit && !output) {
+    return absl::InvalidArgumentError(
+        "nothing to do: give -o FILE.plan, or --emit=model|exec to print IR");
   }
 
   mlir::DialectRegistry registry;
   registerHybridcpDialects(registry);
   mlir::MLIRContext context(registry);
-  auto module = ImportModel(context, *config, *options);
-  if (!module.ok()) return module.status();
-  std::string text;
-  llvm::raw_string_ostream stream(text);
-  (*module)->print(stream);
-  return WriteText(text, args.Get("o"));
+  HCP_ASSIGN_OR_RETURN(mlir::OwningOpRef<mlir::ModuleOp> module,
+                       ImportModel(context, config, options));
+  if (emit && *emit == "model") return WriteText(Print(*module), output);
+
+  mlir::PassManager pm(&context);
+  buildTrainingPipeline(pm);
+  if (mlir::failed(pm.run(*module))) {
+    return absl::InternalError("compilation failed (the diagnostics above say where)");
+  }
+  if (emit) return WriteText(Print(*module), output);
+
+  PlanInfo info;
+  info.model = config.source;
+  info.seq = options.seq;
+  info.micro_batch = options.micro_batch;
+  info.flops_per_step =
+      TrainingFlopsPerToken(config, options.seq) * options.seq * options.micro_batch;
+  HCP_ASSIGN_OR_RETURN(std::string bytes, WritePlan(*module, info));
+  HCP_RETURN_IF_ERROR(WriteFileAtomically(*output, bytes));
+  std::fprintf(stderr, "wrote %s: %s, micro-batch %lld x seq %lld, %.1f MiB, in %.2f s\n",
+               output->c_str(), config.source.c_str(), static_cast<long long>(options.micro_batch),
+               static_cast<long long>(options.seq), bytes.size() / 1048576.0, SecondsSince(start));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -70,15 +109,15 @@ absl::Status Compile(const Args& args) {
 Command MakeCompileCommand() {
   return Command{
       "compile",
-      "compile a model config into IR or a plan",
+      "compile a model config into a training-step plan (or print its IR)",
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
-      "[--emit=model] [-o FILE]",
+      "(-o FILE.plan | --emit=model|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
        {"micro-batch", "N", "sequences per micro-batch (default 1)"},
        {"dtype", "TYPE", "activation and parameter dtype: f32 (default) or bf16"},
-       {"emit", "STAGE", "print the IR at this stage: model"},
-       {"o", "FILE", "write the output here instead of stdout"}},
+       {"emit", "STAGE", "print the IR at this stage instead: model (imported), exec (lowered)"},
+       {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},
       Compile,
   };
 }

@@ -18,7 +18,11 @@ std::string WithCommas(int64_t value) {
   return text;
 }
 
-absl::Status InspectConfig(const Args& args) {
+absl::Status Inspect(const Args& args) {
+  if (args.positionals().size() == 1 && !args.Has("model") &&
+      LooksLikePlanFile(args.positionals()[0])) {
+    return InspectPlan(args.positionals()[0]);
+  }
   absl::StatusOr<GraniteConfig> config = ResolveModelConfig(args);
   if (!config.ok()) return config.status();
   absl::StatusOr<int64_t> seq = args.GetInt("seq", 8192);
@@ -59,10 +63,10 @@ absl::Status InspectConfig(const Args& args) {
 Command MakeInspectCommand() {
   return Command{
       "inspect",
-      "print what a model costs: parameters, layer pattern, FLOPs per token",
-      "inspect (CONFIG.json | --model NAME) [--seq N]",
+      "print what a model or a plan costs: parameters, memory, kernels, FLOPs",
+      "inspect (CONFIG.json | --model NAME) [--seq N]  |  inspect FILE.plan",
       {kModelOption, {"seq", "N", "sequence length for the FLOPs figure (default 8192)"}},
-      InspectConfig,
+      Inspect,
   };
 }
 

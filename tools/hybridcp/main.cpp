@@ -14,6 +14,7 @@ std::vector<hcp::Command> AllCommands() {
   commands.push_back(hcp::MakeCompileCommand());
 #endif
   commands.push_back(hcp::MakeInspectCommand());
+  commands.push_back(hcp::MakeRunStepCommand());
   return commands;
 }
 

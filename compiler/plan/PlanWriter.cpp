@@ -1,0 +1,140 @@
+#include "compiler/plan/PlanWriter.h"
+
+#include <map>
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "dialects/exec/ExecOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/lowering/Passes.h"
+#include "runtime/plan/PlanBuilder.h"
+
+namespace hcp {
+namespace {
+
+using namespace mlir;
+
+absl::StatusOr<plan::DType> dtypeOf(MemRefType type) {
+  Type element = type.getElementType();
+  if (element.isF32()) return plan::DType::F32;
+  if (element.isBF16()) return plan::DType::BF16;
+  if (element.isInteger(32)) return plan::DType::I32;
+  return absl::InvalidArgumentError("a buffer has an element type the plan cannot hold");
+}
+
+plan::ParamInit initOf(StringRef init) {
+  if (init == "zeros") return plan::ParamInit::Zeros;
+  if (init == "ones") return plan::ParamInit::Ones;
+  if (init == "log_arange") return plan::ParamInit::LogArange;
+  return plan::ParamInit::Normal;
+}
+
+// Translates the one function of an exec module, buffer by buffer and launch by launch.
+class Writer {
+ public:
+  explicit Writer(const PlanInfo& info) {
+    builder_.set_producer("hybridcp 0.1.0").set_model(info.model);
+    builder_.set_shape(info.micro_batch, info.seq).set_flops_per_step(info.flops_per_step);
+  }
+
+  absl::StatusOr<std::string> Write(ModuleOp module) {
+    auto arenaBytes = module->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesAttr);
+    if (!arenaBytes || arenaBytes.size() != plan::kNumArenas)
+      return absl::FailedPreconditionError("run hcp-plan-memory before writing the plan");
+    for (int arena = 0; arena < plan::kNumArenas; ++arena)
+      builder_.SetArenaBytes(static_cast<plan::Arena>(arena), arenaBytes[arena]);
+    auto funcs = module.getOps<func::FuncOp>();
+    if (std::distance(funcs.begin(), funcs.end()) != 1)
+      return absl::FailedPreconditionError("the exec module must hold exactly one function");
+    for (Operation& op : (*funcs.begin()).getBody().front()) {
+      absl::Status status = Translate(&op);
+      if (!status.ok()) return status;
+    }
+    for (auto& [name, value] : parameters_) {
+      auto gradient = gradients_.find(name);
+      if (gradient == gradients_.end())
+        return absl::FailedPreconditionError(
+            absl::StrCat("parameter '", name.str(), "' has no gradient"));
+      builder_.AddParameter(
+          {name.str(), value.first, gradient->second, value.second.first, value.second.second});
+    }
+    for (const char* input : {"input_ids", "targets"}) {
+      if (!inputs_.count(input))
+        return absl::FailedPreconditionError(absl::StrCat("the step has no '", input, "' input"));
+    }
+    builder_.set_input_ids(inputs_["input_ids"]).set_targets(inputs_["targets"]);
+    return builder_.Finish();
+  }
+
+ private:
+  absl::Status Translate(Operation* op) {
+    if (auto buffer = dyn_cast<exec::BufferOp>(op)) return AddBuffer(buffer);
+    if (auto view = dyn_cast<exec::ViewOp>(op)) {
+      // The same bytes under another shape: a plan buffer aliasing the source.
+      plan::Buffer alias = builder_.buffer(indexOf_[view.getSource()]);
+      alias.name += ".view";
+      alias.shape.assign(view.getType().getShape().begin(), view.getType().getShape().end());
+      indexOf_[view.getResult()] = builder_.AddBuffer(std::move(alias));
+      return absl::OkStatus();
+    }
+    if (auto launch = dyn_cast<exec::LaunchOp>(op)) {
+      std::vector<uint32_t> ins, outs;
+      for (Value value : launch.getIns()) ins.push_back(indexOf_[value]);
+      for (Value value : launch.getOuts()) outs.push_back(indexOf_[value]);
+      builder_.AddStep(launch.getKernel().str(), ins, outs,
+                       std::vector<int64_t>(launch.getInts().begin(), launch.getInts().end()),
+                       std::vector<double>(launch.getFloats().begin(), launch.getFloats().end()));
+      return absl::OkStatus();
+    }
+    if (auto result = dyn_cast<exec::ResultOp>(op)) {
+      if (result.getName() != "loss")
+        return absl::UnimplementedError(
+            absl::StrCat("unknown step result '", result.getName().str(), "'"));
+      builder_.set_loss(indexOf_[result.getValue()]);
+      return absl::OkStatus();
+    }
+    if (isa<func::ReturnOp>(op)) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write '", op->getName().getStringRef().str(), "' into a plan"));
+  }
+
+  absl::Status AddBuffer(exec::BufferOp buffer) {
+    if (!buffer.getOffset())
+      return absl::FailedPreconditionError("run hcp-plan-memory before writing the plan");
+    absl::StatusOr<plan::DType> dtype = dtypeOf(buffer.getType());
+    if (!dtype.ok()) return dtype.status();
+    auto arena = static_cast<plan::Arena>(buffer.getArena());
+    std::vector<int64_t> shape(buffer.getType().getShape().begin(),
+                               buffer.getType().getShape().end());
+    std::string name = buffer.getName().str();
+    uint32_t index = builder_.AddBuffer(name, arena, *buffer.getOffset(), shape, *dtype);
+    indexOf_[buffer.getResult()] = index;
+    if (arena == plan::Arena::Parameters) {
+      double std = buffer.getStd() ? buffer.getStd()->convertToDouble() : 0.0;
+      parameters_[buffer.getName()] = {index, {initOf(*buffer.getInit()), std}};
+    } else if (arena == plan::Arena::Gradients) {
+      gradients_[name] = index;
+    } else if (arena == plan::Arena::Inputs) {
+      inputs_[name] = index;
+    }
+    return absl::OkStatus();
+  }
+
+  plan::PlanBuilder builder_;
+  llvm::DenseMap<Value, uint32_t> indexOf_;
+  // name -> (buffer, (init, std)), in program order of first appearance.
+  llvm::MapVector<StringRef, std::pair<uint32_t, std::pair<plan::ParamInit, double>>> parameters_;
+  llvm::StringMap<uint32_t> gradients_;
+  std::map<std::string, uint32_t> inputs_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> WritePlan(ModuleOp module, const PlanInfo& info) {
+  return Writer(info).Write(module);
+}
+
+}  // namespace hcp

@@ -1,0 +1,43 @@
+// Lowering from the `model` dialect (tensors) to the `exec` dialect (kernel launches over
+// statically placed buffers), and memory planning.
+#ifndef HYBRIDCP_LOWERING_PASSES_TD
+#define HYBRIDCP_LOWERING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LowerToExec : Pass<"hcp-lower-to-exec", "mlir::ModuleOp"> {
+  let summary = "bufferize the training step and pick a kernel for every op";
+  let description = [{
+    Rewrites the tensor function (after autodiff) into a function without arguments whose body
+    declares buffers (parameters, gradients, inputs, activations) and launches one kernel of
+    runtime/plan/KernelTable.def per op. Reshapes become views of the same bytes; values that
+    are a parameter's gradient are computed straight into that parameter's gradient buffer.
+    Kernels are the CPU/fp32 set: a bf16 program is rejected with a clear error.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
+           "the function to lower">
+  ];
+  let dependentDialects = ["::hcp::exec::ExecDialect"];
+}
+
+def PlanMemory : Pass<"hcp-plan-memory", "mlir::ModuleOp"> {
+  let summary = "place activation buffers in one arena by liveness";
+  let description = [{
+    Gives every activation buffer a byte offset so that buffers whose lifetimes overlap never
+    share bytes (lifetimes run from the first to the last launch that touches the buffer or a
+    view of it), placing the largest buffers first, each at the lowest free offset. Parameters, gradients and inputs
+    are laid out one after another. Records the bytes of each arena as the module attribute
+    `exec.arena_bytes` = [parameters, gradients, activations, inputs]; the activation figure is
+    the step's peak activation memory.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"256", "byte alignment of every buffer">
+  ];
+  let statistics = [
+    Statistic<"activationBytes", "activation-bytes", "peak activation bytes">,
+    Statistic<"activationBuffers", "activation-buffers", "activation buffers placed">
+  ];
+}
+
+#endif  // HYBRIDCP_LOWERING_PASSES_TD

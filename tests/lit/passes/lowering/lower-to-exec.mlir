@@ -1,0 +1,89 @@
+// hcp-lower-to-exec: every tensor becomes a buffer, every op one kernel launch.
+// RUN: hybridcp-opt %s --split-input-file --hcp-lower-to-exec --verify-diagnostics | FileCheck %s
+
+// A linear layer and its weight gradient: gemm with the weight transposed (y = x W^T), and the
+// gradient computed straight into the parameter's gradient buffer (no copy).
+// CHECK-LABEL: func.func @train_step()
+// CHECK-DAG: %[[IDS:.+]] = exec.buffer inputs "input_ids" : memref<2x3xi32>
+// CHECK-DAG: %[[TGT:.+]] = exec.buffer inputs "targets" : memref<2x3xi32>
+// CHECK-DAG: %[[W:.+]] = exec.buffer parameters "w" {init = "normal", std = 2.000000e-02 : f64} : memref<8x4xf32>
+// CHECK: exec.launch "embedding.forward" ins(%[[W]], %[[IDS]] : {{.+}}) outs(%[[E:.+]] : memref<2x3x4xf32>) {floats = array<f64: 1.000000e+00>, ints = array<i64: 6, 8, 4>}
+// CHECK: exec.launch "gemm" ins(%[[E]], %[[W]] : {{.+}}) outs(%[[L:.+]] : memref<2x3x8xf32>) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 1, 6, 8, 4>}
+// CHECK: exec.launch "cross_entropy.forward" ins(%[[L]], %[[TGT]] : {{.+}}) {{.+}} ints = array<i64: 6, 8, -100>
+// CHECK: %[[G:.+]] = exec.buffer gradients "w" : memref<8x4xf32>
+// CHECK: exec.launch "gemm" ins(%{{.+}}, %[[E]] : {{.+}}) outs(%[[G]] : memref<8x4xf32>) {floats = array<f64: 1.000000e+00>, ints = array<i64: 1, 0, 8, 4, 6>}
+// CHECK-NOT: "copy"
+// CHECK: exec.result "loss", %{{.+}} : memref<f32>
+func.func @train_step(%ids: tensor<2x3xi32> {model.input = "input_ids"}, %targets: tensor<2x3xi32> {model.input = "targets"}) -> tensor<f32> {
+  %w = model.param "w" normal(0.02) : tensor<8x4xf32>
+  %e = model.embedding %w, %ids {multiplier = 1.0 : f64} : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
+  %l = model.linear %e, %w : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
+  %s, %c = model.cross_entropy %l, %targets {ignore_index = -100 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<f32>)
+  %loss = model.div %s, %c : tensor<f32>, tensor<f32>
+  %one = model.fill 1.0 : tensor<f32>
+  %ds = model.div %one, %c : tensor<f32>, tensor<f32>
+  %dl = model.cross_entropy_grad %ds, %l, %targets {ignore_index = -100 : i64} : (tensor<f32>, tensor<2x3x8xf32>, tensor<2x3xi32>) -> tensor<2x3x8xf32>
+  %dw = model.linear_grad_weight %dl, %e : (tensor<2x3x8xf32>, tensor<2x3x4xf32>) -> tensor<8x4xf32>
+  model.param_grad "w", %dw : tensor<8x4xf32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Reshapes are views of the same bytes; a split slices columns; a concat inserts them.
+// CHECK-LABEL: func.func @train_step()
+// CHECK: exec.launch "slice_columns" ins(%[[X:.+]] : memref<1x2x6xf32>) outs(%[[A:.+]] : memref<1x2x2xf32>) {{.+}} ints = array<i64: 2, 6, 0, 2>
+// CHECK: exec.launch "slice_columns" ins(%[[X]] : memref<1x2x6xf32>) outs(%[[B:.+]] : memref<1x2x4xf32>) {{.+}} ints = array<i64: 2, 6, 2, 4>
+// CHECK: %[[V:.+]] = exec.view %[[B]] : memref<1x2x4xf32> to memref<1x2x2x2xf32>
+// CHECK: exec.launch "insert_columns" ins(%[[B]] : memref<1x2x4xf32>) outs(%[[C:.+]] : memref<1x2x6xf32>) {{.+}} ints = array<i64: 2, 6, 0, 4>
+// CHECK: exec.launch "insert_columns" ins(%[[A]] : memref<1x2x2xf32>) outs(%[[C]] : memref<1x2x6xf32>) {{.+}} ints = array<i64: 2, 6, 4, 2>
+func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %targets: tensor<1x2xi32> {model.input = "targets"}) -> tensor<f32> {
+  %w = model.param "w" normal(0.02) : tensor<8x6xf32>
+  %x = model.embedding %w, %ids {multiplier = 1.0 : f64} : (tensor<8x6xf32>, tensor<1x2xi32>) -> tensor<1x2x6xf32>
+  %p:2 = model.split %x [2, 4] : tensor<1x2x6xf32> -> tensor<1x2x2xf32>, tensor<1x2x4xf32>
+  %v = model.reshape %p#1 : tensor<1x2x4xf32> -> tensor<1x2x2x2xf32>
+  %c = model.concat %p#1, %p#0 : tensor<1x2x4xf32>, tensor<1x2x2xf32> -> tensor<1x2x6xf32>
+  %s, %n = model.cross_entropy %c, %targets {ignore_index = -100 : i64} : (tensor<1x2x6xf32>, tensor<1x2xi32>) -> (tensor<f32>, tensor<f32>)
+  return %s : tensor<f32>
+}
+
+// -----
+
+// The SSD scan's kernel flags record whether an initial state (and, backward, a final-state
+// gradient) is passed.
+// CHECK-LABEL: func.func @train_step()
+// CHECK: exec.launch "ssd_scan.forward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1>
+// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1, 1>
+// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 0, 0>
+func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %targets: tensor<1x5xi32> {model.input = "targets"}) -> tensor<f32> {
+  %x = model.param "x" normal(1.0) : tensor<1x5x2x3xf32>
+  %dt = model.param "dt" ones : tensor<1x5x2xf32>
+  %A = model.param "A" ones : tensor<2xf32>
+  %B = model.param "B" normal(1.0) : tensor<1x5x1x4xf32>
+  %D = model.param "D" ones : tensor<2xf32>
+  %s0 = model.param "s0" zeros : tensor<1x2x3x4xf32>
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D init %s0 {chunk_size = 4 : i64} : (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x5x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x5x2x3xf32>, tensor<1x2x3x4xf32>)
+  %g:7 = model.ssd_scan_grad %y, %x, %dt, %A, %B, %B, %D init %s0 dfinal %f {chunk_size = 4 : i64} : (tensor<1x5x2x3xf32>, tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x5x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x5x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>)
+  %h:6 = model.ssd_scan_grad %y, %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x5x2x3xf32>, tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x5x1x4xf32>, tensor<2xf32>) -> (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x5x1x4xf32>, tensor<2xf32>)
+  %loss = model.fill 0.0 : tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// The CPU kernel set is fp32: a bf16 program is refused with a hint.
+func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %targets: tensor<1x2xi32> {model.input = "targets"}) -> tensor<f32> {
+  // expected-error @+1 {{the CPU kernels run f32 programs; compile with --dtype f32}}
+  %w = model.param "w" ones : tensor<4xbf16>
+  %loss = model.fill 0.0 : tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Every argument of the step must say which input it is.
+// expected-error @+1 {{argument 1 has no model.input name (input_ids or targets)}}
+func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %other: tensor<1x2xi32>) -> tensor<f32> {
+  %loss = model.fill 0.0 : tensor<f32>
+  return %loss : tensor<f32>
+}

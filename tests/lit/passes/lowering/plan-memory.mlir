@@ -1,0 +1,66 @@
+// hcp-plan-memory: activations share bytes only when their lifetimes do not overlap;
+// persistent arenas are laid out one buffer after another.
+// RUN: hybridcp-opt %s --split-input-file --hcp-plan-memory | FileCheck %s
+
+// A chain a -> b -> c -> d of 1 KiB buffers: a dies when c is born, so c reuses a's bytes and
+// d reuses b's; the arena holds two buffers at a time (2 KiB), not four.
+// CHECK: module attributes {exec.arena_bytes = array<i64: 1024, 0, 2048, 0>}
+// CHECK-LABEL: func.func @chain
+// CHECK: exec.buffer parameters "w" offset 0 {init = "ones"}
+// CHECK: exec.buffer activations "a" offset [[A:[0-9]+]] :
+// CHECK: exec.buffer activations "b" offset [[B:[0-9]+]] :
+// CHECK: exec.buffer activations "c" offset [[A]] :
+// CHECK: exec.buffer activations "d" offset [[B]] :
+func.func @chain() {
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %a = exec.buffer activations "a" : memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%a : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %b = exec.buffer activations "b" : memref<256xf32>
+  exec.launch "silu.forward" ins(%a : memref<256xf32>) outs(%b : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %c = exec.buffer activations "c" : memref<256xf32>
+  exec.launch "silu.forward" ins(%b : memref<256xf32>) outs(%c : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %d = exec.buffer activations "d" : memref<256xf32>
+  exec.launch "silu.forward" ins(%c : memref<256xf32>) outs(%d : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  exec.result "loss", %d : memref<256xf32>
+  return
+}
+
+// -----
+
+// A view keeps its source alive: a is read through its view by the last launch, so nothing
+// may take a's bytes before then (three live buffers at the end: 3 KiB).
+// CHECK: module attributes {exec.arena_bytes = array<i64: 1024, 0, 3072, 0>}
+// CHECK-LABEL: func.func @view_extends_lifetime
+func.func @view_extends_lifetime() {
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %a = exec.buffer activations "a" : memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%a : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %v = exec.view %a : memref<256xf32> to memref<16x16xf32>
+  %b = exec.buffer activations "b" : memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%b : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %c = exec.buffer activations "c" : memref<256xf32>
+  exec.launch "add" ins(%v, %b : memref<16x16xf32>, memref<256xf32>) outs(%c : memref<256xf32>) {ints = array<i64: 256, 256>, floats = array<f64>}
+  exec.result "loss", %c : memref<256xf32>
+  return
+}
+
+// -----
+
+// Inputs and gradients get their own arenas; offsets are aligned to 256 bytes.
+// CHECK: module attributes {exec.arena_bytes = array<i64: 256, 512, 256, 512>}
+// CHECK-LABEL: func.func @arenas
+// CHECK: exec.buffer inputs "input_ids" offset 0
+// CHECK: exec.buffer inputs "targets" offset 256
+// CHECK: exec.buffer gradients "w" offset 0
+// CHECK: exec.buffer gradients "v" offset 256
+func.func @arenas() {
+  %ids = exec.buffer inputs "input_ids" : memref<1x4xi32>
+  %t = exec.buffer inputs "targets" : memref<1x4xi32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<4xf32>
+  %gw = exec.buffer gradients "w" : memref<4xf32>
+  %gv = exec.buffer gradients "v" : memref<4xf32>
+  %a = exec.buffer activations "a" : memref<4xf32>
+  exec.launch "silu.forward" ins(%w : memref<4xf32>) outs(%a : memref<4xf32>) {ints = array<i64: 4>, floats = array<f64>}
+  exec.result "loss", %a : memref<4xf32>
+  return
+}

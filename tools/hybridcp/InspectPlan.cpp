@@ -1,0 +1,62 @@
+// `hybridcp inspect FILE.plan`: what a plan holds and costs: memory per arena (the activation
+// arena is the step's peak activation memory), kernels, FLOPs per step.
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Status.h"
+#include "tools/hybridcp/Commands.h"
+
+namespace hcp {
+namespace {
+
+std::string Bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%d B", bytes)
+                   : absl::StrFormat("%.2f %s", value, units[unit]);
+}
+
+}  // namespace
+
+bool LooksLikePlanFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  char magic[sizeof(plan::kPlanMagic)] = {};
+  return file.read(magic, sizeof(magic)) &&
+         std::equal(magic, magic + sizeof(magic), plan::kPlanMagic);
+}
+
+absl::Status InspectPlan(const std::string& path) {
+  HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
+  std::printf("plan: %s (%s)\n", path.c_str(), plan.producer.c_str());
+  std::printf("model: %s, micro-batch %lld x seq %lld\n", plan.model.c_str(),
+              static_cast<long long>(plan.micro_batch), static_cast<long long>(plan.seq));
+  uint64_t parameters = 0;
+  for (const plan::Parameter& p : plan.parameters) parameters += plan.buffers[p.buffer].elements;
+  std::printf("parameters: %zu tensors, %llu values\n", plan.parameters.size(),
+              static_cast<unsigned long long>(parameters));
+  std::printf("memory per rank:\n");
+  for (int arena = 0; arena < plan::kNumArenas; ++arena) {
+    auto a = static_cast<plan::Arena>(arena);
+    std::printf("  %-12s %s%s\n", std::string(plan::ArenaName(a)).c_str(),
+                Bytes(plan.arena_size(a)).c_str(),
+                a == plan::Arena::Activations ? "  (peak activation memory)" : "");
+  }
+  std::printf("  %-12s %s\n", "total", Bytes(plan.total_arena_bytes()).c_str());
+  std::map<std::string, int> kernels;
+  for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
+  std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());
+  for (const auto& [name, count] : kernels) std::printf("  %-26s %d\n", name.c_str(), count);
+  std::printf("training FLOPs per step: %.4g (%.3f GFLOP per token)\n", plan.flops_per_step,
+              plan.flops_per_step / static_cast<double>(plan.tokens()) / 1e9);
+  return absl::OkStatus();
+}
+
+}  // namespace hcp

@@ -32,7 +32,7 @@ Command MakeRunStepCommand();
 
 // Plans: recognised by their magic bytes; inspected without MLIR.
 bool LooksLikePlanFile(const std::string& path);
-absl::Status InspectPlan(const std::string& path);
+absl::Status InspectPlan(const std::string& path, bool list_buffers);
 #ifdef HYBRIDCP_HAVE_COMPILER
 Command MakeCompileCommand();
 #endif

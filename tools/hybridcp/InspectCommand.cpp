@@ -21,7 +21,7 @@ std::string WithCommas(int64_t value) {
 absl::Status Inspect(const Args& args) {
   if (args.positionals().size() == 1 && !args.Has("model") &&
       LooksLikePlanFile(args.positionals()[0])) {
-    return InspectPlan(args.positionals()[0]);
+    return InspectPlan(args.positionals()[0], args.Has("buffers"));
   }
   absl::StatusOr<GraniteConfig> config = ResolveModelConfig(args);
   if (!config.ok()) return config.status();
@@ -64,8 +64,10 @@ Command MakeInspectCommand() {
   return Command{
       "inspect",
       "print what a model or a plan costs: parameters, memory, kernels, FLOPs",
-      "inspect (CONFIG.json | --model NAME) [--seq N]  |  inspect FILE.plan",
-      {kModelOption, {"seq", "N", "sequence length for the FLOPs figure (default 8192)"}},
+      "inspect (CONFIG.json | --model NAME) [--seq N]  |  inspect FILE.plan [--buffers]",
+      {kModelOption,
+       {"seq", "N", "sequence length for the FLOPs figure (default 8192)"},
+       {"buffers", "", "for a plan: list every buffer (arena, offset, bytes, shape)"}},
       Inspect,
   };
 }

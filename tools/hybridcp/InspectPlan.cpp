@@ -33,7 +33,7 @@ bool LooksLikePlanFile(const std::string& path) {
          std::equal(magic, magic + sizeof(magic), plan::kPlanMagic);
 }
 
-absl::Status InspectPlan(const std::string& path) {
+absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
   std::printf("plan: %s (%s)\n", path.c_str(), plan.producer.c_str());
   std::printf("model: %s, micro-batch %lld x seq %lld\n", plan.model.c_str(),
@@ -54,6 +54,19 @@ absl::Status InspectPlan(const std::string& path) {
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());
   for (const auto& [name, count] : kernels) std::printf("  %-26s %d\n", name.c_str(), count);
+  if (list_buffers) {
+    std::printf("buffers (index, arena, offset, bytes, dtype, shape, name):\n");
+    for (size_t i = 0; i < plan.buffers.size(); ++i) {
+      const plan::Buffer& b = plan.buffers[i];
+      std::string shape;
+      for (int64_t dim : b.shape) shape += (shape.empty() ? "" : "x") + std::to_string(dim);
+      std::printf("  %5zu %-11s %14llu %14llu %-4s %-20s %s\n", i,
+                  std::string(plan::ArenaName(b.arena)).c_str(),
+                  static_cast<unsigned long long>(b.offset),
+                  static_cast<unsigned long long>(b.bytes()),
+                  std::string(plan::DTypeName(b.dtype)).c_str(), shape.c_str(), b.name.c_str());
+    }
+  }
   std::printf("training FLOPs per step: %.4g (%.3f GFLOP per token)\n", plan.flops_per_step,
               plan.flops_per_step / static_cast<double>(plan.tokens()) / 1e9);
   return absl::OkStatus();

@@ -1,0 +1,28 @@
+#include "runtime/train/Format.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace hcp::train {
+
+std::string FormatCount(int64_t value) {
+  // Work on the magnitude as unsigned so INT64_MIN is fine too.
+  uint64_t magnitude = value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : value;
+  std::string digits = absl::StrFormat("%d", magnitude);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+std::string FormatDuration(double seconds) {
+  // 1e15 s is far beyond any run and keeps the conversion to int64 defined.
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e15) return "-:--:--";
+  int64_t total = std::llround(seconds);
+  return absl::StrFormat("%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
+}
+
+}  // namespace hcp::train

@@ -1,0 +1,326 @@
+#include "runtime/train/TokenData.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/Format.h"
+#include "runtime/weights/AtomicFile.h"
+
+namespace hcp::train {
+
+static_assert(std::endian::native == std::endian::little,
+              "token files are little-endian and are read as they are");
+
+namespace {
+
+uint32_t LoadU32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void StoreU32(uint32_t v, std::string& out) {
+  char bytes[4];
+  std::memcpy(bytes, &v, 4);
+  out.append(bytes, 4);
+}
+
+}  // namespace
+
+int64_t TokenDTypeBytes(TokenDType dtype) { return dtype == TokenDType::U16 ? 2 : 4; }
+
+std::string_view TokenDTypeName(TokenDType dtype) {
+  return dtype == TokenDType::U16 ? "uint16" : "uint32";
+}
+
+absl::StatusOr<TokenDType> ParseTokenDType(std::string_view name) {
+  if (name == "uint16" || name == "u16") return TokenDType::U16;
+  if (name == "uint32" || name == "u32") return TokenDType::U32;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown token dtype \"%s\" (expected uint16 or uint32)", std::string(name)));
+}
+
+// ------------------------------------------------------------------------------------------------
+// TokenFile
+
+absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path) {
+  return OpenImpl(path, /*raw=*/false, TokenDType::U16);
+}
+
+absl::StatusOr<TokenFile> TokenFile::OpenRaw(const std::string& path, TokenDType dtype) {
+  return OpenImpl(path, /*raw=*/true, dtype);
+}
+
+absl::StatusOr<TokenFile> TokenFile::OpenImpl(const std::string& path, bool raw, TokenDType dtype) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such token file"));
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  TokenFile file;
+  file.path_ = path;
+  file.map_bytes_ = static_cast<size_t>(st.st_size);
+  if (file.map_bytes_ > 0) {
+    void* map = ::mmap(nullptr, file.map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot map ", path, ": ", std::strerror(err)));
+    }
+    file.map_ = map;
+    ::madvise(map, file.map_bytes_, MADV_SEQUENTIAL);
+  }
+  ::close(fd);  // the mapping keeps the file alive
+
+  const auto* bytes = static_cast<const unsigned char*>(file.map_);
+  const uint64_t nbytes = file.map_bytes_;
+  const bool starts_with_magic = nbytes >= sizeof(kTokenFileMagic) &&
+                                 std::memcmp(bytes, kTokenFileMagic, sizeof(kTokenFileMagic)) == 0;
+  uint64_t data_bytes = nbytes;
+  if (raw) {
+    if (starts_with_magic) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: starts with the HCPTOK1 header; open it as a token file with a header, not as "
+          "raw %s tokens",
+          path, TokenDTypeName(dtype)));
+    }
+    file.dtype_ = dtype;
+  } else {
+    if (nbytes < static_cast<uint64_t>(kTokenFileHeaderBytes)) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: %d bytes, shorter than the %d-byte HCPTOK1 header (truncated, or a raw token file "
+          "whose dtype must be given)",
+          path, nbytes, kTokenFileHeaderBytes));
+    }
+    if (!starts_with_magic) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path,
+          ": does not start with the HCPTOK1 header (a raw token file? give its dtype, "
+          "uint16 or uint32)"));
+    }
+    uint32_t token_bytes = LoadU32(bytes + 8);
+    uint32_t reserved = LoadU32(bytes + 12);
+    if (token_bytes != 2 && token_bytes != 4) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: header says %d bytes per token; only 2 (uint16) and 4 (uint32) exist", path,
+          token_bytes));
+    }
+    if (reserved != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: header's reserved field is %d, expected 0 (a newer format version?)",
+                          path, reserved));
+    }
+    file.dtype_ = token_bytes == 2 ? TokenDType::U16 : TokenDType::U32;
+    file.has_header_ = true;
+    data_bytes -= kTokenFileHeaderBytes;
+  }
+  const uint64_t token_bytes = static_cast<uint64_t>(TokenDTypeBytes(file.dtype_));
+  if (data_bytes % token_bytes != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes of tokens is not a whole number of %d-byte (%s) tokens (truncated?)", path,
+        data_bytes, token_bytes, TokenDTypeName(file.dtype_)));
+  }
+  file.size_ = static_cast<int64_t>(data_bytes / token_bytes);
+  file.tokens_ = bytes == nullptr ? nullptr : bytes + (nbytes - data_bytes);
+  return file;
+}
+
+TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this == &other) return *this;
+  Unmap();
+  path_ = std::move(other.path_);
+  dtype_ = other.dtype_;
+  has_header_ = other.has_header_;
+  size_ = other.size_;
+  map_ = std::exchange(other.map_, nullptr);
+  map_bytes_ = std::exchange(other.map_bytes_, 0);
+  tokens_ = std::exchange(other.tokens_, nullptr);
+  other.size_ = 0;
+  return *this;
+}
+
+TokenFile::~TokenFile() { Unmap(); }
+
+void TokenFile::Unmap() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+}
+
+uint32_t TokenFile::at(int64_t i) const {
+  if (dtype_ == TokenDType::U16) {
+    uint16_t v;
+    std::memcpy(&v, tokens_ + 2 * i, 2);
+    return v;
+  }
+  return LoadU32(tokens_ + 4 * i);
+}
+
+absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
+                            TokenDType dtype) {
+  std::string header(kTokenFileMagic, sizeof(kTokenFileMagic));
+  StoreU32(static_cast<uint32_t>(TokenDTypeBytes(dtype)), header);
+  StoreU32(0, header);
+  HCP_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
+  HCP_RETURN_IF_ERROR(writer.Write(header.data(), header.size()));
+  // Convert in bounded chunks: a corpus can be large.
+  constexpr size_t kChunk = size_t{1} << 16;
+  std::vector<uint16_t> narrow;
+  for (size_t begin = 0; begin < tokens.size(); begin += kChunk) {
+    const size_t count = std::min(kChunk, tokens.size() - begin);
+    if (dtype == TokenDType::U32) {
+      HCP_RETURN_IF_ERROR(writer.Write(tokens.data() + begin, count * 4));
+      continue;
+    }
+    narrow.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t token = tokens[begin + i];
+      if (token > 0xFFFF) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: token %d at position %d does not fit in uint16", path, token, begin + i));
+      }
+      narrow[i] = static_cast<uint16_t>(token);
+    }
+    HCP_RETURN_IF_ERROR(writer.Write(narrow.data(), count * 2));
+  }
+  return writer.Commit();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Batching
+
+absl::Status ValidateBatchConfig(const BatchConfig& c) {
+  auto positive = [](int64_t value, std::string_view name) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch config: %s must be positive, got %d", std::string(name), value));
+  };
+  HCP_RETURN_IF_ERROR(positive(c.seq, "seq"));
+  HCP_RETURN_IF_ERROR(positive(c.micro_batch, "micro_batch"));
+  HCP_RETURN_IF_ERROR(positive(c.dp, "dp"));
+  HCP_RETURN_IF_ERROR(positive(c.grad_accum, "grad_accum"));
+  HCP_RETURN_IF_ERROR(positive(c.vocab, "vocab"));
+  if (c.vocab > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch config: vocab %d does not fit the int32 token inputs", c.vocab));
+  }
+  int64_t global = 0, tokens = 0;
+  if (__builtin_mul_overflow(c.micro_batch, c.dp, &global) ||
+      __builtin_mul_overflow(global, c.grad_accum, &global) ||
+      __builtin_mul_overflow(global, c.seq + 1, &tokens)) {
+    return absl::InvalidArgumentError("batch config: tokens per step overflow int64");
+  }
+  return absl::OkStatus();
+}
+
+int64_t GlobalSequenceIndex(const BatchConfig& config, int64_t dp_index, int64_t accum_step,
+                            int64_t row) {
+  return (accum_step * config.dp + dp_index) * config.micro_batch + row;
+}
+
+absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file,
+                                                  const BatchConfig& config) {
+  HCP_RETURN_IF_ERROR(ValidateBatchConfig(config));
+  if (file.size() < config.step_tokens()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has %s tokens; one step needs global_batch * (seq + 1) = %d * (%d + 1) = %s "
+        "(global_batch = micro_batch %d * dp %d * grad_accum %d)",
+        file.path(), FormatCount(file.size()), config.global_batch(), config.seq,
+        FormatCount(config.step_tokens()), config.micro_batch, config.dp, config.grad_accum));
+  }
+  return TokenBatcher(file, config);
+}
+
+absl::Status TokenBatcher::Restore(const DataState& state) {
+  if (state.epoch < 0 || state.position < 0 || state.position > file_->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data state (epoch %d, position %s) does not fit %s (%s tokens): was it saved with "
+        "another data file?",
+        state.epoch, FormatCount(state.position), file_->path(), FormatCount(file_->size())));
+  }
+  state_ = state;
+  return absl::OkStatus();
+}
+
+DataState TokenBatcher::StepStart(const DataState& state) const {
+  if (file_->size() - state.position < config_.step_tokens()) return {state.epoch + 1, 0};
+  return state;
+}
+
+DataState TokenBatcher::NextState(const DataState& state) const {
+  DataState start = StepStart(state);
+  return {start.epoch, start.position + config_.step_tokens()};
+}
+
+absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_index,
+                                          int64_t accum_step, std::span<int32_t> inputs,
+                                          std::span<int32_t> targets) const {
+  const BatchConfig& c = config_;
+  if (dp_index < 0 || dp_index >= c.dp || accum_step < 0 || accum_step >= c.grad_accum) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "micro-batch (dp rank %d, accumulation step %d) is outside dp %d, grad_accum %d", dp_index,
+        accum_step, c.dp, c.grad_accum));
+  }
+  const int64_t tokens = c.micro_batch * c.seq;
+  if (static_cast<int64_t>(inputs.size()) != tokens ||
+      static_cast<int64_t>(targets.size()) != tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "micro-batch buffers hold %d and %d tokens, expected micro_batch * seq = %d", inputs.size(),
+        targets.size(), tokens));
+  }
+  const DataState start = StepStart(state);
+  for (int64_t row = 0; row < c.micro_batch; ++row) {
+    const int64_t window =
+        start.position + GlobalSequenceIndex(c, dp_index, accum_step, row) * (c.seq + 1);
+    for (int64_t j = 0; j <= c.seq; ++j) {
+      const uint32_t token = file_->at(window + j);
+      if (token >= static_cast<uint64_t>(c.vocab)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: token %d at position %d is >= vocab %d", file_->path(), token,
+                            window + j, c.vocab));
+      }
+      if (j < c.seq) inputs[row * c.seq + j] = static_cast<int32_t>(token);
+      if (j > 0) targets[row * c.seq + j - 1] = static_cast<int32_t>(token);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepBatch> TokenBatcher::NextStep(int64_t dp_index) {
+  StepBatch batch;
+  batch.start = StepStart(state_);
+  batch.micro_batch = config_.micro_batch;
+  batch.seq = config_.seq;
+  const int64_t micro = batch.micro_tokens();
+  batch.inputs.resize(config_.grad_accum * micro);
+  batch.targets.resize(config_.grad_accum * micro);
+  for (int64_t a = 0; a < config_.grad_accum; ++a) {
+    HCP_RETURN_IF_ERROR(ReadMicroBatch(
+        state_, dp_index, a, std::span<int32_t>(batch.inputs).subspan(a * micro, micro),
+        std::span<int32_t>(batch.targets).subspan(a * micro, micro)));
+  }
+  state_ = NextState(state_);
+  return batch;
+}
+
+}  // namespace hcp::train

@@ -1,0 +1,183 @@
+// Token data for training: flat binary token files, memory-mapped read-only, and the batching
+// rule that turns them into the micro-batches of every rank.
+//
+// File format (".bin"; little-endian throughout):
+//   bytes 0..7    magic "HCPTOK1\0"
+//   bytes 8..11   u32 bytes per token: 2 (uint16 tokens) or 4 (uint32 tokens)
+//   bytes 12..15  u32 reserved, must be 0
+//   bytes 16..    the tokens, back to back
+// Headerless ("raw") files of uint16 or uint32 tokens, as nanoGPT-style scripts write them, are
+// read too when the caller names the dtype (OpenRaw); a raw open of a file that starts with the
+// magic is refused, since the header would be read as tokens.
+//
+// Batching (one optimizer step, all ranks together):
+//   A sequence is a window of seq + 1 consecutive tokens: inputs = window[0, seq),
+//   targets = window[1, seq + 1) (the next-token labels; the last input's target is the token
+//   after it, so no label is lost). Windows do not overlap: the pair (last token of window k,
+//   first token of window k + 1) is never a training example.
+//   A step reads global_batch = micro_batch * dp * grad_accum windows, back to back, from
+//   the data state's position: window s covers [position + s * (seq + 1), + seq + 1).
+//   The position then advances by step_tokens = global_batch * (seq + 1). When fewer than
+//   step_tokens tokens remain at a step's start, the step starts at token 0 of the next epoch
+//   (the tail is skipped in that epoch).
+//   Window s of the global batch goes to dp rank d, accumulation step a, row i where
+//   s = (a * dp + d) * micro_batch + i. Each rank gets the FULL sequences of its micro-batch;
+//   the executor cuts its cp shard out of them.
+// Because the data state counts tokens, a run resumed with another dp / grad_accum split (same
+// seq and global batch) reads exactly the same global batches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace hcp::train {
+
+inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
+inline constexpr int64_t kTokenFileHeaderBytes = 16;
+
+enum class TokenDType { U16, U32 };
+
+// 2 or 4.
+int64_t TokenDTypeBytes(TokenDType dtype);
+// "uint16" or "uint32".
+std::string_view TokenDTypeName(TokenDType dtype);
+// Accepts "uint16", "u16", "uint32", "u32"; anything else is InvalidArgument.
+absl::StatusOr<TokenDType> ParseTokenDType(std::string_view name);
+
+// A token file mapped read-only. The mapping lives as long as the object (movable, not
+// copyable). The file must not be truncated while it is mapped (that raises SIGBUS on access):
+// write new data to a new file and rename it into place (WriteTokenFile does).
+class TokenFile {
+ public:
+  // A file with the HCPTOK1 header.
+  static absl::StatusOr<TokenFile> Open(const std::string& path);
+  // A headerless file of `dtype` tokens.
+  static absl::StatusOr<TokenFile> OpenRaw(const std::string& path, TokenDType dtype);
+
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  ~TokenFile();
+
+  const std::string& path() const { return path_; }
+  TokenDType dtype() const { return dtype_; }
+  bool has_header() const { return has_header_; }
+  // Number of tokens.
+  int64_t size() const { return size_; }
+  // Token i, 0 <= i < size() (not range-checked).
+  uint32_t at(int64_t i) const;
+
+ private:
+  TokenFile() = default;
+  static absl::StatusOr<TokenFile> OpenImpl(const std::string& path, bool raw, TokenDType dtype);
+  void Unmap();
+
+  std::string path_;
+  TokenDType dtype_ = TokenDType::U16;
+  bool has_header_ = false;
+  int64_t size_ = 0;
+  void* map_ = nullptr;  // the whole file; nullptr for an empty one
+  size_t map_bytes_ = 0;
+  const unsigned char* tokens_ = nullptr;  // first token byte within the mapping
+};
+
+// Writes `tokens` with the HCPTOK1 header, atomically (see runtime/weights/AtomicFile.h).
+// U16 refuses a token above 65535, naming its position.
+absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
+                            TokenDType dtype);
+
+// The shape of one optimizer step's data (see the batching rule at the top).
+struct BatchConfig {
+  int64_t seq = 0;          // tokens per sequence the model sees (Plan::seq, global)
+  int64_t micro_batch = 0;  // sequences per micro-batch on one rank (Plan::micro_batch)
+  int64_t dp = 1;           // data-parallel ranks (Plan::mesh.dp)
+  int64_t grad_accum = 1;   // micro-batches per rank per step
+  int64_t vocab = 0;        // every token read must be < vocab
+
+  int64_t global_batch() const { return micro_batch * dp * grad_accum; }
+  // global_batch * (seq + 1); meaningful once ValidateBatchConfig has passed.
+  int64_t step_tokens() const { return global_batch() * (seq + 1); }
+};
+
+// All fields positive, vocab at most 2^31 - 1 (tokens become int32 inputs), and step_tokens
+// without int64 overflow.
+absl::Status ValidateBatchConfig(const BatchConfig& config);
+
+// Index within the global batch of row i of micro-batch `accum_step` on dp rank `dp_index`:
+// (accum_step * dp + dp_index) * micro_batch + i.
+int64_t GlobalSequenceIndex(const BatchConfig& config, int64_t dp_index, int64_t accum_step,
+                            int64_t row);
+
+// Where the data stands: the next step begins at token `position` of pass `epoch` over the file
+// (before the wrap-around check). Saving it after a step and restoring it resumes exactly.
+struct DataState {
+  int64_t epoch = 0;
+  int64_t position = 0;
+  bool operator==(const DataState&) const = default;
+};
+
+// One dp rank's share of one step: grad_accum micro-batches of [micro_batch, seq] int32 tokens,
+// row-major, micro-batch a at offset a * micro_batch * seq.
+struct StepBatch {
+  DataState start;  // where the step read (after any wrap-around)
+  int64_t micro_batch = 0;
+  int64_t seq = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+
+  int64_t micro_tokens() const { return micro_batch * seq; }
+  std::span<const int32_t> micro_inputs(int64_t accum_step) const {
+    return std::span<const int32_t>(inputs).subspan(accum_step * micro_tokens(), micro_tokens());
+  }
+  std::span<const int32_t> micro_targets(int64_t accum_step) const {
+    return std::span<const int32_t>(targets).subspan(accum_step * micro_tokens(), micro_tokens());
+  }
+};
+
+// Cuts steps out of a token file. Reads through `file`, which must outlive the batcher.
+class TokenBatcher {
+ public:
+  // Checks the config and that the file holds at least one step:
+  // "data.bin has 1,000 tokens; one step needs global_batch * (seq + 1) = 4 * (4096 + 1) = 16,388".
+  static absl::StatusOr<TokenBatcher> Create(const TokenFile& file, const BatchConfig& config);
+
+  const BatchConfig& config() const { return config_; }
+  const TokenFile& file() const { return *file_; }
+  // Where the next step begins.
+  const DataState& state() const { return state_; }
+  // Continues from a saved state; refuses a position beyond the end of the file or negative
+  // values (a state saved with another data file, most likely).
+  absl::Status Restore(const DataState& state);
+
+  // Where the step that begins at `state` reads: `state`, or {epoch + 1, 0} when fewer than
+  // step_tokens tokens remain from its position.
+  DataState StepStart(const DataState& state) const;
+  // The state after the step that begins at `state`.
+  DataState NextState(const DataState& state) const;
+
+  // Micro-batch `accum_step` of dp rank `dp_index` for the step that begins at `state`, into
+  // inputs and targets (micro_batch * seq values each, row-major). A token >= vocab is an error
+  // naming its position in the file.
+  absl::Status ReadMicroBatch(const DataState& state, int64_t dp_index, int64_t accum_step,
+                              std::span<int32_t> inputs, std::span<int32_t> targets) const;
+
+  // All grad_accum micro-batches of dp rank `dp_index` for the next step, then advances the
+  // state. On error the state is left unchanged.
+  absl::StatusOr<StepBatch> NextStep(int64_t dp_index);
+
+ private:
+  TokenBatcher(const TokenFile& file, const BatchConfig& config) : file_(&file), config_(config) {}
+
+  const TokenFile* file_;
+  BatchConfig config_;
+  DataState state_;
+};
+
+}  // namespace hcp::train

@@ -1,0 +1,322 @@
+#include "runtime/train/TrainState.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "runtime/support/Status.h"
+#include "runtime/weights/AtomicFile.h"
+#include "runtime/weights/Json.h"
+
+namespace hcp::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string Join(const std::string& dir, std::string_view name) {
+  return (fs::path(dir) / name).string();
+}
+
+// Typed access to a field at a dotted path; errors name the file and the path.
+class Fields {
+ public:
+  explicit Fields(std::string_view what) : what_(what) {}
+
+  absl::StatusOr<const json*> Object(const json& parent, const char* key,
+                                     const std::string& path) const {
+    auto it = parent.find(key);
+    if (it == parent.end() || !it->is_object()) return Bad(path, "an object");
+    return &*it;
+  }
+  absl::Status Int(const json& parent, const char* key, const std::string& path,
+                   int64_t* out) const {
+    auto it = parent.find(key);
+    if (it != parent.end() && it->is_number_integer()) {
+      if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX}) {
+        return Bad(path, "an integer that fits int64");
+      }
+      *out = it->get<int64_t>();
+      return absl::OkStatus();
+    }
+    return Bad(path, "an integer");
+  }
+  absl::Status UInt(const json& parent, const char* key, const std::string& path,
+                    uint64_t* out) const {
+    auto it = parent.find(key);
+    if (it != parent.end() && it->is_number_unsigned()) {
+      *out = it->get<uint64_t>();
+      return absl::OkStatus();
+    }
+    return Bad(path, "a non-negative integer");
+  }
+  absl::Status Double(const json& parent, const char* key, const std::string& path,
+                      double* out) const {
+    auto it = parent.find(key);
+    if (it != parent.end() && it->is_number()) {
+      *out = it->get<double>();
+      return absl::OkStatus();
+    }
+    return Bad(path, "a number");
+  }
+
+  absl::Status Bad(const std::string& path, std::string_view expected) const {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: \"%s\" is missing or not %s", what_, path, std::string(expected)));
+  }
+
+ private:
+  std::string what_;
+};
+
+// Moments of parameter `name`: both tensors' elements [begin, begin + count).
+absl::Status ReadRange(const CheckpointReader& tensors, std::string_view name, int64_t begin,
+                       int64_t count, float* m, float* v) {
+  HCP_RETURN_IF_ERROR(tensors.ReadF32Range(ExpAvgName(name), begin, count, m));
+  return tensors.ReadF32Range(ExpAvgSqName(name), begin, count, v);
+}
+
+}  // namespace
+
+absl::Status ValidateTrainState(const TrainState& s) {
+  if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train state: need 0 <= optimizer updates (%d) <= step (%d)", s.optimizer_updates, s.step));
+  }
+  if (s.data.epoch < 0 || s.data.position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("train state: data epoch %d and position %d must not be negative",
+                        s.data.epoch, s.data.position));
+  }
+  HCP_RETURN_IF_ERROR(ValidateAdamWConfig(s.optimizer));
+  return ValidateSchedule(s.schedule);
+}
+
+std::string TrainStateJson(const TrainState& s) {
+  ordered_json j;
+  j["format"] = kTrainStateFormat;
+  j["version"] = kTrainStateVersion;
+  j["step"] = s.step;
+  j["data"] = {{"epoch", s.data.epoch}, {"position", s.data.position}};
+  j["rng"] = {{"seed", s.rng.seed}, {"counter", s.rng.counter}};
+  j["optimizer"] = {{"name", "adamw"},
+                    {"updates", s.optimizer_updates},
+                    {"beta1", s.optimizer.beta1},
+                    {"beta2", s.optimizer.beta2},
+                    {"eps", s.optimizer.eps},
+                    {"weight_decay", s.optimizer.weight_decay},
+                    {"max_grad_norm", s.optimizer.max_grad_norm}};
+  j["schedule"] = {{"max_lr", s.schedule.max_lr},
+                   {"min_lr", s.schedule.min_lr},
+                   {"warmup_steps", s.schedule.warmup_steps},
+                   {"total_steps", s.schedule.total_steps}};
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::string_view what) {
+  HCP_ASSIGN_OR_RETURN(json j, ParseJsonStrict(text, what));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(ToAbsl(what), ": not a JSON object"));
+  }
+  Fields f(what);
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || *format != kTrainStateFormat) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: \"format\" is not \"%s\": not a hybridcp train state",
+                        std::string(what), kTrainStateFormat));
+  }
+  int64_t version = 0;
+  HCP_RETURN_IF_ERROR(f.Int(j, "version", "version", &version));
+  if (version != kTrainStateVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: version %d; this build reads version %d",
+                                                      std::string(what), version,
+                                                      kTrainStateVersion));
+  }
+  TrainState s;
+  HCP_RETURN_IF_ERROR(f.Int(j, "step", "step", &s.step));
+  HCP_ASSIGN_OR_RETURN(const json* data, f.Object(j, "data", "data"));
+  HCP_RETURN_IF_ERROR(f.Int(*data, "epoch", "data.epoch", &s.data.epoch));
+  HCP_RETURN_IF_ERROR(f.Int(*data, "position", "data.position", &s.data.position));
+  HCP_ASSIGN_OR_RETURN(const json* rng, f.Object(j, "rng", "rng"));
+  HCP_RETURN_IF_ERROR(f.UInt(*rng, "seed", "rng.seed", &s.rng.seed));
+  HCP_RETURN_IF_ERROR(f.UInt(*rng, "counter", "rng.counter", &s.rng.counter));
+  HCP_ASSIGN_OR_RETURN(const json* opt, f.Object(j, "optimizer", "optimizer"));
+  auto name = opt->find("name");
+  if (name == opt->end() || !name->is_string() || *name != "adamw") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: \"optimizer.name\" is not \"adamw\" (the only optimizer this build has)",
+        std::string(what)));
+  }
+  HCP_RETURN_IF_ERROR(f.Int(*opt, "updates", "optimizer.updates", &s.optimizer_updates));
+  HCP_RETURN_IF_ERROR(f.Double(*opt, "beta1", "optimizer.beta1", &s.optimizer.beta1));
+  HCP_RETURN_IF_ERROR(f.Double(*opt, "beta2", "optimizer.beta2", &s.optimizer.beta2));
+  HCP_RETURN_IF_ERROR(f.Double(*opt, "eps", "optimizer.eps", &s.optimizer.eps));
+  HCP_RETURN_IF_ERROR(
+      f.Double(*opt, "weight_decay", "optimizer.weight_decay", &s.optimizer.weight_decay));
+  HCP_RETURN_IF_ERROR(
+      f.Double(*opt, "max_grad_norm", "optimizer.max_grad_norm", &s.optimizer.max_grad_norm));
+  HCP_ASSIGN_OR_RETURN(const json* sched, f.Object(j, "schedule", "schedule"));
+  HCP_RETURN_IF_ERROR(f.Double(*sched, "max_lr", "schedule.max_lr", &s.schedule.max_lr));
+  HCP_RETURN_IF_ERROR(f.Double(*sched, "min_lr", "schedule.min_lr", &s.schedule.min_lr));
+  HCP_RETURN_IF_ERROR(
+      f.Int(*sched, "warmup_steps", "schedule.warmup_steps", &s.schedule.warmup_steps));
+  HCP_RETURN_IF_ERROR(
+      f.Int(*sched, "total_steps", "schedule.total_steps", &s.schedule.total_steps));
+  absl::Status valid = ValidateTrainState(s);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(ToAbsl(what), ": ", valid.message()));
+  }
+  return s;
+}
+
+std::string ExpAvgName(std::string_view param) { return absl::StrCat(ToAbsl(param), ".exp_avg"); }
+std::string ExpAvgSqName(std::string_view param) {
+  return absl::StrCat(ToAbsl(param), ".exp_avg_sq");
+}
+
+absl::StatusOr<std::vector<MomentsToWrite>> MomentsOf(const AdamW& optimizer) {
+  if (!optimizer.owns_all()) {
+    return absl::FailedPreconditionError(
+        "the optimizer owns only part of the parameters: gather each parameter's moments and "
+        "pass them to SaveTrainState");
+  }
+  std::vector<MomentsToWrite> moments;
+  const FlatLayout& layout = optimizer.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamSpec& p = layout.param(i);
+    HCP_ASSIGN_OR_RETURN(std::span<const float> m, optimizer.ExpAvgOf(p.name));
+    HCP_ASSIGN_OR_RETURN(std::span<const float> v, optimizer.ExpAvgSqOf(p.name));
+    moments.push_back({p.name, p.shape, m, v});
+  }
+  return moments;
+}
+
+absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
+                            const std::vector<MomentsToWrite>& moments, int64_t max_shard_bytes) {
+  HCP_RETURN_IF_ERROR(ValidateTrainState(state));
+  std::vector<TensorToWrite> tensors;
+  tensors.reserve(2 * moments.size());
+  for (const MomentsToWrite& p : moments) {
+    tensors.push_back({ExpAvgName(p.name), DType::F32, p.shape, p.exp_avg, {}});
+    tensors.push_back({ExpAvgSqName(p.name), DType::F32, p.shape, p.exp_avg_sq, {}});
+  }
+  HCP_RETURN_IF_ERROR(WriteCheckpoint(Join(dir, kOptimizerDirName), tensors, max_shard_bytes,
+                                      {{kOptimizerStepKey, absl::StrCat(state.step)}}));
+  return WriteFileAtomically(Join(dir, kTrainStateFileName), TrainStateJson(state));
+}
+
+absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
+                                                        const std::vector<ParamSpec>& expected) {
+  const std::string json_path = Join(dir, kTrainStateFileName);
+  std::ifstream in(json_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(json_path,
+                     ": no train state (not a training checkpoint, or one whose save did not "
+                     "finish)"));
+  }
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  HCP_ASSIGN_OR_RETURN(TrainState state, ParseTrainStateJson(text, json_path));
+
+  const std::string tensor_dir = Join(dir, kOptimizerDirName);
+  HCP_ASSIGN_OR_RETURN(CheckpointReader tensors, CheckpointReader::Open(tensor_dir));
+  auto step = tensors.metadata().find(kOptimizerStepKey);
+  const std::string want_step = absl::StrCat(state.step);
+  if (step == tensors.metadata().end() || step->second != want_step) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s holds the optimizer state of step %s, but %s is for step %s (a later save that did "
+        "not finish?)",
+        tensor_dir, step == tensors.metadata().end() ? "(unknown)" : step->second, json_path,
+        want_step));
+  }
+
+  // Every moment the model needs, with its shape; nothing else.
+  std::vector<std::string> problems;
+  std::set<std::string> wanted;
+  for (const ParamSpec& p : expected) {
+    for (const std::string& name : {ExpAvgName(p.name), ExpAvgSqName(p.name)}) {
+      wanted.insert(name);
+      if (!tensors.Has(name)) {
+        problems.push_back(absl::StrCat("missing ", Quote(name)));
+        continue;
+      }
+      HCP_ASSIGN_OR_RETURN(TensorInfo info, tensors.Info(name));
+      if (info.dtype != DType::F32) {
+        problems.push_back(
+            absl::StrCat(Quote(name), " is ", ToAbsl(DTypeName(info.dtype)), ", not F32"));
+      } else if (info.shape != p.shape) {
+        problems.push_back(absl::StrCat(Quote(name), " has shape ", ShapeString(info.shape),
+                                        ", the parameter ", ShapeString(p.shape)));
+      }
+    }
+  }
+  for (const std::string& name : tensors.names()) {
+    if (!wanted.count(name)) {
+      problems.push_back(
+          absl::StrCat("unexpected ", Quote(name), " (no model parameter of that name)"));
+    }
+  }
+  if (!problems.empty()) {
+    constexpr size_t kShown = 8;
+    std::string listed =
+        absl::StrJoin(problems.begin(), problems.begin() + std::min(problems.size(), kShown), "; ");
+    if (problems.size() > kShown)
+      absl::StrAppend(&listed, "; and ", problems.size() - kShown, " more");
+    return absl::FailedPreconditionError(
+        absl::StrCat("optimizer state in ", dir, " does not match the model: ", listed));
+  }
+  return TrainStateReader(dir, std::move(tensors), std::move(state));
+}
+
+absl::Status TrainStateReader::ReadMoments(std::string_view name, std::span<float> exp_avg,
+                                           std::span<float> exp_avg_sq) const {
+  HCP_ASSIGN_OR_RETURN(TensorInfo info, tensors_.Info(ExpAvgName(name)));
+  if (static_cast<int64_t>(exp_avg.size()) != info.numel ||
+      static_cast<int64_t>(exp_avg_sq.size()) != info.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("moments of %s have %d elements; buffers of %d and %d given", Quote(name),
+                        info.numel, exp_avg.size(), exp_avg_sq.size()));
+  }
+  return ReadRange(tensors_, name, 0, info.numel, exp_avg.data(), exp_avg_sq.data());
+}
+
+absl::Status TrainStateReader::ReadMomentsRange(std::string_view name, int64_t begin, int64_t count,
+                                                float* exp_avg, float* exp_avg_sq) const {
+  return ReadRange(tensors_, name, begin, count, exp_avg, exp_avg_sq);
+}
+
+absl::Status TrainStateReader::LoadInto(AdamW& optimizer) const {
+  const FlatLayout& layout = optimizer.layout();
+  const FlatRange owned = optimizer.owned();
+  std::span<float> m = optimizer.exp_avg(), v = optimizer.exp_avg_sq();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const FlatRange r = layout.range(i);
+    const int64_t begin = std::max(r.begin, owned.begin), end = std::min(r.end, owned.end);
+    if (begin >= end) continue;
+    const ParamSpec& p = layout.param(i);
+    HCP_ASSIGN_OR_RETURN(TensorInfo info, tensors_.Info(ExpAvgName(p.name)));
+    if (info.shape != p.shape) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("optimizer state in ", dir_, ": ", Quote(ExpAvgName(p.name)), " has shape ",
+                       ShapeString(info.shape), ", the parameter ", ShapeString(p.shape)));
+    }
+    HCP_RETURN_IF_ERROR(ReadRange(tensors_, p.name, begin - r.begin, end - begin,
+                                  m.data() + (begin - owned.begin),
+                                  v.data() + (begin - owned.begin)));
+  }
+  optimizer.set_updates(state_.optimizer_updates);
+  return absl::OkStatus();
+}
+
+}  // namespace hcp::train

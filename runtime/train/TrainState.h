@@ -1,0 +1,124 @@
+// Optimizer-state checkpoints: everything beyond the model weights that exact resume needs.
+//
+// In a checkpoint directory DIR (the model weights, written by runtime/weights/Checkpoint.h,
+// live beside them; this file does not touch model.safetensors):
+//   DIR/optimizer/         the AdamW moments as a checkpoint directory (Checkpoint.h: one
+//                          model.safetensors, or shards + index above max_shard_bytes), F32,
+//                          full tensors under "<HF name>.exp_avg" and "<HF name>.exp_avg_sq".
+//                          Every file's metadata holds "hybridcp.step" = the state's step.
+//   DIR/train_state.json   {"format": "hybridcp.train_state", "version": 1, "step": 12,
+//                           "data": {"epoch": 0, "position": 49164},
+//                           "rng": {"seed": 1234, "counter": 0},
+//                           "optimizer": {"name": "adamw", "updates": 11, "beta1": 0.9,
+//                                         "beta2": 0.95, "eps": 1e-08, "weight_decay": 0.1,
+//                                         "max_grad_norm": 1.0},
+//                           "schedule": {"max_lr": 0.0003, "min_lr": 3e-05,
+//                                        "warmup_steps": 100, "total_steps": 1000}}
+// Every file is written atomically, the JSON last: a present train_state.json names tensors
+// that are complete, and the step in the tensor metadata catches a directory whose tensors were
+// rewritten by a later save that did not get to write its JSON.
+// The moments are stored whole, by parameter name, so a run with another cp/dp split (another
+// sharding of the optimizer) can load them: a sharded writer gathers each tensor first and
+// hands SaveTrainState full per-parameter arrays; a sharded reader reads its slices
+// (ReadMomentsRange, or LoadInto for an AdamW that owns a flat range).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/train/AdamW.h"
+#include "runtime/train/TokenData.h"
+#include "runtime/weights/Checkpoint.h"
+
+namespace hcp::train {
+
+inline constexpr char kTrainStateFileName[] = "train_state.json";
+inline constexpr char kOptimizerDirName[] = "optimizer";
+inline constexpr char kTrainStateFormat[] = "hybridcp.train_state";
+inline constexpr int kTrainStateVersion = 1;
+inline constexpr char kOptimizerStepKey[] = "hybridcp.step";
+
+// The runtime's random-number state: the seed and the next counter of its counter-based streams
+// (runtime/weights/Init.h).
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+  bool operator==(const RngState&) const = default;
+};
+
+struct TrainState {
+  int64_t step = 0;  // steps completed, skipped ones included: the next step's index
+  DataState data;    // where the next step's data begins
+  RngState rng;
+  int64_t optimizer_updates = 0;  // AdamW updates applied (its t); step minus the skipped steps
+  AdamWConfig optimizer;
+  LrSchedule schedule;
+};
+
+// Every value in range: step >= 0, 0 <= optimizer_updates <= step, data state non-negative,
+// ValidateAdamWConfig and ValidateSchedule.
+absl::Status ValidateTrainState(const TrainState& state);
+
+// train_state.json's text, and back. Parsing is strict: every field present with its type, a
+// known format and a version this build reads; the message names the file and the field.
+std::string TrainStateJson(const TrainState& state);
+absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::string_view what);
+
+// "<param>.exp_avg" and "<param>.exp_avg_sq".
+std::string ExpAvgName(std::string_view param);
+std::string ExpAvgSqName(std::string_view param);
+
+// The full moments of one parameter; both spans hold numel(shape) values.
+struct MomentsToWrite {
+  std::string name;  // the parameter's Hugging Face name
+  std::vector<int64_t> shape;
+  std::span<const float> exp_avg;
+  std::span<const float> exp_avg_sq;
+};
+
+// The moments of every parameter of an optimizer that owns them all (views into `optimizer`).
+absl::StatusOr<std::vector<MomentsToWrite>> MomentsOf(const AdamW& optimizer);
+
+// Writes DIR/optimizer/ then DIR/train_state.json (see above). `state` must validate.
+absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
+                            const std::vector<MomentsToWrite>& moments,
+                            int64_t max_shard_bytes = kDefaultMaxShardBytes);
+
+class TrainStateReader {
+ public:
+  // Reads DIR/train_state.json, opens DIR/optimizer/ and checks it against the model's
+  // parameters `expected`: for each one both moments present, F32, with the parameter's shape,
+  // and no other tensors; every problem is listed in one message ("optimizer state in DIR does
+  // not match the model: 'w.exp_avg' has shape [3, 2], the parameter [2, 3]; missing
+  // 'b.exp_avg_sq'; ..."). Also checks the tensors were written for the JSON's step.
+  static absl::StatusOr<TrainStateReader> Open(const std::string& dir,
+                                               const std::vector<ParamSpec>& expected);
+
+  const TrainState& state() const { return state_; }
+  const std::string& dir() const { return dir_; }
+
+  // Both moments of parameter `name`, whole: the spans must hold its numel values.
+  absl::Status ReadMoments(std::string_view name, std::span<float> exp_avg,
+                           std::span<float> exp_avg_sq) const;
+  // Elements [begin, begin + count) of both flattened moments (a shard of the parameter).
+  absl::Status ReadMomentsRange(std::string_view name, int64_t begin, int64_t count, float* exp_avg,
+                                float* exp_avg_sq) const;
+  // Fills the moments of the optimizer's owned range, whichever range that is, and sets its
+  // update count to the state's optimizer_updates.
+  absl::Status LoadInto(AdamW& optimizer) const;
+
+ private:
+  TrainStateReader(std::string dir, CheckpointReader tensors, TrainState state)
+      : dir_(std::move(dir)), tensors_(std::move(tensors)), state_(std::move(state)) {}
+
+  std::string dir_;
+  CheckpointReader tensors_;
+  TrainState state_;
+};
+
+}  // namespace hcp::train

@@ -1,0 +1,34 @@
+// Number and duration formatting.
+#include "runtime/train/Format.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace hcp::train {
+namespace {
+
+TEST(Format, Count) {
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(1000), "1,000");
+  EXPECT_EQ(FormatCount(16388), "16,388");
+  EXPECT_EQ(FormatCount(1234567), "1,234,567");
+  EXPECT_EQ(FormatCount(-1234), "-1,234");
+  EXPECT_EQ(FormatCount(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");
+}
+
+TEST(Format, Duration) {
+  EXPECT_EQ(FormatDuration(0), "0:00:00");
+  EXPECT_EQ(FormatDuration(83), "0:01:23");
+  EXPECT_EQ(FormatDuration(59.6), "0:01:00");
+  EXPECT_EQ(FormatDuration(3600), "1:00:00");
+  EXPECT_EQ(FormatDuration(90061), "25:01:01");
+  EXPECT_EQ(FormatDuration(-1), "-:--:--");
+  EXPECT_EQ(FormatDuration(std::nan("")), "-:--:--");
+  EXPECT_EQ(FormatDuration(std::numeric_limits<double>::infinity()), "-:--:--");
+}
+
+}  // namespace
+}  // namespace hcp::train

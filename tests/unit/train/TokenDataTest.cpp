@@ -1,0 +1,371 @@
+// Token files (format, validation) and the batching rule (windows, split over dp and gradient
+// accumulation, wrap-around, resume).
+#include "runtime/train/TokenData.h"
+
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/train/TestUtil.h"
+
+namespace hcp::train {
+namespace {
+
+using testing::FailsWith;
+using testing::ReadFileBytes;
+using testing::ScratchDir;
+using testing::WriteFileBytes;
+
+// Tokens 0, 1, ..., n - 1: a token's value is its position, so reads show where they came from.
+std::vector<uint32_t> Iota(int64_t n) {
+  std::vector<uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), 0u);
+  return tokens;
+}
+
+std::string Header(uint32_t token_bytes, uint32_t reserved = 0) {
+  std::string bytes(kTokenFileMagic, sizeof(kTokenFileMagic));
+  bytes.append(reinterpret_cast<const char*>(&token_bytes), 4);
+  bytes.append(reinterpret_cast<const char*>(&reserved), 4);
+  return bytes;
+}
+
+// A token file of `tokens` at dir/name, opened.
+TokenFile WriteAndOpen(const ScratchDir& dir, const std::string& name,
+                       const std::vector<uint32_t>& tokens, TokenDType dtype = TokenDType::U32) {
+  EXPECT_TRUE(WriteTokenFile(dir / name, tokens, dtype).ok());
+  absl::StatusOr<TokenFile> file = TokenFile::Open(dir / name);
+  EXPECT_TRUE(file.ok()) << file.status();
+  return *std::move(file);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Files
+
+TEST(TokenFile, WritesHeaderThenTokens) {
+  ScratchDir dir;
+  ASSERT_TRUE(
+      WriteTokenFile(dir / "a.bin", std::vector<uint32_t>{1, 2, 65535}, TokenDType::U16).ok());
+  std::string bytes = ReadFileBytes(dir / "a.bin");
+  ASSERT_EQ(bytes.size(), 16u + 6u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("HCPTOK1\0", 8));
+  EXPECT_EQ(bytes.substr(8, 8), std::string("\x02\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(bytes.substr(16), std::string("\x01\0\x02\0\xff\xff", 6));
+
+  absl::StatusOr<TokenFile> file = TokenFile::Open(dir / "a.bin");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->has_header());
+  EXPECT_EQ(file->dtype(), TokenDType::U16);
+  ASSERT_EQ(file->size(), 3);
+  EXPECT_EQ(file->at(0), 1u);
+  EXPECT_EQ(file->at(2), 65535u);
+}
+
+TEST(TokenFile, RoundTripsU32) {
+  ScratchDir dir;
+  std::vector<uint32_t> tokens = {0, 70000, 4000000000u, 7};
+  TokenFile file = WriteAndOpen(dir, "a.bin", tokens, TokenDType::U32);
+  EXPECT_EQ(file.dtype(), TokenDType::U32);
+  ASSERT_EQ(file.size(), 4);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(file.at(i), tokens[i]);
+}
+
+TEST(TokenFile, ReadsRawFilesWhenTheDtypeIsGiven) {
+  ScratchDir dir;
+  const uint16_t u16[] = {5, 6, 7};
+  WriteFileBytes(dir / "raw16.bin", std::string(reinterpret_cast<const char*>(u16), 6));
+  absl::StatusOr<TokenFile> file = TokenFile::OpenRaw(dir / "raw16.bin", TokenDType::U16);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_FALSE(file->has_header());
+  ASSERT_EQ(file->size(), 3);
+  EXPECT_EQ(file->at(2), 7u);
+
+  absl::StatusOr<TokenFile> as_u32 = TokenFile::OpenRaw(dir / "raw16.bin", TokenDType::U32);
+  EXPECT_TRUE(FailsWith(as_u32.status(), "6 bytes of tokens is not a whole number of 4-byte"));
+  // A raw file has no header for Open to find.
+  EXPECT_TRUE(FailsWith(TokenFile::Open(dir / "raw16.bin").status(),
+                        "shorter than the 16-byte HCPTOK1 header"));
+}
+
+TEST(TokenFile, RawOpenOfAHeaderFileIsRefused) {
+  ScratchDir dir;
+  ASSERT_TRUE(WriteTokenFile(dir / "a.bin", std::vector<uint32_t>{1, 2}, TokenDType::U16).ok());
+  EXPECT_TRUE(FailsWith(TokenFile::OpenRaw(dir / "a.bin", TokenDType::U16).status(),
+                        "starts with the HCPTOK1 header"));
+}
+
+TEST(TokenFile, BadFilesSayWhatIsWrong) {
+  ScratchDir dir;
+  absl::StatusOr<TokenFile> missing = TokenFile::Open(dir / "missing.bin");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(FailsWith(missing.status(), "missing.bin: no such token file"));
+
+  WriteFileBytes(dir / "short.bin", "HCPTOK1");
+  EXPECT_TRUE(FailsWith(TokenFile::Open(dir / "short.bin").status(),
+                        "short.bin: 7 bytes, shorter than the 16-byte HCPTOK1 header"));
+
+  WriteFileBytes(dir / "magic.bin", std::string(32, 'x'));
+  EXPECT_TRUE(FailsWith(TokenFile::Open(dir / "magic.bin").status(),
+                        "does not start with the HCPTOK1 header"));
+
+  WriteFileBytes(dir / "width.bin", Header(3) + "abc");
+  EXPECT_TRUE(
+      FailsWith(TokenFile::Open(dir / "width.bin").status(), "header says 3 bytes per token"));
+
+  WriteFileBytes(dir / "reserved.bin", Header(2, 9) + "ab");
+  EXPECT_TRUE(
+      FailsWith(TokenFile::Open(dir / "reserved.bin").status(), "reserved field is 9, expected 0"));
+
+  WriteFileBytes(dir / "truncated.bin", Header(2) + "abc");
+  absl::StatusOr<TokenFile> truncated = TokenFile::Open(dir / "truncated.bin");
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(FailsWith(truncated.status(),
+                        "3 bytes of tokens is not a whole number of 2-byte (uint16) tokens"));
+
+  EXPECT_TRUE(FailsWith(TokenFile::Open(dir.path()).status(), "not a regular file"));
+}
+
+TEST(TokenFile, EmptyFilesOpenWithNoTokens) {
+  ScratchDir dir;
+  WriteFileBytes(dir / "empty.bin", "");
+  absl::StatusOr<TokenFile> raw = TokenFile::OpenRaw(dir / "empty.bin", TokenDType::U16);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(raw->size(), 0);
+  TokenFile header_only = WriteAndOpen(dir, "h.bin", {});
+  EXPECT_EQ(header_only.size(), 0);
+}
+
+TEST(TokenFile, U16RefusesWideTokensNamingThePosition) {
+  ScratchDir dir;
+  EXPECT_TRUE(
+      FailsWith(WriteTokenFile(dir / "a.bin", std::vector<uint32_t>{1, 2, 70000}, TokenDType::U16),
+                "token 70000 at position 2 does not fit in uint16"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a.bin"));  // nothing left behind
+}
+
+TEST(TokenFile, MovesKeepTheMapping) {
+  ScratchDir dir;
+  TokenFile a = WriteAndOpen(dir, "a.bin", {3, 4, 5});
+  TokenFile b = std::move(a);
+  EXPECT_EQ(a.size(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  ASSERT_EQ(b.size(), 3);
+  EXPECT_EQ(b.at(1), 4u);
+  TokenFile c = WriteAndOpen(dir, "c.bin", {9});
+  c = std::move(b);
+  EXPECT_EQ(c.at(2), 5u);
+}
+
+TEST(TokenFile, ParsesDtypeNames) {
+  EXPECT_EQ(*ParseTokenDType("uint16"), TokenDType::U16);
+  EXPECT_EQ(*ParseTokenDType("u32"), TokenDType::U32);
+  EXPECT_TRUE(FailsWith(ParseTokenDType("int8").status(), "unknown token dtype \"int8\""));
+  EXPECT_EQ(TokenDTypeBytes(TokenDType::U32), 4);
+  EXPECT_EQ(TokenDTypeName(TokenDType::U16), "uint16");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Batching
+
+TEST(Batching, ConfigIsValidated) {
+  BatchConfig c{.seq = 8, .micro_batch = 2, .dp = 2, .grad_accum = 3, .vocab = 100};
+  EXPECT_TRUE(ValidateBatchConfig(c).ok());
+  EXPECT_EQ(c.global_batch(), 12);
+  EXPECT_EQ(c.step_tokens(), 12 * 9);
+  BatchConfig bad = c;
+  bad.seq = 0;
+  EXPECT_TRUE(FailsWith(ValidateBatchConfig(bad), "seq must be positive, got 0"));
+  bad = c;
+  bad.grad_accum = -1;
+  EXPECT_TRUE(FailsWith(ValidateBatchConfig(bad), "grad_accum must be positive"));
+  bad = c;
+  bad.vocab = int64_t{1} << 31;
+  EXPECT_TRUE(FailsWith(ValidateBatchConfig(bad), "does not fit the int32 token inputs"));
+  bad = c;
+  bad.micro_batch = int64_t{1} << 62;
+  EXPECT_TRUE(FailsWith(ValidateBatchConfig(bad), "overflow"));
+}
+
+TEST(Batching, FileTooShortForOneStep) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "data.bin", Iota(1000));
+  BatchConfig c{.seq = 4096, .micro_batch = 1, .dp = 2, .grad_accum = 2, .vocab = 50000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  EXPECT_TRUE(FailsWith(batcher.status(),
+                        "data.bin has 1,000 tokens; one step needs global_batch * (seq + 1) = "
+                        "4 * (4096 + 1) = 16,388 (global_batch = micro_batch 1 * dp 2 * "
+                        "grad_accum 2)"));
+}
+
+TEST(Batching, InputsAndTargetsAreShiftedWindows) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(100));
+  BatchConfig c{.seq = 4, .micro_batch = 2, .dp = 1, .grad_accum = 1, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  absl::StatusOr<StepBatch> step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->inputs, (std::vector<int32_t>{0, 1, 2, 3, 5, 6, 7, 8}));
+  EXPECT_EQ(step->targets, (std::vector<int32_t>{1, 2, 3, 4, 6, 7, 8, 9}));
+  EXPECT_EQ(step->start, (DataState{0, 0}));
+  EXPECT_EQ(batcher->state(), (DataState{0, 10}));
+  step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->micro_inputs(0)[0], 10);
+  EXPECT_EQ(step->micro_targets(0)[7], 19);
+}
+
+// Every (dp rank, accumulation step) pair reads its own rows of the global batch, and together
+// they read every window of the step exactly once, at (a * dp + d) * micro_batch + i.
+TEST(Batching, RanksAndAccumulationStepsPartitionTheGlobalBatch) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(1000));
+  BatchConfig c{.seq = 3, .micro_batch = 2, .dp = 3, .grad_accum = 2, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  const DataState state{0, 7};  // any start
+  std::multiset<int64_t> windows;
+  for (int64_t d = 0; d < c.dp; ++d) {
+    for (int64_t a = 0; a < c.grad_accum; ++a) {
+      std::vector<int32_t> in(6), target(6), again_in(6), again_target(6);
+      ASSERT_TRUE(batcher->ReadMicroBatch(state, d, a, in, target).ok());
+      ASSERT_TRUE(batcher->ReadMicroBatch(state, d, a, again_in, again_target).ok());
+      EXPECT_EQ(in, again_in);  // deterministic
+      EXPECT_EQ(target, again_target);
+      for (int64_t i = 0; i < c.micro_batch; ++i) {
+        const int64_t window = (in[i * c.seq] - state.position) / (c.seq + 1);
+        EXPECT_EQ(window, (a * c.dp + d) * c.micro_batch + i);
+        EXPECT_EQ(window, GlobalSequenceIndex(c, d, a, i));
+        windows.insert(window);
+      }
+    }
+  }
+  std::multiset<int64_t> expected;
+  for (int64_t s = 0; s < c.global_batch(); ++s) expected.insert(s);
+  EXPECT_EQ(windows, expected);
+}
+
+TEST(Batching, NextStepReadsThisRanksMicroBatchesInOrder) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(1000));
+  BatchConfig c{.seq = 2, .micro_batch = 1, .dp = 2, .grad_accum = 2, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok());
+  absl::StatusOr<StepBatch> rank1 = batcher->NextStep(1);
+  ASSERT_TRUE(rank1.ok());
+  // Windows of 3: rank 1 gets window 1 (a = 0) and window 3 (a = 1).
+  EXPECT_EQ(rank1->inputs, (std::vector<int32_t>{3, 4, 9, 10}));
+  EXPECT_EQ(rank1->targets, (std::vector<int32_t>{4, 5, 10, 11}));
+}
+
+TEST(Batching, WrapsAroundIntoTheNextEpoch) {
+  ScratchDir dir;
+  // step_tokens = 2 * 5 = 10; 25 tokens hold two steps, the tail of 5 is skipped.
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(25));
+  BatchConfig c{.seq = 4, .micro_batch = 2, .dp = 1, .grad_accum = 1, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok());
+  std::vector<StepBatch> steps;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<StepBatch> step = batcher->NextStep(0);
+    ASSERT_TRUE(step.ok()) << step.status();
+    steps.push_back(*step);
+  }
+  EXPECT_EQ(steps[1].start, (DataState{0, 10}));
+  EXPECT_EQ(steps[2].start, (DataState{1, 0}));
+  EXPECT_EQ(steps[2].inputs, steps[0].inputs);
+  EXPECT_EQ(batcher->state(), (DataState{1, 10}));
+  // A step wraps exactly when fewer than step_tokens tokens remain at its start.
+  EXPECT_EQ(batcher->StepStart({0, 15}), (DataState{0, 15}));
+  EXPECT_EQ(batcher->StepStart({0, 16}), (DataState{1, 0}));
+  EXPECT_EQ(batcher->StepStart({0, 25}), (DataState{1, 0}));
+  EXPECT_EQ(batcher->NextState({3, 20}), (DataState{4, 10}));
+}
+
+TEST(Batching, TokenOutsideVocabNamesItsPosition) {
+  ScratchDir dir;
+  std::vector<uint32_t> tokens(100, 1);
+  tokens[13] = 300;
+  TokenFile file = WriteAndOpen(dir, "data.bin", tokens);
+  BatchConfig c{.seq = 4, .micro_batch = 2, .dp = 1, .grad_accum = 1, .vocab = 300};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok());
+  ASSERT_TRUE(batcher->NextStep(0).ok());  // tokens 0..9
+  absl::StatusOr<StepBatch> bad = batcher->NextStep(0);
+  EXPECT_TRUE(FailsWith(bad.status(), "data.bin: token 300 at position 13 is >= vocab 300"));
+  EXPECT_EQ(batcher->state(), (DataState{0, 10}));  // unchanged by the failed step
+}
+
+TEST(Batching, ResumeFromASavedStateContinuesExactly) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(173));
+  BatchConfig c{.seq = 5, .micro_batch = 2, .dp = 2, .grad_accum = 2, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> first = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(first.ok());
+  DataState saved;
+  std::vector<StepBatch> after;
+  for (int step = 0; step < 7; ++step) {  // crosses an epoch boundary (173 / 48 = 3 steps)
+    absl::StatusOr<StepBatch> batch = first->NextStep(1);
+    ASSERT_TRUE(batch.ok());
+    if (step == 3) saved = first->state();
+    if (step > 3) after.push_back(*batch);
+  }
+  absl::StatusOr<TokenBatcher> resumed = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE(resumed->Restore(saved).ok());
+  for (const StepBatch& want : after) {
+    absl::StatusOr<StepBatch> got = resumed->NextStep(1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->start, want.start);
+    EXPECT_EQ(got->inputs, want.inputs);
+    EXPECT_EQ(got->targets, want.targets);
+  }
+  EXPECT_EQ(resumed->state(), first->state());
+}
+
+// The global batch of a step depends only on seq and global_batch, not on the split.
+TEST(Batching, AnotherSplitOfTheSameGlobalBatchReadsTheSameSequences) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(500));
+  auto global_batch = [&](const BatchConfig& c, DataState state) {
+    absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+    EXPECT_TRUE(batcher.ok());
+    std::vector<std::vector<int32_t>> rows(c.global_batch());
+    for (int64_t d = 0; d < c.dp; ++d) {
+      for (int64_t a = 0; a < c.grad_accum; ++a) {
+        std::vector<int32_t> in(c.micro_batch * c.seq), target(c.micro_batch * c.seq);
+        EXPECT_TRUE(batcher->ReadMicroBatch(state, d, a, in, target).ok());
+        for (int64_t i = 0; i < c.micro_batch; ++i) {
+          rows[GlobalSequenceIndex(c, d, a, i)].assign(in.begin() + i * c.seq,
+                                                       in.begin() + (i + 1) * c.seq);
+        }
+      }
+    }
+    return rows;
+  };
+  BatchConfig dp4{.seq = 6, .micro_batch = 1, .dp = 4, .grad_accum = 1, .vocab = 1000};
+  BatchConfig dp1{.seq = 6, .micro_batch = 2, .dp = 1, .grad_accum = 2, .vocab = 1000};
+  BatchConfig dp2{.seq = 6, .micro_batch = 1, .dp = 2, .grad_accum = 2, .vocab = 1000};
+  EXPECT_EQ(global_batch(dp4, {0, 28}), global_batch(dp1, {0, 28}));
+  EXPECT_EQ(global_batch(dp4, {0, 28}), global_batch(dp2, {0, 28}));
+}
+
+TEST(Batching, BadRequestsAreRefused) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "data.bin", Iota(100));
+  BatchConfig c{.seq = 4, .micro_batch = 2, .dp = 2, .grad_accum = 1, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok());
+  EXPECT_TRUE(FailsWith(batcher->Restore({0, 101}), "does not fit"));
+  EXPECT_TRUE(FailsWith(batcher->Restore({-1, 0}), "was it saved with another data file?"));
+  EXPECT_TRUE(batcher->Restore({2, 100}).ok());  // at the very end: the next step wraps
+  std::vector<int32_t> in(8), target(8), small(7);
+  EXPECT_TRUE(FailsWith(batcher->ReadMicroBatch({}, 2, 0, in, target), "dp rank 2"));
+  EXPECT_TRUE(FailsWith(batcher->ReadMicroBatch({}, 0, 1, in, target), "accumulation step 1"));
+  EXPECT_TRUE(FailsWith(batcher->ReadMicroBatch({}, 0, 0, small, target),
+                        "expected micro_batch * seq = 8"));
+}
+
+}  // namespace
+}  // namespace hcp::train

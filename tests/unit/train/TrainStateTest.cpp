@@ -1,0 +1,272 @@
+// Optimizer-state checkpoints: round trips (whole and sharded), and every corruption giving a
+// clear message.
+#include "runtime/train/TrainState.h"
+
+#include <filesystem>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/train/TestUtil.h"
+
+namespace hcp::train {
+namespace {
+
+using testing::FailsWith;
+using testing::ReadFileBytes;
+using testing::ScratchDir;
+using testing::WriteFileBytes;
+
+TrainState SomeState() {
+  TrainState s;
+  s.step = 12;
+  s.data = {2, 49164};
+  s.rng = {std::numeric_limits<uint64_t>::max(), 77};
+  s.optimizer_updates = 11;
+  s.optimizer = {
+      .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .max_grad_norm = 1.0};
+  s.schedule = {.max_lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 100, .total_steps = 1000};
+  return s;
+}
+
+void ExpectSameState(const TrainState& a, const TrainState& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.rng, b.rng);
+  EXPECT_EQ(a.optimizer_updates, b.optimizer_updates);
+  EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
+  EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
+  EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
+  EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
+  EXPECT_EQ(a.optimizer.max_grad_norm, b.optimizer.max_grad_norm);
+  EXPECT_EQ(a.schedule.max_lr, b.schedule.max_lr);
+  EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
+  EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
+  EXPECT_EQ(a.schedule.total_steps, b.schedule.total_steps);
+}
+
+std::vector<float> ToVector(std::span<const float> s) { return {s.begin(), s.end()}; }
+
+// Three parameters and an optimizer that has taken two steps, so its moments are not zero.
+class TrainStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    specs_ = {ParamSpec::WithDefaultDecay("model.embed_tokens.weight", {4, 3}),
+              ParamSpec::WithDefaultDecay("model.norm.weight", {3}),
+              ParamSpec::WithDefaultDecay("lm_head.weight", {2, 3})};
+    absl::StatusOr<FlatLayout> layout = FlatLayout::Create(specs_);
+    ASSERT_TRUE(layout.ok());
+    layout_ = *layout;
+    absl::StatusOr<AdamW> opt = AdamW::Create(layout_, SomeState().optimizer);
+    ASSERT_TRUE(opt.ok());
+    params_.resize(layout_.total());
+    std::vector<float> grads(layout_.total());
+    for (int64_t i = 0; i < layout_.total(); ++i) {
+      params_[i] = 0.1f * static_cast<float>(i);
+      grads[i] = 0.01f * static_cast<float>(i % 7) - 0.03f;
+    }
+    std::vector<ParamGrad> tensors;
+    for (size_t i = 0; i < layout_.size(); ++i) {
+      tensors.push_back({params_.data() + layout_.offset(i), grads.data() + layout_.offset(i)});
+    }
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE(opt->Step(1e-3, 1.0, tensors).ok());
+    opt_.emplace(*std::move(opt));
+    state_ = SomeState();
+    state_.optimizer_updates = opt_->updates();
+  }
+
+  absl::Status Save(const TrainState& state) {
+    absl::StatusOr<std::vector<MomentsToWrite>> moments = MomentsOf(*opt_);
+    if (!moments.ok()) return moments.status();
+    return SaveTrainState(dir_.path(), state, *moments);
+  }
+  std::string OptimizerFile() const { return dir_ / "optimizer/model.safetensors"; }
+
+  ScratchDir dir_;
+  std::vector<ParamSpec> specs_;
+  FlatLayout layout_;
+  std::vector<float> params_;
+  std::optional<AdamW> opt_;
+  TrainState state_;
+};
+
+TEST_F(TrainStateTest, JsonRoundTrips) {
+  const TrainState s = SomeState();
+  absl::StatusOr<TrainState> back = ParseTrainStateJson(TrainStateJson(s), "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameState(*back, s);
+  EXPECT_NE(TrainStateJson(s).find("\"format\": \"hybridcp.train_state\""), std::string::npos);
+}
+
+TEST_F(TrainStateTest, SavesAndLoadsExactly) {
+  ASSERT_TRUE(Save(state_).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ / kTrainStateFileName));
+  EXPECT_TRUE(std::filesystem::exists(OptimizerFile()));
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ExpectSameState(reader->state(), state_);
+
+  absl::StatusOr<AdamW> fresh = AdamW::Create(layout_, reader->state().optimizer);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(reader->LoadInto(*fresh).ok());
+  EXPECT_EQ(fresh->updates(), 2);
+  EXPECT_EQ(ToVector(fresh->exp_avg()), ToVector(opt_->exp_avg()));
+  EXPECT_EQ(ToVector(fresh->exp_avg_sq()), ToVector(opt_->exp_avg_sq()));
+
+  std::vector<float> m(6), v(6);
+  ASSERT_TRUE(reader->ReadMoments("lm_head.weight", m, v).ok());
+  EXPECT_EQ(m, ToVector(*opt_->ExpAvgOf("lm_head.weight")));
+  EXPECT_EQ(v, ToVector(*opt_->ExpAvgSqOf("lm_head.weight")));
+  std::vector<float> wrong(5);
+  EXPECT_TRUE(FailsWith(reader->ReadMoments("lm_head.weight", wrong, v),
+                        "have 6 elements; buffers of 5 and 6 given"));
+  float one_m = 0, one_v = 0;
+  ASSERT_TRUE(reader->ReadMomentsRange("model.norm.weight", 2, 1, &one_m, &one_v).ok());
+  EXPECT_EQ(one_m, (*opt_->ExpAvgOf("model.norm.weight"))[2]);
+}
+
+// Moments saved whole load into any sharding of the optimizer (another cp/dp split).
+TEST_F(TrainStateTest, LoadsIntoAnotherSharding) {
+  ASSERT_TRUE(Save(state_).ok());
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (int64_t parts : {2, 3, 5}) {
+    std::vector<float> m, v;
+    for (int64_t k = 0; k < parts; ++k) {
+      absl::StatusOr<AdamW> shard =
+          AdamW::Create(layout_, state_.optimizer, ShardRange(layout_.total(), k, parts));
+      ASSERT_TRUE(shard.ok());
+      ASSERT_TRUE(reader->LoadInto(*shard).ok());
+      EXPECT_EQ(shard->updates(), 2);
+      m.insert(m.end(), shard->exp_avg().begin(), shard->exp_avg().end());
+      v.insert(v.end(), shard->exp_avg_sq().begin(), shard->exp_avg_sq().end());
+    }
+    EXPECT_EQ(m, ToVector(opt_->exp_avg())) << parts;
+    EXPECT_EQ(v, ToVector(opt_->exp_avg_sq())) << parts;
+  }
+}
+
+TEST_F(TrainStateTest, ShardedFilesLoadToo) {
+  absl::StatusOr<std::vector<MomentsToWrite>> moments = MomentsOf(*opt_);
+  ASSERT_TRUE(moments.ok());
+  ASSERT_TRUE(SaveTrainState(dir_.path(), state_, *moments, /*max_shard_bytes=*/64).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "optimizer/model.safetensors.index.json"));
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<AdamW> fresh = AdamW::Create(layout_, state_.optimizer);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(reader->LoadInto(*fresh).ok());
+  EXPECT_EQ(ToVector(fresh->exp_avg_sq()), ToVector(opt_->exp_avg_sq()));
+}
+
+TEST_F(TrainStateTest, SavingRefusesWhatCouldNotBeLoaded) {
+  TrainState bad = state_;
+  bad.optimizer_updates = bad.step + 1;
+  EXPECT_TRUE(FailsWith(Save(bad), "need 0 <= optimizer updates (13) <= step (12)"));
+  bad = state_;
+  bad.data.position = -1;
+  EXPECT_TRUE(FailsWith(Save(bad), "must not be negative"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / kTrainStateFileName));
+  absl::StatusOr<AdamW> shard = AdamW::Create(layout_, state_.optimizer, FlatRange{0, 5});
+  ASSERT_TRUE(shard.ok());
+  EXPECT_TRUE(FailsWith(MomentsOf(*shard).status(), "gather each parameter's moments"));
+}
+
+TEST_F(TrainStateTest, MissingTensorIsNamed) {
+  absl::StatusOr<std::vector<MomentsToWrite>> moments = MomentsOf(*opt_);
+  ASSERT_TRUE(moments.ok());
+  moments->pop_back();  // lm_head.weight
+  ASSERT_TRUE(SaveTrainState(dir_.path(), state_, *moments).ok());
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  EXPECT_TRUE(FailsWith(reader.status(),
+                        "does not match the model: missing "
+                        "'lm_head.weight.exp_avg'; missing "
+                        "'lm_head.weight.exp_avg_sq'"));
+}
+
+TEST_F(TrainStateTest, WrongShapeAndExtraTensorsAreNamed) {
+  ASSERT_TRUE(Save(state_).ok());
+  std::vector<ParamSpec> other = specs_;
+  other[2].shape = {3, 2};
+  other.erase(other.begin() + 1);  // the model has no norm weight
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), other);
+  EXPECT_TRUE(FailsWith(reader.status(),
+                        "'lm_head.weight.exp_avg' has shape [2, 3], the parameter [3, 2]"));
+  EXPECT_TRUE(
+      FailsWith(reader.status(), "unexpected 'model.norm.weight.exp_avg' (no model parameter"));
+  // LoadInto checks the optimizer's own layout too.
+  absl::StatusOr<TrainStateReader> good = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(good.ok());
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(other);
+  ASSERT_TRUE(layout.ok());
+  absl::StatusOr<AdamW> opt = AdamW::Create(*layout, state_.optimizer);
+  ASSERT_TRUE(opt.ok());
+  EXPECT_TRUE(FailsWith(good->LoadInto(*opt), "has shape [2, 3], the parameter [3, 2]"));
+}
+
+TEST_F(TrainStateTest, TruncatedTensorFileIsRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string bytes = ReadFileBytes(OptimizerFile());
+  WriteFileBytes(OptimizerFile(), bytes.substr(0, bytes.size() - 10));
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  EXPECT_FALSE(reader.ok());
+  EXPECT_TRUE(FailsWith(reader.status(), "model.safetensors"));
+  WriteFileBytes(OptimizerFile(), bytes.substr(0, 5));
+  EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(), "model.safetensors"));
+  std::filesystem::remove(OptimizerFile());
+  EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(),
+                        "holds neither model.safetensors"));
+}
+
+TEST_F(TrainStateTest, BadJsonIsRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string path = dir_ / kTrainStateFileName;
+  const std::string good = ReadFileBytes(path);
+  auto open_with = [&](const std::string& text) {
+    WriteFileBytes(path, text);
+    return TrainStateReader::Open(dir_.path(), specs_).status();
+  };
+  EXPECT_TRUE(FailsWith(open_with(good.substr(0, good.size() / 2)), "not valid JSON"));
+  EXPECT_TRUE(FailsWith(open_with("[]"), "not a JSON object"));
+  EXPECT_TRUE(FailsWith(open_with(R"({"format": "other"})"), "not a hybridcp train state"));
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    size_t pos = text.find(from);
+    EXPECT_NE(pos, std::string::npos) << from;
+    return text.replace(pos, from.size(), to);
+  };
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"version\": 1", "\"version\": 2")),
+                        "version 2; this build reads version 1"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"position\": 49164", "\"position\": \"x\"")),
+                        "\"data.position\" is missing or not an integer"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"seed\"", "\"sead\"")),
+                        "\"rng.seed\" is missing or not a non-negative integer"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"adamw\"", "\"sgd\"")), "\"optimizer.name\""));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"beta2\": 0.95", "\"beta2\": 1.5")),
+                        "beta2 must be in [0, 1)"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"total_steps\": 1000", "\"total_steps\": 0")),
+                        "total_steps must be at least 1"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"step\": 12", "\"step\": 12, \"step\": 13")),
+                        "duplicate key"));
+  // Intact again: loads.
+  EXPECT_TRUE(open_with(good).ok());
+  std::filesystem::remove(path);
+  absl::Status missing = TrainStateReader::Open(dir_.path(), specs_).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(FailsWith(missing, "no train state"));
+}
+
+// The tensors of a later save whose JSON never got written do not pass for the older state.
+TEST_F(TrainStateTest, TensorsFromAnotherStepAreRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string old_json = ReadFileBytes(dir_ / kTrainStateFileName);
+  TrainState later = state_;
+  later.step = 13;
+  ASSERT_TRUE(Save(later).ok());
+  WriteFileBytes(dir_ / kTrainStateFileName, old_json);
+  EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(),
+                        "holds the optimizer state of step 13, but"));
+}
+
+}  // namespace
+}  // namespace hcp::train

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/comm/Agreement.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Init.h"
@@ -37,7 +38,35 @@ void CpuExecutor::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Plan& plan,
                                                                  Options options) {
+  auto local = std::make_unique<comm::LocalCommunicator>();
+  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> exec, Create(plan, *local, options));
+  exec->owned_comm_ = std::move(local);
+  return exec;
+}
+
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Plan& plan,
+                                                                 comm::Communicator& comm,
+                                                                 Options options) {
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CreateOnThisRank(plan, comm, options);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, exec.status()));
+  return exec;
+}
+
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const plan::Plan& plan,
+                                                                           comm::Communicator& comm,
+                                                                           Options options) {
   HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
+  const plan::Mesh& mesh = plan.mesh;
+  if (!comm.has_mesh()) {
+    return absl::FailedPreconditionError(
+        "the communicator has no mesh yet: run comm::CheckRanksAgree with this plan first");
+  }
+  if (comm.mesh().cp != mesh.cp || comm.mesh().dp != mesh.dp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan runs on cp=%d x dp=%d ranks, the communicator has cp=%d x dp=%d (%d rank%s)",
+        mesh.cp, mesh.dp, comm.mesh().cp, comm.mesh().dp, comm.world_size(),
+        comm.world_size() == 1 ? "" : "s"));
+  }
   // Refuse up front what cannot fit, rather than letting an allocation (or the page faults of
   // filling it) fail halfway. Summed with overflow checks: arena sizes come from the file.
   uint64_t total = 0;
@@ -51,7 +80,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Pla
         memory));
   }
 
-  std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
+  std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan, &comm));
   for (int a = 0; a < plan::kNumArenas; ++a) {
     // At least one aligned block, so no base pointer is null; aligned_alloc wants a multiple of
     // the alignment.
@@ -135,6 +164,10 @@ void CpuExecutor::InitializeParameters(uint64_t seed) {
 }
 
 absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
+  return comm::AgreeOnStatus(*comm_, LoadParametersOnThisRank(checkpoint));
+}
+
+absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& checkpoint) {
   // Check everything first, so a bad checkpoint leaves the parameters as they were.
   for (const plan::Parameter& p : plan_.parameters) {
     const plan::Buffer& b = plan_.buffers[p.buffer];
@@ -165,22 +198,51 @@ absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
 
 absl::Status CpuExecutor::SetInputs(std::span<const int32_t> input_ids,
                                     std::span<const int32_t> targets) {
+  return comm::AgreeOnStatus(*comm_, SetInputsOnThisRank(input_ids, targets));
+}
+
+absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids,
+                                              std::span<const int32_t> targets) {
   const auto tokens = static_cast<size_t>(plan_.tokens());
   if (input_ids.size() != tokens || targets.size() != tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
         input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
   }
-  std::copy(input_ids.begin(), input_ids.end(), I32Buffer(plan_.input_ids).begin());
-  std::copy(targets.begin(), targets.end(), I32Buffer(plan_.targets).begin());
+  // This rank's shard: local segment k of sequence b is global segment GlobalSegment(cp_index, k)
+  // (one segment, the whole sequence, for a plan of one rank).
+  const plan::Mesh& mesh = plan_.mesh;
+  const int64_t len = plan_.seq / mesh.segments(), segs = mesh.segments_per_rank();
+  const int64_t cp_index = comm_->cp_index();
+  std::span<int32_t> local_ids = I32Buffer(plan_.input_ids);
+  std::span<int32_t> local_targets = I32Buffer(plan_.targets);
+  for (int64_t b = 0; b < plan_.micro_batch; ++b) {
+    for (int64_t k = 0; k < segs; ++k) {
+      const int64_t from = b * plan_.seq + mesh.GlobalSegment(cp_index, k) * len;
+      const int64_t to = (b * segs + k) * len;
+      std::copy_n(input_ids.begin() + from, len, local_ids.begin() + to);
+      std::copy_n(targets.begin() + from, len, local_targets.begin() + to);
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status CpuExecutor::RunStep() {
+  if (comm_->world_size() == 1) return RunStepOnThisRank();
+  return comm::AgreeOnStatus(*comm_, RunStepOnThisRank());
+}
+
+absl::Status CpuExecutor::RunStepOnThisRank() {
+  absl::Status first_error;
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    HCP_RETURN_IF_ERROR(cpu::RunCpuStep(plan_, i, bases_));
+    // After an error only the collectives run, so that the other ranks are not left waiting.
+    if (!first_error.ok() && !plan::IsCollective(plan_.steps[i].kernel)) continue;
+    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_);
+    if (status.ok()) continue;
+    if (comm_->world_size() == 1) return status;
+    if (first_error.ok()) first_error = status;
   }
-  return absl::OkStatus();
+  return first_error;
 }
 
 float CpuExecutor::Loss() const { return *reinterpret_cast<const float*>(Address(plan_.loss)); }

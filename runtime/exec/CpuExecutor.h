@@ -1,13 +1,25 @@
 // Runs a plan on the CPU: owns the four arenas, fills the parameters, takes a micro-batch and
-// runs the plan's steps in order on the reference kernels.
+// runs the plan's steps in order on the reference kernels; the collectives of context and data
+// parallelism go through a Communicator.
 //
+// One rank:
 //   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
-//   HCP_ASSIGN_OR_RETURN(auto exec, CpuExecutor::Create(plan));
+//   HCP_ASSIGN_OR_RETURN(auto exec, CpuExecutor::Create(plan));  // its own LocalCommunicator
 //   exec->InitializeParameters(seed);            // or LoadParameters(checkpoint)
 //   HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
 //   HCP_RETURN_IF_ERROR(exec->RunStep());        // forward and backward: loss and gradients
 //   float loss = exec->Loss();
 //   std::span<float> g = *exec->Gradient("model.norm.weight");
+//
+// Several ranks (mpirun -np cp*dp): the same, after the ranks have agreed on the plan
+// (runtime/comm/Agreement.h), with the communicator passed to Create:
+//   comm::RankPlan mine = comm::LoadPlanForRank(path);
+//   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world, mine.plan, mine.hash));
+//   HCP_ASSIGN_OR_RETURN(auto exec, CpuExecutor::Create(*mine.plan, world));
+//   ...
+// With more than one rank, every method that returns a Status is collective over the world:
+// every rank calls it at the same point and every rank gets the same status (an error names the
+// ranks it happened on), so one rank's error never leaves the others waiting.
 //
 // Every buffer is (arena, offset, elements) from the plan; nothing is allocated per step
 // except the kernel wrappers' small scratch.
@@ -24,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/backends/cpu/CpuBackend.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/plan/Plan.h"
 
 namespace hcp {
@@ -43,8 +56,18 @@ class CpuExecutor {
 #endif
   };
 
-  // Validates `plan` (again: a Plan may have been assembled in memory), checks that its arenas
-  // fit in this machine's memory and allocates them: parameters, gradients and inputs zeroed.
+  // Validates `plan` (again: a Plan may have been assembled in memory), checks that `comm` has
+  // the plan's mesh (cp and dp: comm::CheckRanksAgree sets it) and that the arenas fit in this
+  // machine's memory, and allocates them: parameters, gradients and inputs zeroed. `comm` must
+  // outlive the executor. Collective over comm's world.
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const plan::Plan& plan,
+                                                             comm::Communicator& comm,
+                                                             Options options);
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const plan::Plan& plan,
+                                                             comm::Communicator& comm) {
+    return Create(plan, comm, Options());
+  }
+  // One rank: the executor owns a LocalCommunicator (the plan's mesh must be cp=1 x dp=1).
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const plan::Plan& plan,
                                                              Options options);
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const plan::Plan& plan) {
@@ -55,6 +78,7 @@ class CpuExecutor {
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
   const plan::Plan& plan() const { return plan_; }
+  comm::Communicator& communicator() const { return *comm_; }
   const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
 
   // Fills every parameter from its init: Normal keyed by the parameter's name (so a parameter
@@ -63,13 +87,21 @@ class CpuExecutor {
   void InitializeParameters(uint64_t seed);
   // Reads every parameter from `checkpoint`, converting bf16/f16 to f32. Each must be there with
   // the plan's shape and a float dtype; otherwise nothing is read and the error names the tensor.
+  // (Every rank reads the whole of every parameter: they are replicated.)
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
 
-  // One micro-batch: ids and targets, micro_batch * seq each (targets may be -100 = ignored).
+  // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, the whole sequences, with
+  // the targets already shifted on the full sequence (targets may be -100 = ignored). Every
+  // rank passes the same global micro-batch of its dp index (ranks of one cp group: the same
+  // sequences); each keeps its own shard, the plan's mesh layout's segments of every sequence.
   absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets);
-  // Runs every step in order. The first failing step stops the run; its error names it.
+  // Runs every step in order. With one rank the first failing step stops the run; its error
+  // names it. With several, a rank whose step fails skips every later step except the
+  // collectives (which it joins with whatever its buffers hold, so nobody waits for it); at the
+  // end every rank returns the same error, naming the ranks and steps that failed.
   absl::Status RunStep();
-  // The plan's loss buffer, as left by the last RunStep.
+  // The plan's loss buffer, as left by the last RunStep (this rank's copy: whatever the plan
+  // reduced into it).
   float Loss() const;
 
   // A parameter's value or gradient by checkpoint name; NotFound names the parameter.
@@ -88,11 +120,20 @@ class CpuExecutor {
   };
   using ArenaMemory = std::unique_ptr<std::byte[], FreeDeleter>;
 
-  explicit CpuExecutor(plan::Plan plan) : plan_(std::move(plan)) {}
+  CpuExecutor(plan::Plan plan, comm::Communicator* comm) : plan_(std::move(plan)), comm_(comm) {}
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> CreateOnThisRank(const plan::Plan& plan,
+                                                                       comm::Communicator& comm,
+                                                                       Options options);
+  absl::Status LoadParametersOnThisRank(const CheckpointReader& checkpoint);
+  absl::Status SetInputsOnThisRank(std::span<const int32_t> input_ids,
+                                   std::span<const int32_t> targets);
+  absl::Status RunStepOnThisRank();
   std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;
 
   plan::Plan plan_;
+  comm::Communicator* comm_;                        // never null
+  std::unique_ptr<comm::Communicator> owned_comm_;  // the LocalCommunicator of one rank
   std::array<ArenaMemory, plan::kNumArenas> arenas_;
   cpu::ArenaBases bases_{};
 };

@@ -15,11 +15,26 @@ static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kNumKernels);
 const KernelInfo& GetKernelInfo(KernelId id) { return kKernels[static_cast<int>(id)]; }
 
 std::optional<KernelId> FindKernel(std::string_view name) {
-  // A linear scan: 37 entries, once per step at load time.
+  // A linear scan: a few dozen entries, once per step at load time.
   for (const KernelInfo& kernel : kKernels) {
     if (kernel.name == name) return kernel.id;
   }
   return std::nullopt;
+}
+
+bool IsCollective(KernelId id) {
+  switch (id) {
+    case KernelId::HaloExchangeForward:
+    case KernelId::HaloExchangeBackward:
+    case KernelId::StateScanForward:
+    case KernelId::StateScanBackward:
+    case KernelId::RingAttentionForward:
+    case KernelId::RingAttentionBackward:
+    case KernelId::AllReduce:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace hcp::plan

@@ -20,8 +20,8 @@ inline constexpr int kNumKernels = 0
 #undef HCP_KERNEL
     ;
 
-// One line of KernelTable.def. A count of -1 depends on the step's flags (ssd_scan's has_init,
-// has_dfinal); ExpectedArity in Plan.h resolves it for a given step.
+// One line of KernelTable.def. A count of -1 depends on the step's flags (causal_conv1d's
+// has_halo, ssd_scan's has_init and has_dfinal); ExpectedArity in Plan.h resolves it for a step.
 struct KernelInfo {
   KernelId id;
   std::string_view name;
@@ -32,5 +32,8 @@ const KernelInfo& GetKernelInfo(KernelId id);
 inline std::string_view KernelName(KernelId id) { return GetKernelInfo(id).name; }
 // nullopt for a name the table does not list.
 std::optional<KernelId> FindKernel(std::string_view name);
+// True for the kernels that communicate (the collectives at the end of KernelTable.def): every
+// rank of their group must run them, in the same order.
+bool IsCollective(KernelId id);
 
 }  // namespace hcp::plan

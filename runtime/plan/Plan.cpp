@@ -56,6 +56,16 @@ std::string_view ParamInitName(ParamInit init) {
   return "?";
 }
 
+std::string_view SequenceLayoutName(SequenceLayout layout) {
+  switch (layout) {
+    case SequenceLayout::Contiguous:
+      return "contiguous";
+    case SequenceLayout::Zigzag:
+      return "zigzag";
+  }
+  return "?";
+}
+
 uint64_t Plan::total_arena_bytes() const {
   uint64_t total = 0;
   for (uint64_t bytes : arena_bytes) total += bytes;
@@ -66,6 +76,10 @@ Arity ExpectedArity(const Step& step) {
   const KernelInfo& info = GetKernelInfo(step.kernel);
   auto flag = [&](size_t i) { return i < step.ints.size() && step.ints[i] != 0 ? 1 : 0; };
   switch (step.kernel) {
+    case KernelId::CausalConv1dForward:  // x, w, bias [, halo]
+      return {3 + flag(4), info.outs};
+    case KernelId::CausalConv1dBackward:  // dy, x, w [, halo] -> dx, dw, dbias [, dhalo]
+      return {3 + flag(4), 3 + flag(4)};
     case KernelId::SsdScanForward:  // x, dt, A, B, C, D [, init_state]
       return {6 + flag(7), info.outs};
     case KernelId::SsdScanBackward:  // dy, x, dt, A, B, C, D [, init_state] [, dfinal_state]

@@ -20,10 +20,12 @@ namespace hcp::plan {
 enum class DType : uint8_t { F32 = 0, BF16 = 1, I32 = 2 };
 enum class Arena : uint8_t { Parameters = 0, Gradients = 1, Activations = 2, Inputs = 3 };
 enum class ParamInit : uint8_t { Normal = 0, Zeros = 1, Ones = 2, LogArange = 3 };
+enum class SequenceLayout : uint8_t { Contiguous = 0, Zigzag = 1 };
 
 inline constexpr int kNumArenas = 4;
 inline constexpr int kNumDTypes = 3;
 inline constexpr int kNumParamInits = 4;
+inline constexpr int kNumSequenceLayouts = 2;
 
 // "f32", "bf16", "i32".
 std::string_view DTypeName(DType dtype);
@@ -33,6 +35,38 @@ uint64_t DTypeSize(DType dtype);
 std::string_view ArenaName(Arena arena);
 // "normal", "zeros", "ones", "log_arange".
 std::string_view ParamInitName(ParamInit init);
+// "contiguous", "zigzag".
+std::string_view SequenceLayoutName(SequenceLayout layout);
+
+// The ranks a plan runs on and how the global sequence is split over them (plan.fbs's Mesh).
+// world = dp * cp ranks; world rank = dp_index * cp + cp_index. The cp ranks of one dp_index
+// share one sequence: it is cut into segments() segments of seq / segments() tokens, and cp rank
+// r holds segment r (contiguous) or segments r and 2*cp-1-r, in that order (zigzag). A rank's
+// local tokens are its segments concatenated; its k-th segment is "local segment k".
+struct Mesh {
+  int64_t cp = 1;
+  int64_t dp = 1;
+  SequenceLayout layout = SequenceLayout::Contiguous;
+
+  int64_t world() const { return cp * dp; }
+  int64_t segments_per_rank() const { return layout == SequenceLayout::Zigzag ? 2 : 1; }
+  // Segments of one sequence, over all cp ranks.
+  int64_t segments() const { return cp * segments_per_rank(); }
+  // The global index of local segment k (0 <= k < segments_per_rank()) of cp rank cp_index.
+  int64_t GlobalSegment(int64_t cp_index, int64_t k) const {
+    return k == 0 ? cp_index : 2 * cp - 1 - cp_index;
+  }
+  // Who holds global segment j (0 <= j < segments()): cp rank and local segment index.
+  struct SegmentOwner {
+    int64_t cp_index;
+    int64_t k;
+  };
+  SegmentOwner OwnerOf(int64_t j) const {
+    if (j < cp) return {j, 0};
+    return {2 * cp - 1 - j, 1};  // zigzag only: segment j >= cp is rank 2cp-1-j's second
+  }
+  bool operator==(const Mesh&) const = default;
+};
 
 struct Buffer {
   std::string name;  // "model.layers.0.mamba.in_proj.weight", "act.123"
@@ -67,26 +101,30 @@ struct Step {
 struct Plan {
   std::string producer;                            // "hybridcp 0.1.0"
   std::string model;                               // config source (file or preset name)
-  int64_t seq = 0;                                 // tokens per sequence
+  int64_t seq = 0;                                 // tokens per sequence (global)
   int64_t micro_batch = 0;                         // sequences per micro-batch
   std::array<uint64_t, kNumArenas> arena_bytes{};  // indexed by Arena
   std::vector<Buffer> buffers;
   std::vector<Parameter> parameters;
-  uint32_t input_ids = 0;  // I32 [micro_batch, seq] in Inputs
-  uint32_t targets = 0;    // I32 [micro_batch, seq] in Inputs; -100 = ignored
+  uint32_t input_ids = 0;  // I32 [micro_batch, seq / cp] in Inputs: this rank's tokens
+  uint32_t targets = 0;    // I32 [micro_batch, seq / cp] in Inputs; -100 = ignored
   uint32_t loss = 0;       // F32 [1]: the micro-batch loss
   std::vector<Step> steps;
-  double flops_per_step = 0.0;
+  double flops_per_step = 0.0;  // all ranks together
+  Mesh mesh;                    // absent in the file: one rank
 
   uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }
   uint64_t total_arena_bytes() const;
-  // Tokens per micro-batch: micro_batch * seq.
+  // Tokens of one global micro-batch: micro_batch * seq (what CpuExecutor::SetInputs takes).
   int64_t tokens() const { return micro_batch * seq; }
+  // Tokens per sequence on one rank, and of the rank's micro-batch (input_ids' size).
+  int64_t local_seq() const { return seq / mesh.cp; }
+  int64_t local_tokens() const { return micro_batch * local_seq(); }
 };
 
 // Buffer counts a step of this kernel must have, with the table's -1 entries resolved from the
-// step's flags (ssd_scan's has_init and has_dfinal). Only meaningful once the step has as many
-// ints as the table says and its flags are 0 or 1.
+// step's flags (causal_conv1d's has_halo, ssd_scan's has_init and has_dfinal). Only meaningful once
+// the step has as many ints as the table says and its flags are 0 or 1.
 struct Arity {
   int ins, outs;
 };
@@ -95,8 +133,8 @@ Arity ExpectedArity(const Step& step);
 // "step 12 (rms_norm.forward)": how every message about a step starts.
 std::string StepLabel(const Plan& plan, size_t step_index);
 
-// Every semantic rule a plan must satisfy before it runs: arena sizes, buffer extents (no
-// overflow), shapes, parameters, inputs and loss, and for each step the kernel's arity, buffer
+// Every semantic rule a plan must satisfy before it runs: the mesh, arena sizes, buffer extents
+// (no overflow), shapes, parameters, inputs and loss, and for each step the kernel's arity, buffer
 // indices, dtypes, element counts implied by its ints, int ranges and in/out aliasing.
 // The error names the step, kernel and argument:
 //   "step 12 (rms_norm.forward): input 0 'act.7' has 100 elements, expected rows*dim = 128".

@@ -42,6 +42,14 @@ PlanBuilder& PlanBuilder::set_shape(int64_t micro_batch, int64_t seq) {
   seq_ = seq;
   return *this;
 }
+PlanBuilder& PlanBuilder::set_mesh(Mesh mesh) {
+  mesh_ = mesh;
+  return *this;
+}
+PlanBuilder& PlanBuilder::clear_mesh() {
+  mesh_.reset();
+  return *this;
+}
 PlanBuilder& PlanBuilder::set_flops_per_step(double flops) {
   flops_per_step_ = flops;
   return *this;
@@ -115,8 +123,10 @@ PlanBuilder::ParameterBuffers PlanBuilder::AddParameter(std::string name,
 void PlanBuilder::AddParameter(Parameter parameter) { parameters_.push_back(std::move(parameter)); }
 
 PlanBuilder::InputBuffers PlanBuilder::AllocateInputs() {
-  input_ids_ = Allocate("input_ids", Arena::Inputs, {micro_batch_, seq_}, DType::I32);
-  targets_ = Allocate("targets", Arena::Inputs, {micro_batch_, seq_}, DType::I32);
+  const int64_t cp = mesh().cp;
+  const int64_t local_seq = cp > 0 ? seq_ / cp : seq_;
+  input_ids_ = Allocate("input_ids", Arena::Inputs, {micro_batch_, local_seq}, DType::I32);
+  targets_ = Allocate("targets", Arena::Inputs, {micro_batch_, local_seq}, DType::I32);
   return {input_ids_, targets_};
 }
 
@@ -160,10 +170,15 @@ std::string PlanBuilder::FinishUnchecked() const {
   std::vector<uint64_t> arena_bytes;
   for (int a = 0; a < kNumArenas; ++a) arena_bytes.push_back(this->arena_bytes(Arena(a)));
 
+  flatbuffers::Offset<fb::Mesh> mesh = 0;
+  if (mesh_) {
+    mesh =
+        fb::CreateMesh(fbb, mesh_->cp, mesh_->dp, static_cast<fb::SequenceLayout>(mesh_->layout));
+  }
   auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
                              micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),
                              fbb.CreateVector(parameters), input_ids_, targets_, loss_,
-                             fbb.CreateVector(steps), flops_per_step_);
+                             fbb.CreateVector(steps), flops_per_step_, mesh);
   fb::FinishPlanBuffer(fbb, root);
 
   std::string file = EncodePlanHeader(fbb.GetSize());

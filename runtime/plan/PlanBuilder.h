@@ -49,7 +49,14 @@ class PlanBuilder {
 
   PlanBuilder& set_producer(std::string producer);
   PlanBuilder& set_model(std::string model);
+  // seq is the GLOBAL sequence length; with a mesh each rank holds seq / cp tokens of it.
   PlanBuilder& set_shape(int64_t micro_batch, int64_t seq);
+  // The ranks the plan runs on. Without this call the file has no mesh (one rank).
+  PlanBuilder& set_mesh(Mesh mesh);
+  // Drops the mesh again (a file without one).
+  PlanBuilder& clear_mesh();
+  // The mesh as set, or one rank.
+  Mesh mesh() const { return mesh_.value_or(Mesh{}); }
   PlanBuilder& set_flops_per_step(double flops);
 
   // A buffer at the end of `arena` (rounded up to kBufferAlignment); elements = product(shape).
@@ -69,8 +76,8 @@ class PlanBuilder {
   // A parameter over buffers that already exist.
   void AddParameter(Parameter parameter);
 
-  // Allocates input_ids and targets, I32 [micro_batch, seq] in Inputs (set_shape first), and
-  // makes them the plan's inputs.
+  // Allocates input_ids and targets, I32 [micro_batch, seq / cp] in Inputs (this rank's
+  // tokens; set_shape and set_mesh first), and makes them the plan's inputs.
   struct InputBuffers {
     uint32_t input_ids;
     uint32_t targets;
@@ -114,6 +121,7 @@ class PlanBuilder {
   int64_t seq_ = 0;
   int64_t micro_batch_ = 0;
   double flops_per_step_ = 0.0;
+  std::optional<Mesh> mesh_;
   std::array<std::optional<uint64_t>, kNumArenas> arena_bytes_{};
   std::vector<Buffer> buffers_;
   std::vector<Parameter> parameters_;

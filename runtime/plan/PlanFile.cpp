@@ -29,6 +29,9 @@ static_assert(static_cast<int>(ParamInit::Normal) == fb::ParamInit_Normal &&
               static_cast<int>(ParamInit::Ones) == fb::ParamInit_Ones &&
               static_cast<int>(ParamInit::LogArange) == fb::ParamInit_LogArange &&
               kNumParamInits == fb::ParamInit_MAX + 1);
+static_assert(static_cast<int>(SequenceLayout::Contiguous) == fb::SequenceLayout_Contiguous &&
+              static_cast<int>(SequenceLayout::Zigzag) == fb::SequenceLayout_Zigzag &&
+              kNumSequenceLayouts == fb::SequenceLayout_MAX + 1);
 
 namespace {
 
@@ -69,6 +72,15 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   plan.input_ids = root.input_ids();
   plan.targets = root.targets();
   plan.loss = root.loss();
+  if (const fb::Mesh* mesh = root.mesh()) {
+    if (mesh->layout() < fb::SequenceLayout_MIN || mesh->layout() > fb::SequenceLayout_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("mesh has sequence layout %d, expected 0..%d (contiguous, zigzag)",
+                          static_cast<int>(mesh->layout()), kNumSequenceLayouts - 1));
+    }
+    plan.mesh = Mesh{
+        .cp = mesh->cp(), .dp = mesh->dp(), .layout = static_cast<SequenceLayout>(mesh->layout())};
+  }
 
   const std::vector<uint64_t> arena_bytes = ToVector(root.arena_bytes());
   const size_t num_arenas = arena_bytes.size();
@@ -226,7 +238,7 @@ absl::StatusOr<Plan> ParsePlan(std::string_view bytes, std::string_view source) 
   return plan;
 }
 
-absl::StatusOr<Plan> LoadPlan(const std::string& path) {
+absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     return absl::NotFoundError(
@@ -242,6 +254,11 @@ absl::StatusOr<Plan> LoadPlan(const std::string& path) {
   if (!in.read(bytes.data(), size)) {
     return absl::DataLossError(absl::StrFormat("%s: read failed", path));
   }
+  return bytes;
+}
+
+absl::StatusOr<Plan> LoadPlan(const std::string& path) {
+  HCP_ASSIGN_OR_RETURN(std::string bytes, ReadPlanFile(path));
   return ParsePlan(bytes, path);
 }
 

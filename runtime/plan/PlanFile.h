@@ -23,7 +23,8 @@
 namespace hcp::plan {
 
 // Bumped on any change to plan.fbs or to the meaning of a kernel's arguments.
-inline constexpr uint32_t kPlanSchemaVersion = 1;
+// 2: Mesh (context and data parallelism), conv halos, the collectives of context parallelism.
+inline constexpr uint32_t kPlanSchemaVersion = 2;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.
@@ -35,6 +36,8 @@ std::string EncodePlanHeader(uint64_t payload_size);
 // Parses and validates a whole plan file held in memory. `source` (a path, or a label such as
 // "<memory>") starts every error message.
 absl::StatusOr<Plan> ParsePlan(std::string_view bytes, std::string_view source);
+// The bytes of the plan file at `path` (refusing sizes no plan can have), unparsed.
+absl::StatusOr<std::string> ReadPlanFile(const std::string& path);
 // Reads `path` and parses it.
 absl::StatusOr<Plan> LoadPlan(const std::string& path);
 

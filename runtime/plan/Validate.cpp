@@ -186,13 +186,43 @@ absl::Status CheckParameters(const Plan& plan) {
   return CheckDisjoint(plan, gradients, "parameter gradient");
 }
 
+// The mesh's sizes, and that the sequence splits evenly into its segments (plan.seq > 0).
+absl::Status CheckMesh(const Plan& plan) {
+  const Mesh& mesh = plan.mesh;
+  if (mesh.cp < 1 || mesh.dp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("mesh cp=%d x dp=%d: both must be positive", mesh.cp, mesh.dp));
+  }
+  // MPI numbers ranks with an int.
+  std::optional<int64_t> world = CheckedProduct({mesh.cp, mesh.dp});
+  if (!world || *world > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mesh cp=%d x dp=%d is more ranks than MPI can number (2^31-1)", mesh.cp, mesh.dp));
+  }
+  if (static_cast<int>(mesh.layout) >= kNumSequenceLayouts) {
+    return absl::InvalidArgumentError(absl::StrFormat("mesh has sequence layout %d, expected 0..%d",
+                                                      static_cast<int>(mesh.layout),
+                                                      kNumSequenceLayouts - 1));
+  }
+  if (plan.seq % mesh.segments() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence length %d cannot be split into %d pieces for cp=%d (%s layout)",
+                        plan.seq, mesh.segments(), mesh.cp, SequenceLayoutName(mesh.layout)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckInputsAndLoss(const Plan& plan) {
   if (plan.seq <= 0 || plan.micro_batch <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("seq %d and micro_batch %d must be positive", plan.seq, plan.micro_batch));
   }
-  std::optional<int64_t> tokens = CheckedProduct({plan.micro_batch, plan.seq});
-  if (!tokens) return absl::InvalidArgumentError("micro_batch * seq overflows");
+  HCP_RETURN_IF_ERROR(CheckMesh(plan));
+  if (!CheckedProduct({plan.micro_batch, plan.seq})) {
+    return absl::InvalidArgumentError("micro_batch * seq overflows");
+  }
+  // This rank's tokens: micro_batch * seq / cp.
+  const int64_t tokens = plan.local_tokens();
   const struct {
     uint32_t index;
     std::string_view role;
@@ -204,12 +234,15 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
     }
     const Buffer& b = plan.buffers[t.index];
     if (b.arena != Arena::Inputs || b.dtype != DType::I32 ||
-        b.elements != static_cast<uint64_t>(*tokens)) {
+        b.elements != static_cast<uint64_t>(tokens)) {
+      const std::string expected =
+          plan.mesh.cp == 1 ? absl::StrFormat("micro_batch*seq = %d", tokens)
+                            : absl::StrFormat("micro_batch*seq/cp = %d*%d/%d = %d",
+                                              plan.micro_batch, plan.seq, plan.mesh.cp, tokens);
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s %s is %s [%d elements] in the %s arena, expected i32 [micro_batch*seq = %d] in the "
-          "inputs arena",
+          "%s %s is %s [%d elements] in the %s arena, expected i32 [%s] in the inputs arena",
           t.role, BufferLabel(plan, t.index), DTypeName(b.dtype), b.elements, ArenaName(b.arena),
-          *tokens));
+          expected));
     }
   }
   if (Overlap(plan.buffers[plan.input_ids], plan.buffers[plan.targets])) {
@@ -232,17 +265,20 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
 // so a kernel's rules read as a flat list (see CheckKernelRules).
 class StepChecker {
  public:
-  // A factor of an element count: one of the step's ints by name, or a constant.
+  // A factor of an element count: one of the step's ints by name (plus a constant: the conv
+  // halo's width-1 rows), or a constant.
   struct Factor {
     Factor(const char* int_name) : name(int_name) {}
+    Factor(const char* int_name, int64_t plus) : name(int_name), value(plus) {}
     Factor(int constant) : value(constant) {}
     const char* name = nullptr;
-    int64_t value = 0;
+    int64_t value = 0;  // the constant, or what is added to the named int
   };
 
   StepChecker(const Plan& plan, size_t index)
       : plan_(plan), step_(plan.steps[index]), label_(StepLabel(plan, index)) {}
 
+  const Plan& plan() const { return plan_; }
   const absl::Status& status() const { return status_; }
   bool ok() const { return status_.ok(); }
   void Fail(std::string_view message) {
@@ -286,6 +322,35 @@ class StepChecker {
     if (ok() && Int(dividend) % Int(divisor) != 0) {
       Fail(absl::StrFormat("%s = %d is not divisible by %s = %d", dividend, Int(dividend), divisor,
                            Int(divisor)));
+    }
+  }
+
+  // int `segs` is the mesh layout's segments per rank (collectives of context parallelism).
+  void SegmentsPerRank(const char* segs) {
+    const Mesh& mesh = plan_.mesh;
+    if (ok() && Int(segs) != mesh.segments_per_rank()) {
+      Fail(absl::StrFormat("%s is %d, but the plan's %s layout puts %d segment%s on each rank",
+                           IntLabel(segs), Int(segs), SequenceLayoutName(mesh.layout),
+                           mesh.segments_per_rank(), mesh.segments_per_rank() == 1 ? "" : "s"));
+    }
+  }
+  // int `len` is the length of one segment of the plan's sequence: seq / segments.
+  void SegmentLength(const char* len) {
+    const Mesh& mesh = plan_.mesh;
+    const int64_t want = plan_.seq / mesh.segments();
+    if (ok() && Int(len) != want) {
+      Fail(absl::StrFormat(
+          "%s is %d, but the plan's sequence of %d tokens in %d segments (cp=%d, %s) makes "
+          "segments of %d",
+          IntLabel(len), Int(len), plan_.seq, mesh.segments(), mesh.cp,
+          SequenceLayoutName(mesh.layout), want));
+    }
+  }
+  // int `seq` is one rank's share of the plan's sequence: seq / cp.
+  void LocalSequence(const char* seq) {
+    if (ok() && Int(seq) != plan_.local_seq()) {
+      Fail(absl::StrFormat("%s is %d, but each rank holds %d / cp %d = %d tokens of the sequence",
+                           IntLabel(seq), Int(seq), plan_.seq, plan_.mesh.cp, plan_.local_seq()));
     }
   }
 
@@ -334,8 +399,16 @@ class StepChecker {
     std::vector<int64_t> values;
     std::vector<std::string> names;
     for (const Factor& factor : factors) {
-      values.push_back(factor.name ? Int(factor.name) : factor.value);
-      names.push_back(factor.name ? factor.name : absl::StrCat(factor.value));
+      if (factor.name == nullptr) {
+        values.push_back(factor.value);
+        names.push_back(absl::StrCat(factor.value));
+      } else if (factor.value == 0) {
+        values.push_back(Int(factor.name));
+        names.push_back(factor.name);
+      } else {  // only after Sizes() has checked the int, so this cannot overflow
+        values.push_back(Int(factor.name) + factor.value);
+        names.push_back(absl::StrFormat("(%s%+d)", factor.name, factor.value));
+      }
     }
     const std::string expr = absl::StrJoin(names, "*");
     std::optional<int64_t> expected = CheckedProduct(values);
@@ -492,22 +565,27 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.Out(0, {"rows", "out_cols"});
       return;
     case KernelId::CausalConv1dForward:
-      c.Ints({"batch", "seq", "channels", "width"});
+      c.Ints({"batch", "seq", "channels", "width", "has_halo"});
       c.Sizes({"batch", "seq", "channels", "width"});
+      c.Flags({"has_halo"});
       c.In(0, {"batch", "seq", "channels"});
       c.In(1, {"channels", "width"});
       c.In(2, {"channels"});
+      if (c.Int("has_halo") == 1) c.In(3, {"batch", {"width", -1}, "channels"});
       c.Out(0, {"batch", "seq", "channels"});
       return;
     case KernelId::CausalConv1dBackward:
-      c.Ints({"batch", "seq", "channels", "width"});
+      c.Ints({"batch", "seq", "channels", "width", "has_halo"});
       c.Sizes({"batch", "seq", "channels", "width"});
+      c.Flags({"has_halo"});
       c.In(0, {"batch", "seq", "channels"});
       c.In(1, {"batch", "seq", "channels"});
       c.In(2, {"channels", "width"});
+      if (c.Int("has_halo") == 1) c.In(3, {"batch", {"width", -1}, "channels"});
       c.Out(0, {"batch", "seq", "channels"});
       c.Out(1, {"channels", "width"});
       c.Out(2, {"channels"});
+      if (c.Int("has_halo") == 1) c.Out(3, {"batch", {"width", -1}, "channels"});
       return;
     case KernelId::SsdScanForward:
     case KernelId::SsdScanBackward: {
@@ -549,17 +627,85 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       if (c.Int("has_init") == 1) c.Out(6, {"batch", "heads", "head_dim", "state"});
       return;
     }
+    case KernelId::SsdLogDecayForward:
+      c.Ints({"batch", "seq", "heads"});
+      c.Sizes({"batch", "seq", "heads"});
+      c.In(0, {"batch", "seq", "heads"});  // dt
+      c.In(1, {"heads"});                  // A
+      c.Out(0, {"batch", "heads"});        // g
+      return;
+    case KernelId::SsdLogDecayBackward:
+      c.Ints({"batch", "seq", "heads"});
+      c.Sizes({"batch", "seq", "heads"});
+      c.In(0, {"batch", "heads"});          // dg
+      c.In(1, {"batch", "seq", "heads"});   // dt
+      c.In(2, {"heads"});                   // A
+      c.Out(0, {"batch", "seq", "heads"});  // ddt
+      c.Out(1, {"heads"});                  // dA
+      return;
+    case KernelId::HaloExchangeForward:
+    case KernelId::HaloExchangeBackward: {
+      c.Ints({"batch", "segs", "len", "channels", "width"});
+      c.Sizes({"batch", "segs", "len", "channels", "width"});
+      c.SegmentsPerRank("segs");
+      c.SegmentLength("len");
+      // The halo comes from one segment: it cannot be longer than a segment.
+      c.InRange("width", 1, c.Int("len"), "len");
+      const std::initializer_list<StepChecker::Factor> x = {"batch", "segs", "len", "channels"};
+      const std::initializer_list<StepChecker::Factor> halo = {"batch", "segs", "width",
+                                                               "channels"};
+      const bool forward = kernel == KernelId::HaloExchangeForward;
+      c.In(0, forward ? x : halo);
+      c.Out(0, forward ? halo : x);
+      return;
+    }
+    case KernelId::StateScanForward:
+    case KernelId::StateScanBackward: {
+      c.Ints({"batch", "segs", "heads", "head_dim", "state", "strategy"});
+      c.Sizes({"batch", "segs", "heads", "head_dim", "state"});
+      c.InRange("strategy", 0, 1, "1 (0 all-gather, 1 send/recv chain)");
+      c.SegmentsPerRank("segs");
+      const std::initializer_list<StepChecker::Factor> g = {"batch", "segs", "heads"};
+      const std::initializer_list<StepChecker::Factor> s = {"batch", "segs", "heads", "head_dim",
+                                                            "state"};
+      if (kernel == KernelId::StateScanForward) {
+        c.In(0, g);
+        c.In(1, s);
+        c.Out(0, s);  // s_in
+      } else {
+        c.In(0, s);  // ds_in
+        c.In(1, g);
+        c.In(2, s);  // s_in
+        c.Out(0, g);
+        c.Out(1, s);
+      }
+      return;
+    }
+    case KernelId::AllReduce:
+      c.Ints({"n", "group"});
+      c.Sizes({"n"});
+      c.InRange("group", 0, 2, "2 (0 world, 1 cp, 2 dp)");
+      c.In(0, {"n"});
+      c.Out(0, {"n"});
+      return;
+    case KernelId::RingAttentionForward:
+    case KernelId::RingAttentionBackward:
     case KernelId::AttentionForward:
     case KernelId::AttentionBackward: {
       c.Ints({"batch", "seq", "q_heads", "kv_heads", "head_dim", "causal"});
       c.Sizes({"batch", "seq", "q_heads", "kv_heads", "head_dim"});
       c.Flags({"causal"});
       c.Divisible("q_heads", "kv_heads");
+      const bool ring =
+          kernel == KernelId::RingAttentionForward || kernel == KernelId::RingAttentionBackward;
+      // The ring attends over the whole sequence: its local part is exactly the rank's share
+      // (the pieces' global positions follow from the mesh).
+      if (ring) c.LocalSequence("seq");
       const std::initializer_list<StepChecker::Factor> q = {"batch", "seq", "q_heads", "head_dim"};
       const std::initializer_list<StepChecker::Factor> kv = {"batch", "seq", "kv_heads",
                                                              "head_dim"};
       const std::initializer_list<StepChecker::Factor> lse = {"batch", "q_heads", "seq"};
-      if (kernel == KernelId::AttentionForward) {
+      if (kernel == KernelId::AttentionForward || kernel == KernelId::RingAttentionForward) {
         c.In(0, q);
         c.In(1, kv);
         c.In(2, kv);

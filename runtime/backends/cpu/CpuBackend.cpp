@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/backends/cpu/DistKernels.h"
 #include "runtime/kernels/cpu/Kernels.h"
 
 namespace hcp::cpu {
@@ -16,8 +17,9 @@ using plan::KernelId;
 // A step's arguments as the kernels take them: typed pointers into the arenas and scalars.
 class Args {
  public:
-  Args(const plan::Plan& plan, const plan::Step& step, const ArenaBases& arenas)
-      : plan_(plan), step_(step), arenas_(arenas) {}
+  Args(const plan::Plan& plan, const plan::Step& step, const ArenaBases& arenas,
+       comm::Communicator& comm)
+      : plan_(plan), step_(step), arenas_(arenas), comm_(comm) {}
 
   const float* in(int i) const { return reinterpret_cast<const float*>(Address(step_.ins[i])); }
   const int32_t* in_i32(int i) const {
@@ -27,6 +29,9 @@ class Args {
   int32_t* out_i32(int i) const { return reinterpret_cast<int32_t*>(Address(step_.outs[i])); }
   int64_t i(int k) const { return step_.ints[k]; }
   float f(int k) const { return static_cast<float>(step_.floats[k]); }
+  // For the collectives: the ranks, and how the sequence is laid out over them.
+  comm::Communicator& comm() const { return comm_; }
+  const plan::Mesh& mesh() const { return plan_.mesh; }
 
  private:
   std::byte* Address(uint32_t buffer) const {
@@ -37,6 +42,7 @@ class Args {
   const plan::Plan& plan_;
   const plan::Step& step_;
   const ArenaBases& arenas_;
+  comm::Communicator& comm_;
 };
 
 // Expert indices are data (a plan may route them through any i32 buffer), so they are checked
@@ -206,17 +212,20 @@ absl::Status RunCopy(const Args& a) {
   return absl::OkStatus();
 }
 
-// ins: x, w, bias. outs: y. ints: batch, seq, channels, width. No halo: a plan without context
-// parallelism starts every sequence at position 0.
+// ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo. Without a
+// halo every sequence starts at position 0 (zeros before it).
 absl::Status RunCausalConv1dForward(const Args& a) {
-  causal_conv1d_forward<float>(a.out(0), a.in(0), /*halo=*/nullptr, a.in(1), a.in(2), a.i(0),
-                               a.i(1), a.i(2), a.i(3));
+  const float* halo = a.i(4) != 0 ? a.in(3) : nullptr;
+  causal_conv1d_forward<float>(a.out(0), a.in(0), halo, a.in(1), a.in(2), a.i(0), a.i(1), a.i(2),
+                               a.i(3));
   return absl::OkStatus();
 }
-// ins: dy, x, w. outs: dx, dw, dbias.
+// ins: dy, x, w[, halo]. outs: dx, dw, dbias[, dhalo].
 absl::Status RunCausalConv1dBackward(const Args& a) {
-  causal_conv1d_backward<float>(a.out(0), /*dhalo=*/nullptr, a.out(1), a.out(2), a.in(0), a.in(1),
-                                /*halo=*/nullptr, a.in(2), a.i(0), a.i(1), a.i(2), a.i(3));
+  const bool has_halo = a.i(4) != 0;
+  causal_conv1d_backward<float>(a.out(0), has_halo ? a.out(3) : nullptr, a.out(1), a.out(2),
+                                a.in(0), a.in(1), has_halo ? a.in(3) : nullptr, a.in(2), a.i(0),
+                                a.i(1), a.i(2), a.i(3));
   return absl::OkStatus();
 }
 
@@ -254,8 +263,21 @@ absl::Status RunSsdScanBackward(const Args& a) {
   return absl::OkStatus();
 }
 
-// ints: batch, seq, q_heads, kv_heads, head_dim, causal. floats: scale. Queries and keys are
-// the same positions (no ring exchange on one CPU rank), so both start at 0.
+// ins: dt, A. outs: g. ints: batch, seq, heads.
+absl::Status RunSsdLogDecayForward(const Args& a) {
+  ssd_log_decay<float>(a.out(0), a.in(0), a.in(1), a.i(0), a.i(1), a.i(2));
+  return absl::OkStatus();
+}
+// ins: dg, dt, A. outs: ddt, dA. ints: batch, seq, heads.
+absl::Status RunSsdLogDecayBackward(const Args& a) {
+  ssd_log_decay_backward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), a.i(0), a.i(1),
+                                a.i(2));
+  return absl::OkStatus();
+}
+
+// ints: batch, seq, q_heads, kv_heads, head_dim, causal. floats: scale. For attention.forward
+// and .backward queries and keys are the same positions, so both start at 0; ring attention
+// takes the positions of each piece from the mesh.
 AttentionShape AttentionShapeOf(const Args& a) {
   return AttentionShape{.batch = a.i(0),
                         .q_len = a.i(1),
@@ -335,11 +357,67 @@ absl::Status RunCrossEntropyBackward(const Args& a) {
   return absl::OkStatus();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Collectives (DistKernels.h): every rank of the group runs them.
+
+// ins: x. outs: halo. ints: batch, segs, len, channels, width.
+absl::Status RunHaloExchangeForward(const Args& a) {
+  halo_exchange_forward(a.comm(), a.mesh(), a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3),
+                        a.i(4));
+  return absl::OkStatus();
+}
+// ins: dhalo. outs: dx. ints as the forward.
+absl::Status RunHaloExchangeBackward(const Args& a) {
+  halo_exchange_backward(a.comm(), a.mesh(), a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3),
+                         a.i(4));
+  return absl::OkStatus();
+}
+
+// ints: batch, segs, heads, head_dim, state, strategy.
+StateScanShape StateScanShapeOf(const Args& a) {
+  return StateScanShape{
+      .batch = a.i(0), .segs = a.i(1), .heads = a.i(2), .head_dim = a.i(3), .state = a.i(4)};
+}
+// ins: g, s. outs: s_in.
+absl::Status RunStateScanForward(const Args& a) {
+  state_scan_forward(a.comm(), a.mesh(), a.out(0), a.in(0), a.in(1), StateScanShapeOf(a),
+                     StateScanStrategy(a.i(5)));
+  return absl::OkStatus();
+}
+// ins: ds_in, g, s_in. outs: dg, ds.
+absl::Status RunStateScanBackward(const Args& a) {
+  state_scan_backward(a.comm(), a.mesh(), a.out(0), a.out(1), a.in(0), a.in(1), a.in(2),
+                      StateScanShapeOf(a), StateScanStrategy(a.i(5)));
+  return absl::OkStatus();
+}
+
+// ins: q, k, v (local). outs: out, lse. ints: batch, seq (local), q_heads, kv_heads, head_dim,
+// causal. floats: scale.
+absl::Status RunRingAttentionForward(const Args& a) {
+  ring_attention_forward(a.comm(), a.mesh(), a.out(0), a.out(1), a.in(0), a.in(1), a.in(2),
+                         AttentionShapeOf(a), a.f(0), a.i(5) != 0);
+  return absl::OkStatus();
+}
+// ins: dout, q, k, v, out, lse. outs: dq, dk, dv.
+absl::Status RunRingAttentionBackward(const Args& a) {
+  ring_attention_backward(a.comm(), a.mesh(), a.out(0), a.out(1), a.out(2), a.in(0), a.in(1),
+                          a.in(2), a.in(3), a.in(4), a.in(5), AttentionShapeOf(a), a.f(0),
+                          a.i(5) != 0);
+  return absl::OkStatus();
+}
+
+// ins: x. outs: y. ints: n, group (0 world, 1 cp, 2 dp).
+absl::Status RunAllReduce(const Args& a) {
+  all_reduce(a.comm(), a.out(0), a.in(0), a.i(0), comm::Group(a.i(1)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas) {
+absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
+                        comm::Communicator& comm) {
   const plan::Step& step = plan.steps[step_index];
-  const Args args(plan, step, arenas);
+  const Args args(plan, step, arenas, comm);
   absl::Status status;
   // One case per table line: a kernel added to KernelTable.def without a wrapper here fails to
   // compile (RunX is not declared).

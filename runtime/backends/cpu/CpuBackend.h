@@ -2,14 +2,16 @@
 //
 // One wrapper per line of KernelTable.def (CpuBackend.cpp, in table order) unpacks the step's
 // buffers, ints and floats and calls the kernel, so a wrapper and its kernel can be read side
-// by side. The wrappers keep small scratch of their own where the plan does not carry a saved
-// value (rms_norm's rstd and cross_entropy's lse are recomputed in the backward).
+// by side (the collectives' kernels are in DistKernels.h). The wrappers keep small scratch of their
+// own where the plan does not carry a saved value (rms_norm's rstd and cross_entropy's lse are
+// recomputed in the backward).
 #pragma once
 
 #include <array>
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/plan/Plan.h"
 
 namespace hcp::cpu {
@@ -21,6 +23,9 @@ using ArenaBases = std::array<std::byte*, plan::kNumArenas>;
 // rely on its element counts and int ranges). Data-dependent errors (a token id outside the
 // vocabulary, a target outside it, an expert index outside [0, experts)) come back as
 // InvalidArgument starting with the step: "step 3 (embedding.forward): token id ...".
-absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas);
+// The collectives (plan::IsCollective) communicate on `comm`, whose mesh must be the plan's
+// (cp and dp); they never fail by themselves (see Communicator.h).
+absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
+                        comm::Communicator& comm);
 
 }  // namespace hcp::cpu

@@ -135,6 +135,10 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 // Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t dt[b,t,h]*A[h].
 template <typename T>
 void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads);
+// Its gradients: ddt[b, t, h] = dg[b, h] * A[h]; dA[h] = sum_{b,t} dg[b, h] * dt[b, t, h].
+template <typename T>
+void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A, int64_t batch,
+                            int64_t seq, int64_t heads);
 
 // ---------------------------------------------------------------------------------------------
 // Attention, grouped-query (query head h uses kv head h / (q_heads / kv_heads)), explicit scale.

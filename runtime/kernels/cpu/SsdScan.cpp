@@ -44,10 +44,29 @@ void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, in
   }
 }
 
-#define HCP_INSTANTIATE(T)                                                                    \
-  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*, \
-                                    const T*, const T*, const SsdShape&);                     \
-  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);
+template <typename T>
+void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A, int64_t batch,
+                            int64_t seq, int64_t heads) {
+  for (int64_t h = 0; h < heads; h++) {
+    double acc = 0.0;
+    for (int64_t b = 0; b < batch; b++) {
+      const double g = static_cast<double>(dg[b * heads + h]);
+      for (int64_t t = 0; t < seq; t++) {
+        const int64_t i = (b * seq + t) * heads + h;
+        ddt[i] = static_cast<T>(g * static_cast<double>(A[h]));
+        acc += g * static_cast<double>(dt[i]);
+      }
+    }
+    dA[h] = static_cast<T>(acc);
+  }
+}
+
+#define HCP_INSTANTIATE(T)                                                                        \
+  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,     \
+                                    const T*, const T*, const SsdShape&);                         \
+  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);              \
+  template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                          int64_t);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

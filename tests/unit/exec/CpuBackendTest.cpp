@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/backends/cpu/DistKernels.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/PlanBuilder.h"
@@ -29,8 +32,11 @@ using ::testing::HasSubstr;
 // f32()/i32() hold every buffer's contents.
 class OneStep {
  public:
-  explicit OneStep(uint32_t seed = 1) : rng_(seed) {
-    b_.set_shape(1, 1);
+  explicit OneStep(uint32_t seed = 1) : OneStep(seed, /*seq=*/1, std::nullopt) {}
+  // A plan of sequence length `seq` on `mesh` (the collectives check their sizes against both).
+  OneStep(uint32_t seed, int64_t seq, std::optional<plan::Mesh> mesh) : rng_(seed) {
+    b_.set_shape(1, seq);
+    if (mesh) b_.set_mesh(*mesh);
     b_.AllocateInputs();
     b_.set_loss(b_.Allocate("loss", Arena::Activations, {1}));
   }
@@ -362,29 +368,175 @@ TEST(CpuBackend, SumLeadingAndColumns) {
 
 TEST(CpuBackend, CausalConv1d) {
   const int64_t batch = 2, seq = 5, channels = 3, width = 4;
-  OneStep s;
-  const uint32_t x = s.In({batch, seq, channels}), w = s.In({channels, width}),
-                 bias = s.In({channels});
-  const uint32_t y = s.Out({batch, seq, channels});
-  ASSERT_RUNS(s, "causal_conv1d.forward", {x, w, bias}, {y}, {batch, seq, channels, width});
-  std::vector<float> want = s.Like(y);
-  cpu::causal_conv1d_forward<float>(want.data(), s.p(x), nullptr, s.p(w), s.p(bias), batch, seq,
-                                    channels, width);
-  EXPECT_EQ(s.f32(y), want);
+  // has_halo = 1 adds the halo input (and the dhalo output of the backward).
+  for (int has_halo = 0; has_halo < 2; ++has_halo) {
+    OneStep s;
+    const uint32_t x = s.In({batch, seq, channels}), w = s.In({channels, width}),
+                   bias = s.In({channels});
+    std::vector<uint32_t> ins = {x, w, bias};
+    const uint32_t halo = has_halo ? s.In({batch, width - 1, channels}) : 0;
+    if (has_halo) ins.push_back(halo);
+    const uint32_t y = s.Out({batch, seq, channels});
+    ASSERT_RUNS(s, "causal_conv1d.forward", ins, {y}, {batch, seq, channels, width, has_halo});
+    std::vector<float> want = s.Like(y);
+    cpu::causal_conv1d_forward<float>(want.data(), s.p(x), has_halo ? s.p(halo) : nullptr, s.p(w),
+                                      s.p(bias), batch, seq, channels, width);
+    EXPECT_EQ(s.f32(y), want) << has_halo;
 
-  OneStep g;
-  const uint32_t dy = g.In({batch, seq, channels}), gx = g.In({batch, seq, channels}),
-                 gw = g.In({channels, width});
-  const uint32_t dx = g.Out({batch, seq, channels}), dw = g.Out({channels, width}),
-                 dbias = g.Out({channels});
-  ASSERT_RUNS(g, "causal_conv1d.backward", {dy, gx, gw}, {dx, dw, dbias},
-              {batch, seq, channels, width});
-  std::vector<float> dx_w = g.Like(dx), dw_w = g.Like(dw), db_w = g.Like(dbias);
-  cpu::causal_conv1d_backward<float>(dx_w.data(), nullptr, dw_w.data(), db_w.data(), g.p(dy),
-                                     g.p(gx), nullptr, g.p(gw), batch, seq, channels, width);
-  EXPECT_EQ(g.f32(dx), dx_w);
-  EXPECT_EQ(g.f32(dw), dw_w);
-  EXPECT_EQ(g.f32(dbias), db_w);
+    OneStep g;
+    const uint32_t dy = g.In({batch, seq, channels}), gx = g.In({batch, seq, channels}),
+                   gw = g.In({channels, width});
+    std::vector<uint32_t> gins = {dy, gx, gw};
+    const uint32_t ghalo = has_halo ? g.In({batch, width - 1, channels}) : 0;
+    if (has_halo) gins.push_back(ghalo);
+    const uint32_t dx = g.Out({batch, seq, channels}), dw = g.Out({channels, width}),
+                   dbias = g.Out({channels});
+    std::vector<uint32_t> outs = {dx, dw, dbias};
+    const uint32_t dhalo = has_halo ? g.Out({batch, width - 1, channels}) : 0;
+    if (has_halo) outs.push_back(dhalo);
+    ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs, {batch, seq, channels, width, has_halo});
+    std::vector<float> dx_w = g.Like(dx), dw_w = g.Like(dw), db_w = g.Like(dbias);
+    std::vector<float> dhalo_w = has_halo ? g.Like(dhalo) : std::vector<float>();
+    cpu::causal_conv1d_backward<float>(
+        dx_w.data(), has_halo ? dhalo_w.data() : nullptr, dw_w.data(), db_w.data(), g.p(dy),
+        g.p(gx), has_halo ? g.p(ghalo) : nullptr, g.p(gw), batch, seq, channels, width);
+    EXPECT_EQ(g.f32(dx), dx_w) << has_halo;
+    EXPECT_EQ(g.f32(dw), dw_w) << has_halo;
+    EXPECT_EQ(g.f32(dbias), db_w) << has_halo;
+    if (has_halo) {
+      EXPECT_EQ(g.f32(dhalo), dhalo_w);
+    }
+  }
+  // The halo is what the rows before the sequence would have been: conv of [halo | x] from
+  // zeros, cut to x's rows, equals conv of x with the halo.
+  const int64_t halo_rows = width - 1;
+  OneStep whole;
+  const uint32_t xx = whole.In({1, halo_rows + seq, channels}), w = whole.In({channels, width}),
+                 bias = whole.In({channels});
+  const uint32_t yy = whole.Out({1, halo_rows + seq, channels});
+  ASSERT_RUNS(whole, "causal_conv1d.forward", {xx, w, bias}, {yy},
+              {1, halo_rows + seq, channels, width, 0});
+  OneStep split;
+  const std::vector<float>& all = whole.f32(xx);
+  const uint32_t halo =
+      split.InValues({1, halo_rows, channels}, {all.begin(), all.begin() + halo_rows * channels});
+  const uint32_t x =
+      split.InValues({1, seq, channels}, {all.begin() + halo_rows * channels, all.end()});
+  const uint32_t sw = split.InValues({channels, width}, whole.f32(w)),
+                 sb = split.InValues({channels}, whole.f32(bias));
+  const uint32_t y = split.Out({1, seq, channels});
+  ASSERT_RUNS(split, "causal_conv1d.forward", {x, sw, sb, halo}, {y}, {1, seq, channels, width, 1});
+  const std::vector<float>& y_whole = whole.f32(yy);
+  EXPECT_EQ(split.f32(y),
+            std::vector<float>(y_whole.begin() + halo_rows * channels, y_whole.end()));
+}
+
+TEST(CpuBackend, SsdLogDecay) {
+  const int64_t B = 2, S = 5, Hd = 3;
+  OneStep s;
+  const uint32_t dt = s.In({B, S, Hd}, 0.1f, 0.5f), A = s.In({Hd}, -1.0f, -0.1f);
+  const uint32_t g = s.Out({B, Hd});
+  ASSERT_RUNS(s, "ssd_log_decay.forward", {dt, A}, {g}, {B, S, Hd});
+  std::vector<float> g_w = s.Like(g);
+  cpu::ssd_log_decay<float>(g_w.data(), s.p(dt), s.p(A), B, S, Hd);
+  EXPECT_EQ(s.f32(g), g_w);
+
+  OneStep b;
+  const uint32_t dg = b.In({B, Hd}), bdt = b.In({B, S, Hd}, 0.1f, 0.5f),
+                 bA = b.In({Hd}, -1.0f, -0.1f);
+  const uint32_t ddt = b.Out({B, S, Hd}), dA = b.Out({Hd});
+  ASSERT_RUNS(b, "ssd_log_decay.backward", {dg, bdt, bA}, {ddt, dA}, {B, S, Hd});
+  std::vector<float> ddt_w = b.Like(ddt), dA_w = b.Like(dA);
+  cpu::ssd_log_decay_backward<float>(ddt_w.data(), dA_w.data(), b.p(dg), b.p(bdt), b.p(bA), B, S,
+                                     Hd);
+  EXPECT_EQ(b.f32(ddt), ddt_w);
+  EXPECT_EQ(b.f32(dA), dA_w);
+}
+
+// The collectives on one rank (LocalCommunicator): under zigzag, cp=1 holds both segments of the
+// sequence, so the halo and the state pass from its first segment to its second locally.
+TEST(CpuBackend, CollectivesOnOneRank) {
+  const plan::Mesh zigzag{.cp = 1, .dp = 1, .layout = plan::SequenceLayout::Zigzag};
+  const int64_t B = 2, len = 3, C = 2, width = 2, segs = 2, seq = segs * len;
+  {
+    OneStep s(1, seq, zigzag);
+    const uint32_t x = s.In({B * segs, len, C});
+    const uint32_t halo = s.Out({B * segs, width, C});
+    ASSERT_RUNS(s, "halo_exchange.forward", {x}, {halo}, {B, segs, len, C, width});
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < width * C; ++i) {
+        // Segment 0 starts the sequence; segment 1 gets segment 0's last rows.
+        EXPECT_EQ(s.f32(halo)[(b * segs + 0) * width * C + i], 0.0f);
+        EXPECT_EQ(s.f32(halo)[(b * segs + 1) * width * C + i],
+                  s.f32(x)[((b * segs + 0) * len + len - width) * C + i]);
+      }
+    }
+    OneStep g(1, seq, zigzag);
+    const uint32_t dhalo = g.In({B * segs, width, C});
+    const uint32_t dx = g.Out({B * segs, len, C});
+    ASSERT_RUNS(g, "halo_exchange.backward", {dhalo}, {dx}, {B, segs, len, C, width});
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < len * C; ++i) {
+        const bool tail = i >= (len - width) * C;
+        EXPECT_EQ(g.f32(dx)[(b * segs + 0) * len * C + i],
+                  tail ? g.f32(dhalo)[(b * segs + 1) * width * C + i - (len - width) * C] : 0.0f);
+        EXPECT_EQ(g.f32(dx)[(b * segs + 1) * len * C + i], 0.0f);
+      }
+    }
+  }
+  const int64_t Hd = 2, P = 2, N = 3, PN = P * N;
+  for (int strategy = 0; strategy < 2; ++strategy) {
+    OneStep s(1, seq, zigzag);
+    const uint32_t g = s.In({B * segs, Hd}, -1.0f, -0.1f), st = s.In({B * segs, Hd, P, N});
+    const uint32_t s_in = s.Out({B * segs, Hd, P, N});
+    ASSERT_RUNS(s, "state_scan.forward", {g, st}, {s_in}, {B, segs, Hd, P, N, strategy});
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < Hd * PN; ++i) {
+        EXPECT_EQ(s.f32(s_in)[(b * segs + 0) * Hd * PN + i], 0.0f);
+        EXPECT_EQ(s.f32(s_in)[(b * segs + 1) * Hd * PN + i], s.f32(st)[(b * segs) * Hd * PN + i]);
+      }
+    }
+    OneStep r(1, seq, zigzag);
+    const uint32_t ds_in = r.In({B * segs, Hd, P, N}), rg = r.InValues({B * segs, Hd}, s.f32(g)),
+                   rs_in = r.InValues({B * segs, Hd, P, N}, s.f32(s_in));
+    const uint32_t dg = r.Out({B * segs, Hd}), ds = r.Out({B * segs, Hd, P, N});
+    ASSERT_RUNS(r, "state_scan.backward", {ds_in, rg, rs_in}, {dg, ds},
+                {B, segs, Hd, P, N, strategy});
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hd; ++h) {
+        // ds[0] = ds_in[1]; ds[1] = 0 (nothing after the last segment); dg[0] = <s_in[0] = 0, .>.
+        for (int64_t i = 0; i < PN; ++i) {
+          EXPECT_EQ(r.f32(ds)[((b * segs + 0) * Hd + h) * PN + i],
+                    r.f32(ds_in)[((b * segs + 1) * Hd + h) * PN + i]);
+          EXPECT_EQ(r.f32(ds)[((b * segs + 1) * Hd + h) * PN + i], 0.0f);
+        }
+        EXPECT_EQ(r.f32(dg)[(b * segs + 0) * Hd + h], 0.0f);
+        EXPECT_EQ(r.f32(dg)[(b * segs + 1) * Hd + h], 0.0f);
+      }
+    }
+  }
+  {
+    // Ring attention on one rank is attention over its two segments (merged by log-sum-exp).
+    const int64_t Hq = 2, Hkv = 1, D = 3;
+    const cpu::AttentionShape shape{B, seq, seq, Hq, Hkv, D};
+    OneStep s(1, seq, zigzag);
+    const uint32_t q = s.In({B, seq, Hq, D}), k = s.In({B, seq, Hkv, D}),
+                   v = s.In({B, seq, Hkv, D});
+    const uint32_t out = s.Out({B, seq, Hq, D}), lse = s.Out({B, Hq, seq});
+    ASSERT_RUNS(s, "ring_attention.forward", {q, k, v}, {out, lse}, {B, seq, Hq, Hkv, D, 1}, {0.6});
+    std::vector<float> out_w = s.Like(out), lse_w = s.Like(lse);
+    cpu::attention_forward<float>(out_w.data(), lse_w.data(), s.p(q), s.p(k), s.p(v), shape, 0.6f,
+                                  true, 0, 0);
+    for (size_t i = 0; i < out_w.size(); ++i) EXPECT_NEAR(s.f32(out)[i], out_w[i], 1e-6);
+    for (size_t i = 0; i < lse_w.size(); ++i) EXPECT_NEAR(s.f32(lse)[i], lse_w[i], 1e-6);
+  }
+  {
+    OneStep s(1, seq, zigzag);
+    const uint32_t x = s.In({7});
+    const uint32_t y = s.Out({7});
+    ASSERT_RUNS(s, "all_reduce", {x}, {y}, {7, 1});
+    EXPECT_EQ(s.f32(y), s.f32(x));
+  }
 }
 
 TEST(CpuBackend, SsdScan) {

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/PlanFile.h"
@@ -381,6 +382,103 @@ TEST(CpuExecutor, UnwrittenActivationsReadAsNaN) {
   ASSERT_TRUE(zeroed.ok());
   ASSERT_TRUE((*zeroed)->RunStep().ok());
   EXPECT_EQ((*zeroed)->Loss(), 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks.
+
+// One rank of a larger world, alone in this process: every rank is assumed to say what this one
+// says (an all-gather repeats its contribution), and nothing may be sent.
+class PretendRank final : public comm::Communicator {
+ public:
+  PretendRank(int world_rank, int world_size) : Communicator(world_rank, world_size) {}
+  [[noreturn]] void Abort(const absl::Status& status) override {
+    ADD_FAILURE() << status;
+    std::abort();
+  }
+
+ protected:
+  absl::Status DoSetMesh(const plan::Mesh&) override { return absl::OkStatus(); }
+  void DoAllReduceSum(float*, int64_t, comm::Group) override {}
+  void DoAllReduceSum(double*, int64_t, comm::Group) override {}
+  void DoAllGather(std::span<const std::byte> send, std::span<std::byte> recv,
+                   comm::Group) override {
+    for (size_t at = 0; at < recv.size(); at += send.size()) {
+      std::copy(send.begin(), send.end(), recv.begin() + at);
+    }
+  }
+  void DoSendRecv(std::span<const std::byte>, int, std::span<std::byte>, int) override {
+    Misuse("PretendRank cannot send");
+  }
+  void DoBarrier(comm::Group) override {}
+};
+
+plan::Plan InputsOnlyPlan(int64_t micro_batch, int64_t seq, plan::Mesh mesh) {
+  plan::PlanBuilder b;
+  b.set_shape(micro_batch, seq).set_mesh(mesh);
+  b.AllocateInputs();
+  b.set_loss(b.Allocate("loss", plan::Arena::Activations, {1}));
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(b.FinishUnchecked(), "inputs");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+TEST(CpuExecutor, SetInputsKeepsThisRanksSegments) {
+  // Sequences of 16 tokens over cp=4 (zigzag: 8 segments of 2) x dp=2. Every rank is given the
+  // whole micro-batch of its dp index and keeps segments r and 7-r of each sequence.
+  const plan::Mesh mesh{.cp = 4, .dp = 2, .layout = plan::SequenceLayout::Zigzag};
+  const plan::Plan plan = InputsOnlyPlan(2, 16, mesh);
+  std::vector<int32_t> ids(32), targets(32);
+  for (int i = 0; i < 32; ++i) {
+    ids[i] = i;
+    targets[i] = 1000 + i;
+  }
+  for (int world_rank = 0; world_rank < 8; ++world_rank) {
+    PretendRank rank(world_rank, 8);
+    ASSERT_TRUE(rank.SetMesh(mesh).ok());
+    auto exec = CpuExecutor::Create(plan, rank);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    ASSERT_TRUE((*exec)->SetInputs(ids, targets).ok());
+    const int r = world_rank % 4;
+    std::vector<int32_t> want;
+    for (int b = 0; b < 2; ++b) {
+      for (int segment : {r, 7 - r}) {
+        want.push_back(b * 16 + 2 * segment);
+        want.push_back(b * 16 + 2 * segment + 1);
+      }
+    }
+    std::span<int32_t> got = (*exec)->I32Buffer(plan.input_ids);
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << "rank " << world_rank;
+    std::span<int32_t> got_targets = (*exec)->I32Buffer(plan.targets);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got_targets[i], 1000 + want[i]);
+  }
+  // Contiguous: rank r keeps tokens [4r, 4r+4) of each sequence.
+  const plan::Mesh contiguous{.cp = 4};
+  const plan::Plan plan_c = InputsOnlyPlan(2, 16, contiguous);
+  PretendRank rank2(2, 4);
+  ASSERT_TRUE(rank2.SetMesh(contiguous).ok());
+  auto exec = CpuExecutor::Create(plan_c, rank2);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  ASSERT_TRUE((*exec)->SetInputs(ids, targets).ok());
+  std::span<int32_t> got = (*exec)->I32Buffer(plan_c.input_ids);
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()),
+            (std::vector<int32_t>{8, 9, 10, 11, 24, 25, 26, 27}));
+}
+
+TEST(CpuExecutor, CreateNeedsThePlansRanks) {
+  const plan::Plan plan = InputsOnlyPlan(1, 8, plan::Mesh{.cp = 2, .dp = 2});
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> alone = CpuExecutor::Create(plan);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_THAT(std::string(alone.status().message()),
+              HasSubstr("the plan runs on cp=2 x dp=2 ranks, the communicator has cp=1 x dp=1 "
+                        "(1 rank)"));
+  PretendRank no_mesh(0, 4);
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> early = CpuExecutor::Create(plan, no_mesh);
+  ASSERT_FALSE(early.ok());
+  // With several ranks every message names the ranks it comes from.
+  EXPECT_EQ(early.status().message(),
+            "ranks 0-3: the communicator has no mesh yet: run comm::CheckRanksAgree with this "
+            "plan first");
 }
 
 TEST(CpuExecutor, CreateValidatesThePlanAgain) {

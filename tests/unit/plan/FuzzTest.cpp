@@ -2,10 +2,11 @@
 //   - bytes: random byte changes and truncations of a valid plan file (mostly caught by the
 //     header checks and the FlatBuffers verifier);
 //   - structure: random edits of a valid plan's ints, buffer indices, offsets, shapes, dtypes,
-//     arena sizes and kernel names, written as a well-formed file, over a plan that uses every
-//     kernel of the table (these reach the semantic checks of every kernel).
+//     arena sizes, kernel names and mesh, written as a well-formed file, over a plan that uses
+//     every kernel of the table (these reach the semantic checks of every kernel).
 // Either way a mutated plan loads or fails with a message, and a plan that loads runs without
-// crashing (an execution error such as a bad token id is fine). CI runs this under ASan + UBSan,
+// crashing (an execution error such as a bad token id is fine); a plan for several ranks is
+// refused by a one-rank executor. CI runs this under ASan + UBSan,
 // where "without crashing" also means no out-of-bounds access and no undefined behaviour in
 // loading, validation or any kernel: whatever validation accepts, the kernels must survive.
 #include <cstdint>
@@ -54,6 +55,14 @@ void LoadAndMaybeRun(const std::string& bytes, int64_t vocab, int mutation, Coun
   }
   ++counts.loaded;
   ASSERT_TRUE(ValidatePlan(*plan).ok()) << "mutation " << mutation;
+  if (plan->mesh.world() != 1) {
+    // A plan for several ranks: one rank alone must refuse it, cleanly.
+    absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::Create(*plan);
+    ASSERT_FALSE(exec.ok()) << "mutation " << mutation;
+    EXPECT_NE(exec.status().message().find("the communicator has cp=1 x dp=1"), std::string::npos)
+        << exec.status();
+    return;
+  }
   if (plan->total_arena_bytes() > kMaxExecutedArenaBytes) return;
 
   absl::StatusOr<std::unique_ptr<CpuExecutor>> exec =
@@ -152,10 +161,13 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("slice_columns", {x}, {A({T, 2})}, {T, H, 1, 2});
   b.AddStep("insert_columns", {P({T, 2})}, {A({T, H})}, {T, H, 2, 2});
   b.AddStep("copy", {x}, {A({T, H})}, {T * H});
-  const uint32_t conv_w = P({H, 3});
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3});
+  const uint32_t conv_w = P({H, 3}), halo = P({1, 2, H});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w}, {A({1, T, H}), A({H, 3}), A({H})},
-            {1, T, H, 3});
+            {1, T, H, 3, 0});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w, halo}, {A({1, T, H})}, {1, T, H, 3, 1});
+  b.AddStep("causal_conv1d.backward", {dy, x, conv_w, halo},
+            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1});
   // SSD: batch 1, seq T, 2 heads of dim 2, 1 group, state 2, chunk 3.
   const uint32_t sx = P({1, T, 2, 2}), sdt = P({1, T, 2}), sa = P({2}), sb = P({1, T, 1, 2}),
                  sc = P({1, T, 1, 2}), sd = P({2}), sinit = P({1, 2, 2, 2});
@@ -167,11 +179,27 @@ PlanBuilder EveryKernelPlan() {
             {1, T, 2, 2, 1, 2, 3, 1, 1});
   b.AddStep("ssd_scan.forward", {sx, sdt, sa, sb, sc, sd}, {A({1, T, 2, 2}), A({1, 2, 2, 2})},
             {1, T, 2, 2, 1, 2, 8, 0});
+  b.AddStep("ssd_log_decay.forward", {sdt, sa}, {A({1, 2})}, {1, T, 2});
+  b.AddStep("ssd_log_decay.backward", {P({1, 2}), sdt, sa}, {A({1, T, 2}), A({2})}, {1, T, 2});
+  // The collectives, on the one rank of a plan without mesh (one segment of T tokens).
+  b.AddStep("halo_exchange.forward", {x}, {A({1, 2, H})}, {1, 1, T, H, 2});
+  b.AddStep("halo_exchange.backward", {halo}, {A({1, T, H})}, {1, 1, T, H, 2});
+  const uint32_t g = P({1, 2}), state = P({1, 2, 2, 2});
+  for (int64_t strategy : {0, 1}) {
+    b.AddStep("state_scan.forward", {g, state}, {A({1, 2, 2, 2})}, {1, 1, 2, 2, 2, strategy});
+    b.AddStep("state_scan.backward", {P({1, 2, 2, 2}), g, state}, {A({1, 2}), A({1, 2, 2, 2})},
+              {1, 1, 2, 2, 2, strategy});
+  }
+  for (int64_t group : {0, 1, 2}) b.AddStep("all_reduce", {x}, {A({T, H})}, {T * H, group});
   // Attention: 2 query heads over 1 kv head of dim 2.
   const uint32_t q = P({1, T, 2, 2}), k = P({1, T, 1, 2}), v = P({1, T, 1, 2});
   const uint32_t att_out = A({1, T, 2, 2}), lse = A({1, 2, T});
   b.AddStep("attention.forward", {q, k, v}, {att_out, lse}, {1, T, 2, 1, 2, 1}, {0.7});
   b.AddStep("attention.backward", {P({1, T, 2, 2}), q, k, v, att_out, lse},
+            {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1}, {0.7});
+  const uint32_t ring_out = A({1, T, 2, 2}), ring_lse = A({1, 2, T});
+  b.AddStep("ring_attention.forward", {q, k, v}, {ring_out, ring_lse}, {1, T, 2, 1, 2, 1}, {0.7});
+  b.AddStep("ring_attention.backward", {P({1, T, 2, 2}), q, k, v, ring_out, ring_lse},
             {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1}, {0.7});
   // MoE: 3 experts, top 2, inner 2.
   const uint32_t gates = A({T, 2}), experts = A({T, 2}, DType::I32);
@@ -228,7 +256,7 @@ void MutateStructure(PlanBuilder& b, std::mt19937_64& rng) {
   const uint32_t num_buffers = static_cast<uint32_t>(b.num_buffers());
   PlanBuilder::StepSpec& step = b.step(rng() % num_steps);
   Buffer& buffer = b.buffer(static_cast<uint32_t>(rng() % num_buffers));
-  switch (rng() % 10) {
+  switch (rng() % 11) {
     case 0:
     case 1:  // an int argument
       if (!step.ints.empty()) {
@@ -277,6 +305,17 @@ void MutateStructure(PlanBuilder& b, std::mt19937_64& rng) {
         step.floats[rng() % step.floats.size()] = choices[rng() % 6];
       }
       break;
+    case 10: {  // another mesh (or none)
+      if (rng() % 4 == 0) {
+        b.clear_mesh();
+        break;
+      }
+      const int64_t sizes[] = {1, 1, 2, 3, 0, -1, int64_t{1} << 40};
+      b.set_mesh(Mesh{.cp = sizes[rng() % std::size(sizes)],
+                      .dp = sizes[rng() % std::size(sizes)],
+                      .layout = SequenceLayout(rng() % kNumSequenceLayouts)});
+      break;
+    }
   }
 }
 

@@ -41,7 +41,7 @@ TEST(PlanFile, HeaderLayout) {
   const std::string header = EncodePlanHeader(0x0102030405060708ull);
   ASSERT_EQ(header.size(), kPlanHeaderBytes);
   EXPECT_EQ(header.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(header.substr(8, 4), std::string("\x01\x00\x00\x00", 4));  // version 1, LE
+  EXPECT_EQ(header.substr(8, 4), std::string("\x02\x00\x00\x00", 4));  // version 2, LE
   EXPECT_EQ(header.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(header.substr(16, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
 }
@@ -95,6 +95,48 @@ TEST(PlanFile, RoundTripKeepsEveryField) {
   EXPECT_EQ(gemm.floats, (std::vector<double>{1.0}));
   EXPECT_EQ(plan->steps[lm.ce_forward_step].kernel, KernelId::CrossEntropyForward);
   EXPECT_EQ(StepLabel(*plan, lm.norm_step), "step 1 (rms_norm.forward)");
+  // No mesh in the file: one rank.
+  EXPECT_EQ(plan->mesh, Mesh{});
+  EXPECT_EQ(plan->local_tokens(), TinyLm::kTokens);
+}
+
+TEST(PlanFile, MeshRoundTrips) {
+  // seq 8 on cp=2 x dp=3, zigzag: 4 segments of 2 tokens, 4 tokens per rank and sequence.
+  PlanBuilder b;
+  b.set_shape(2, 8).set_mesh(Mesh{.cp = 2, .dp = 3, .layout = SequenceLayout::Zigzag});
+  auto [ids, targets] = b.AllocateInputs();
+  EXPECT_EQ(b.buffer(ids).shape, (std::vector<int64_t>{2, 4}));
+  b.set_loss(b.Allocate("loss", Arena::Activations, {1}));
+  absl::StatusOr<std::string> bytes = b.Finish();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<Plan> plan = ParsePlan(*bytes, "mesh");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->mesh, (Mesh{.cp = 2, .dp = 3, .layout = SequenceLayout::Zigzag}));
+  EXPECT_EQ(plan->mesh.world(), 6);
+  EXPECT_EQ(plan->mesh.segments(), 4);
+  EXPECT_EQ(plan->tokens(), 16);
+  EXPECT_EQ(plan->local_seq(), 4);
+  EXPECT_EQ(plan->local_tokens(), 8);
+}
+
+TEST(PlanFile, MeshLayouts) {
+  // zigzag over cp=4: rank r holds segments r and 7-r.
+  const Mesh zigzag{.cp = 4, .dp = 1, .layout = SequenceLayout::Zigzag};
+  const int64_t holds[4][2] = {{0, 7}, {1, 6}, {2, 5}, {3, 4}};
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t k = 0; k < 2; ++k) {
+      const int64_t j = zigzag.GlobalSegment(r, k);
+      EXPECT_EQ(j, holds[r][k]);
+      EXPECT_EQ(zigzag.OwnerOf(j).cp_index, r);
+      EXPECT_EQ(zigzag.OwnerOf(j).k, k);
+    }
+  }
+  const Mesh contiguous{.cp = 4, .dp = 2};
+  EXPECT_EQ(contiguous.segments(), 4);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(contiguous.GlobalSegment(r, 0), r);
+    EXPECT_EQ(contiguous.OwnerOf(r).cp_index, r);
+  }
 }
 
 TEST(PlanFile, WriteAndLoad) {
@@ -136,7 +178,7 @@ TEST(PlanFile, OtherVersion) {
   std::string bytes = TinyLm().Bytes();
   bytes[8] = 7;
   EXPECT_EQ(ErrorOf(bytes),
-            "test.plan: plan schema version 7, this runtime reads version 1: recompile the plan "
+            "test.plan: plan schema version 7, this runtime reads version 2: recompile the plan "
             "with this hybridcp");
 }
 
@@ -222,6 +264,12 @@ TEST(PlanFile, AbsentFieldsAndOpenEnums) {
     TinyLm lm;
     lm.builder.step(2).kernel = "";
     EXPECT_THAT(ErrorOf(lm.Bytes()), HasSubstr("step 2 has no kernel"));
+  }
+  {
+    TinyLm lm;
+    lm.builder.set_mesh(Mesh{.cp = 1, .dp = 1, .layout = SequenceLayout(3)});
+    EXPECT_THAT(ErrorOf(lm.Bytes()),
+                HasSubstr("mesh has sequence layout 3, expected 0..1 (contiguous, zigzag)"));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -253,8 +254,10 @@ TEST(Validate, OverlappingInputAndOutput) {
 
 struct OneStepPlan {
   PlanBuilder b;
-  OneStepPlan() {
-    b.set_shape(1, 1);
+  OneStepPlan() : OneStepPlan(1, std::nullopt) {}
+  OneStepPlan(int64_t seq, std::optional<Mesh> mesh) {
+    b.set_shape(1, seq);
+    if (mesh) b.set_mesh(*mesh);
     b.AllocateInputs();
     b.set_loss(b.Allocate("loss", Arena::Activations, {1}));
   }
@@ -341,6 +344,125 @@ TEST(Validate, FillHasNoInputs) {
   EXPECT_EQ(p.Error(), "(loaded)");
   p.b.step(0).ins = {p.Act({3})};
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (fill): takes 0 inputs, got 1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mesh and the collectives of context parallelism.
+
+TEST(Validate, Mesh) {
+  auto error = [](int64_t seq, Mesh mesh) {
+    OneStepPlan p(seq, mesh);
+    return p.Error();
+  };
+  EXPECT_EQ(error(8, Mesh{.cp = 2, .dp = 3}), "(loaded)");
+  EXPECT_EQ(error(8, Mesh{.cp = 2, .layout = SequenceLayout::Zigzag}), "(loaded)");
+  EXPECT_THAT(error(8, Mesh{.cp = 0}), HasSubstr("mesh cp=0 x dp=1: both must be positive"));
+  EXPECT_THAT(error(8, Mesh{.cp = 2, .dp = -1}), HasSubstr("mesh cp=2 x dp=-1"));
+  EXPECT_THAT(error(8, Mesh{.cp = int64_t{1} << 20, .dp = int64_t{1} << 20}),
+              HasSubstr("is more ranks than MPI can number"));
+  // The style guide's example: segments, not ranks, must divide the sequence.
+  EXPECT_THAT(error(1000, Mesh{.cp = 8, .layout = SequenceLayout::Zigzag}),
+              HasSubstr("sequence length 1000 cannot be split into 16 pieces for cp=8 (zigzag "
+                        "layout)"));
+  EXPECT_THAT(error(6, Mesh{.cp = 4}),
+              HasSubstr("sequence length 6 cannot be split into 4 pieces for cp=4"));
+}
+
+TEST(Validate, InputsHoldTheRanksTokens) {
+  // Inputs sized for the whole sequence on a plan whose ranks hold half of it each.
+  PlanBuilder b;
+  b.set_shape(2, 8);
+  b.AllocateInputs();
+  b.set_loss(b.Allocate("loss", Arena::Activations, {1}));
+  b.set_mesh(Mesh{.cp = 2});
+  absl::StatusOr<Plan> plan = ParsePlan(b.FinishUnchecked(), "cp.plan");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("input_ids buffer 0 'input_ids' is i32 [16 elements] in the inputs arena, "
+                        "expected i32 [micro_batch*seq/cp = 2*8/2 = 8]"));
+}
+
+TEST(Validate, ConvHaloFollowsFlag) {
+  const int64_t B = 2, S = 5, C = 3, W = 4;
+  auto build = [&](int64_t has_halo, bool give_halo, int64_t halo_rows) {
+    OneStepPlan p;
+    std::vector<uint32_t> ins = {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})};
+    if (give_halo) ins.push_back(p.Act({B, halo_rows, C}));
+    p.b.AddStep("causal_conv1d.forward", ins, {p.Act({B, S, C})}, {B, S, C, W, has_halo});
+    return p.Error();
+  };
+  EXPECT_EQ(build(0, false, 0), "(loaded)");
+  EXPECT_EQ(build(1, true, W - 1), "(loaded)");
+  EXPECT_THAT(build(1, false, 0), HasSubstr("takes 4 inputs, got 3"));
+  EXPECT_THAT(build(0, true, W - 1), HasSubstr("takes 3 inputs, got 4"));
+  EXPECT_THAT(build(1, true, W), HasSubstr("input 3 't6' has 24 elements, expected "
+                                           "batch*(width-1)*channels = 18"));
+  EXPECT_THAT(build(2, true, W - 1), HasSubstr("int 4 (has_halo) is 2, expected 0 or 1"));
+  // The backward's dhalo output comes with the flag too.
+  OneStepPlan p;
+  p.b.AddStep("causal_conv1d.backward",
+              {p.Act({B, S, C}), p.Act({B, S, C}), p.Act({C, W}), p.Act({B, W - 1, C})},
+              {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})}, {B, S, C, W, 1});
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (causal_conv1d.backward): takes 4 outputs, got 3"));
+}
+
+TEST(Validate, HaloExchange) {
+  // seq 12 on cp=2 zigzag: 4 segments of 3, 2 per rank.
+  const Mesh zigzag{.cp = 2, .layout = SequenceLayout::Zigzag};
+  const int64_t B = 2, segs = 2, len = 3, C = 4, W = 2;
+  auto build = [&](std::vector<int64_t> ints, int64_t out_rows) {
+    OneStepPlan p(12, zigzag);
+    const uint32_t out = p.Act({B * segs, out_rows, C}), x = p.Act({B * segs, len, C});
+    p.b.AddStep("halo_exchange.forward", {x}, {out}, std::move(ints));
+    return p.Error();
+  };
+  EXPECT_EQ(build({B, segs, len, C, W}, W), "(loaded)");
+  EXPECT_THAT(build({B, 1, len, C, W}, W),
+              HasSubstr("step 0 (halo_exchange.forward): int 1 (segs) is 1, but the plan's zigzag "
+                        "layout puts 2 segments on each rank"));
+  EXPECT_THAT(build({B * 3, segs, len / 3, C, W}, W),
+              HasSubstr("int 2 (len) is 1, but the plan's sequence of 12 tokens in 4 segments "
+                        "(cp=2, zigzag) makes segments of 3"));
+  EXPECT_THAT(build({B, segs, len, C, 4}, 4), HasSubstr("int 4 (width) is 4, expected 1..len"));
+  EXPECT_THAT(build({B, segs, len, C, W}, W + 1),
+              HasSubstr("output 0 't3' has 48 elements, expected batch*segs*width*channels = 32"));
+}
+
+TEST(Validate, StateScan) {
+  const int64_t B = 1, segs = 1, Hd = 2, P = 3, N = 2;
+  auto build = [&](int64_t strategy, int64_t segs_int) {
+    OneStepPlan p(4, Mesh{.cp = 2});
+    p.b.AddStep("state_scan.forward", {p.Act({B * segs, Hd}), p.Act({B * segs, Hd, P, N})},
+                {p.Act({B * segs, Hd, P, N})}, {B, segs_int, Hd, P, N, strategy});
+    return p.Error();
+  };
+  EXPECT_EQ(build(0, segs), "(loaded)");
+  EXPECT_EQ(build(1, segs), "(loaded)");
+  EXPECT_THAT(build(2, segs), HasSubstr("int 5 (strategy) is 2, expected 0..1"));
+  EXPECT_THAT(build(0, 2), HasSubstr("int 1 (segs) is 2, but the plan's contiguous layout puts 1 "
+                                     "segment on each rank"));
+}
+
+TEST(Validate, RingAttentionIsOverTheRanksShare) {
+  const int64_t B = 1, Hq = 2, Hkv = 1, D = 2;
+  auto build = [&](int64_t seq) {
+    OneStepPlan p(8, Mesh{.cp = 2});
+    p.b.AddStep("ring_attention.forward",
+                {p.Act({B, seq, Hq, D}), p.Act({B, seq, Hkv, D}), p.Act({B, seq, Hkv, D})},
+                {p.Act({B, seq, Hq, D}), p.Act({B, Hq, seq})}, {B, seq, Hq, Hkv, D, 1}, {0.5});
+    return p.Error();
+  };
+  EXPECT_EQ(build(4), "(loaded)");
+  EXPECT_THAT(build(8), HasSubstr("step 0 (ring_attention.forward): int 1 (seq) is 8, but each "
+                                  "rank holds 8 / cp 2 = 4 tokens of the sequence"));
+}
+
+TEST(Validate, AllReduceGroup) {
+  OneStepPlan p;
+  p.b.AddStep("all_reduce", {p.Act({5})}, {p.Act({5})}, {5, 3});
+  EXPECT_THAT(p.Error(), HasSubstr("int 1 (group) is 3, expected 0..2 (0 world, 1 cp, 2 dp)"));
+  p.b.step(0).ints[1] = 2;
+  EXPECT_EQ(p.Error(), "(loaded)");
 }
 
 TEST(Validate, PlanBuiltInMemoryIsCheckedToo) {

@@ -1,0 +1,73 @@
+// The collectives of context parallelism on CPU ranks: the reference for the NCCL versions, next
+// to the local kernels they wrap (runtime/kernels/cpu/Kernels.h). Semantics and argument lists are
+// KernelTable.def's; CpuBackend.cpp unpacks a plan step into these calls.
+//
+// Sequence layout (plan::Mesh): the global sequence is cut into mesh.segments() segments of `len`
+// tokens; cp rank r holds segment r (contiguous) or segments r and 2*cp-1-r in that order
+// (zigzag). A rank's local tensor [batch, segs*len, ...] is viewed as [batch*segs, len, ...]:
+// row b*segs + k is local segment k of sequence b. Every function here is collective over the
+// cp group of `comm` (ring, chain and gather partners are cp ranks), except all_reduce, which is
+// collective over its group: every rank of the group calls it with the same sizes, even when it
+// has nothing to contribute. Decays, states and log-sum-exps are combined in double; what travels
+// is fp32, like the buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/kernels/cpu/Kernels.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp::cpu {
+
+// halo [rows, width, channels] = for each local segment, the last `width` rows of x
+// [rows, len, channels] of the segment before it in the sequence (zeros for segment 0).
+// `width` is the halo's row count (a conv of width w needs w - 1 rows); 1 <= width <= len.
+void halo_exchange_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* halo,
+                           const float* x, int64_t batch, int64_t segs, int64_t len,
+                           int64_t channels, int64_t width);
+// The transpose: dx [rows, len, channels] is zero except each local segment's last `width` rows,
+// which get dhalo [rows, width, channels] of the segment after it (zero for the last segment).
+void halo_exchange_backward(comm::Communicator& comm, const plan::Mesh& mesh, float* dx,
+                            const float* dhalo, int64_t batch, int64_t segs, int64_t len,
+                            int64_t channels, int64_t width);
+
+// Mamba2 state passing between segments, per batch row b and head h, over the global segment
+// order j: s_in[j] = exp(g[j-1]) s_in[j-1] + s[j-1], s_in[0] = 0.
+struct StateScanShape {
+  int64_t batch, segs, heads, head_dim, state;
+};
+enum class StateScanStrategy : int64_t {
+  kAllGather = 0,  // one all-gather of every segment's (g, s), then a local scan in double
+  kChain = 1,      // send/recv in segment order: cp-1 hops (2cp-1 segments under zigzag)
+};
+// g [rows, heads]; s, s_in [rows, heads, head_dim, state].
+void state_scan_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* s_in,
+                        const float* g, const float* s, const StateScanShape& shape,
+                        StateScanStrategy strategy);
+// The transpose, a reverse scan: ds[j] = G[j+1] where G[j] = ds_in[j] + exp(g[j]) G[j+1] and
+// G[segments] = 0; dg[j] = exp(g[j]) <s_in[j], ds[j]>.
+void state_scan_backward(comm::Communicator& comm, const plan::Mesh& mesh, float* dg, float* ds,
+                         const float* ds_in, const float* g, const float* s_in,
+                         const StateScanShape& shape, StateScanStrategy strategy);
+
+// Attention of the local queries over the keys of the whole sequence. `shape` is local
+// (q_len = kv_len = segs * len). The K/V of every cp rank visits every rank once around the ring
+// (cp - 1 send/recv steps); each (query segment, key segment) pair runs attention_forward with its
+// global positions and merges by log-sum-exp; pairs whose keys all lie after the queries' last
+// position are skipped (causal only).
+void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* out,
+                            float* lse, const float* q, const float* k, const float* v,
+                            const AttentionShape& shape, float scale, bool causal);
+// From the final out and lse: dq accumulates locally; each K/V block travels around the ring with
+// its dK/dV accumulators, which a last send/recv brings back to the block's owner (cp send/recv
+// steps in all).
+void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, float* dq, float* dk,
+                             float* dv, const float* dout, const float* q, const float* k,
+                             const float* v, const float* out, const float* lse,
+                             const AttentionShape& shape, float scale, bool causal);
+
+// y = the sum of x over `group` (summed in double, rounded to fp32 once).
+void all_reduce(comm::Communicator& comm, float* y, const float* x, int64_t n, comm::Group group);
+
+}  // namespace hcp::cpu

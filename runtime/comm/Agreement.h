@@ -1,0 +1,64 @@
+// Agreeing before acting: the checks every rank runs together so that an error on one rank stops
+// every rank with the same message instead of leaving the others waiting in a collective.
+//
+// The startup sequence of a multi-rank tool, before any other communication:
+//   comm::RankPlan mine = comm::LoadPlanForRank(path);   // never fails by itself
+//   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world, mine.plan, mine.hash));
+// A rank whose plan failed to load still calls CheckRanksAgree (with its error), so every rank
+// joins the same collectives and every rank returns the same error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp::comm {
+
+// Collective over the world: every rank passes its own status, every rank gets back the same
+// one. OK if every rank passed OK. Otherwise an error with the code of the lowest failing rank
+// and every failing rank's message, ranks with the same message listed together:
+//   "rank 2: step 3 (embedding.forward): token id 99 at position 4 is outside [0, 11)"
+//   "ranks 0-3: cannot open 'data.bin': No such file or directory"
+// With one rank the status comes back unchanged. Costs one small all-gather when all is well and
+// a second (of the messages) when not.
+absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& local);
+
+// The combination AgreeOnStatus returns, from every rank's status (index = world rank).
+absl::Status CombineRankStatuses(const std::vector<absl::Status>& per_rank);
+// "rank 2", "ranks 0,1", "ranks 0-3,6": sorted world ranks, runs of three or more as ranges.
+std::string RankList(const std::vector<int>& ranks);
+
+// A stable 64-bit hash of a plan file's bytes (FNV-1a), for telling plans apart across ranks.
+uint64_t PlanBytesHash(std::string_view bytes);
+// "a1b2c3d4e5f60718".
+std::string HashString(uint64_t hash);
+
+// One rank's plan: loaded and validated, or the error; the hash of the file's bytes (0 if the
+// file could not be read).
+struct RankPlan {
+  absl::StatusOr<plan::Plan> plan;
+  uint64_t hash = 0;
+};
+RankPlan LoadPlanForRank(const std::string& path);
+// The same from bytes in memory; `source` starts error messages (as ParsePlan's).
+RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source);
+
+// Collective over the world, and the first communication a tool does. In order, with the same
+// error on every rank:
+//   1. every rank loaded its plan ("the plan did not load on every rank: rank 2: ...");
+//   2. every rank has the same plan ("ranks 0,1 run plan a1b2..., rank 2 runs 77ff...: start
+//      every rank with the same plan");
+//   3. the world has cp * dp ranks ("the plan was compiled for cp=4 x dp=1 = 4 ranks, but 2
+//      ranks were started");
+// then splits the world into the plan's cp and dp groups (comm.SetMesh). Only then may the plan
+// run on `comm`.
+absl::Status CheckRanksAgree(Communicator& comm, const absl::StatusOr<plan::Plan>& plan,
+                             uint64_t plan_hash);
+
+}  // namespace hcp::comm

@@ -1,0 +1,183 @@
+#include "runtime/comm/MpiCommunicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/support/Status.h"
+
+namespace hcp::comm {
+namespace {
+
+// Messages go in pieces of at most this many bytes (MPI counts are ints).
+constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
+// All our point-to-point messages use one tag on our own communicator: matching is by source
+// and order (MPI never lets two messages between the same pair overtake each other).
+constexpr int kTag = 0;
+
+// A message of `bytes` travels as this many pieces: at least one, so an empty message is still
+// one (empty) MPI message that its receive matches.
+int64_t Pieces(size_t bytes) {
+  return std::max<int64_t>(1, (static_cast<int64_t>(bytes) + kMaxChunkBytes - 1) / kMaxChunkBytes);
+}
+int PieceBytes(size_t bytes, int64_t piece) {
+  return static_cast<int>(
+      std::min<int64_t>(kMaxChunkBytes, static_cast<int64_t>(bytes) - piece * kMaxChunkBytes));
+}
+
+bool Initialized() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  MPI_Init(argc, argv);
+  owns_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (owns_ && Initialized()) MPI_Finalize();
+}
+
+bool MpiSession::Active() { return Initialized(); }
+
+struct MpiCommunicator::Comms {
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm cp = MPI_COMM_NULL;
+  MPI_Comm dp = MPI_COMM_NULL;
+
+  MPI_Comm Of(Group group) const {
+    switch (group) {
+      case Group::kWorld:
+        return world;
+      case Group::kCp:
+        return cp;
+      case Group::kDp:
+        return dp;
+    }
+    return MPI_COMM_NULL;
+  }
+  static void Free(MPI_Comm& comm) {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    comm = MPI_COMM_NULL;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
+  if (!Initialized()) {
+    return absl::FailedPreconditionError(
+        "MPI is not initialised: create an MpiSession before an MpiCommunicator");
+  }
+  auto comms = std::make_unique<Comms>();
+  // Collective over the world: every rank creates its communicator at the same point.
+  MPI_Comm_dup(MPI_COMM_WORLD, &comms->world);
+  MPI_Comm_set_errhandler(comms->world, MPI_ERRORS_ARE_FATAL);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comms->world, &rank);
+  MPI_Comm_size(comms->world, &size);
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(rank, size, std::move(comms)));
+}
+
+MpiCommunicator::MpiCommunicator(int world_rank, int world_size, std::unique_ptr<Comms> comms)
+    : Communicator(world_rank, world_size), comms_(std::move(comms)) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (!Initialized()) return;  // MPI_Finalize has released everything
+  Comms::Free(comms_->cp);
+  Comms::Free(comms_->dp);
+  Comms::Free(comms_->world);
+}
+
+void MpiCommunicator::Abort(const absl::Status& status) {
+  std::fprintf(stderr, "rank %d: %s\n", world_rank(), FormatError(status).c_str());
+  std::fflush(stderr);
+  MPI_Abort(comms_->world != MPI_COMM_NULL ? comms_->world : MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+absl::Status MpiCommunicator::DoSetMesh(const plan::Mesh& mesh) {
+  Comms::Free(comms_->cp);
+  Comms::Free(comms_->dp);
+  const int cp = static_cast<int>(mesh.cp);
+  const int cp_index = world_rank() % cp, dp_index = world_rank() / cp;
+  MPI_Comm_split(comms_->world, /*color=*/dp_index, /*key=*/cp_index, &comms_->cp);
+  MPI_Comm_split(comms_->world, /*color=*/cp_index, /*key=*/dp_index, &comms_->dp);
+  return absl::OkStatus();
+}
+
+void MpiCommunicator::DoAllReduceSum(float* data, int64_t n, Group group) {
+  constexpr int64_t kChunk = kMaxChunkBytes / sizeof(float);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - i));
+    MPI_Allreduce(MPI_IN_PLACE, data + i, count, MPI_FLOAT, MPI_SUM, comms_->Of(group));
+  }
+}
+
+void MpiCommunicator::DoAllReduceSum(double* data, int64_t n, Group group) {
+  constexpr int64_t kChunk = kMaxChunkBytes / sizeof(double);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - i));
+    MPI_Allreduce(MPI_IN_PLACE, data + i, count, MPI_DOUBLE, MPI_SUM, comms_->Of(group));
+  }
+}
+
+void MpiCommunicator::DoAllGather(std::span<const std::byte> send, std::span<std::byte> recv,
+                                  Group group) {
+  // The same size on every rank, so every rank takes the same branch.
+  if (send.size() > static_cast<size_t>(INT_MAX)) {
+    Misuse(absl::StrFormat("all-gather of %d bytes per rank (at most %d)", send.size(), INT_MAX));
+  }
+  const int count = static_cast<int>(send.size());
+  MPI_Allgather(send.data(), count, MPI_BYTE, recv.data(), count, MPI_BYTE, comms_->Of(group));
+}
+
+void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest,
+                                 std::span<std::byte> recv, int world_source) {
+  // Every piece of both messages is posted before waiting for any of them: no deadlock whatever
+  // the peers do first.
+  std::vector<MPI_Request> requests;
+  std::vector<int> recv_sizes;  // expected bytes of each receive request, in order
+  if (world_source != kNoRank) {
+    for (int64_t piece = 0; piece < Pieces(recv.size()); ++piece) {
+      const int count = PieceBytes(recv.size(), piece);
+      requests.emplace_back();
+      MPI_Irecv(recv.data() + piece * kMaxChunkBytes, count, MPI_BYTE, world_source, kTag,
+                comms_->world, &requests.back());
+      recv_sizes.push_back(count);
+    }
+  }
+  if (world_dest != kNoRank) {
+    for (int64_t piece = 0; piece < Pieces(send.size()); ++piece) {
+      requests.emplace_back();
+      MPI_Isend(send.data() + piece * kMaxChunkBytes, PieceBytes(send.size(), piece), MPI_BYTE,
+                world_dest, kTag, comms_->world, &requests.back());
+    }
+  }
+  std::vector<MPI_Status> statuses(requests.size());
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
+  // A longer message than expected is an MPI truncation error (fatal); a shorter one is caught
+  // here.
+  for (size_t i = 0; i < recv_sizes.size(); ++i) {
+    int count = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &count);
+    if (count != recv_sizes[i]) {
+      Misuse(absl::StrFormat("received %d bytes from rank %d, expected %d", count, world_source,
+                             recv_sizes[i]));
+    }
+  }
+}
+
+void MpiCommunicator::DoBarrier(Group group) { MPI_Barrier(comms_->Of(group)); }
+
+}  // namespace hcp::comm

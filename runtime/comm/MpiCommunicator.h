@@ -1,0 +1,68 @@
+// The MPI communicator for CPU ranks started by mpirun (only built with HYBRIDCP_ENABLE_MPI,
+// which defines HYBRIDCP_HAVE_MPI for everything that links hcp_comm). mpi.h stays inside
+// MpiCommunicator.cpp: nothing else in the runtime sees MPI.
+//
+//   int main(int argc, char** argv) {
+//     comm::MpiSession mpi(&argc, &argv);          // MPI_Init here, MPI_Finalize at scope exit
+//     auto world = comm::MpiCommunicator::Create();  // the world only, no mesh yet
+//     comm::RankPlan mine = comm::LoadPlanForRank(path);
+//     if (absl::Status s = comm::CheckRanksAgree(**world, mine.plan, mine.hash); !s.ok()) ...
+//     ... CpuExecutor::Create(*mine.plan, **world) ...
+//   }
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/comm/Communicator.h"
+
+namespace hcp::comm {
+
+// Owns MPI's lifetime in a process: MPI_Init on construction unless MPI is already initialised
+// (then it owns nothing), MPI_Finalize on destruction if it initialised MPI. Keep it alive for as
+// long as any MpiCommunicator. MPI_COMM_WORLD keeps MPI_ERRORS_ARE_FATAL: an MPI error aborts
+// the job.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  // MPI_Initialized and not yet MPI_Finalized.
+  static bool Active();
+
+ private:
+  bool owns_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // The world of this job (MPI_COMM_WORLD, duplicated so our messages never meet anyone
+  // else's). FailedPrecondition if MPI is not initialised (create an MpiSession first).
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create();
+  ~MpiCommunicator() override;
+
+  // MPI_Abort on the world after printing "rank N: error: ..." to stderr.
+  [[noreturn]] void Abort(const absl::Status& status) override;
+
+ protected:
+  // MPI_Comm_split of the world into the cp groups (color dp_index, key cp_index) and the dp
+  // groups (color cp_index, key dp_index), so group ranks are cp_index and dp_index.
+  absl::Status DoSetMesh(const plan::Mesh& mesh) override;
+  void DoAllReduceSum(float* data, int64_t n, Group group) override;
+  void DoAllReduceSum(double* data, int64_t n, Group group) override;
+  void DoAllGather(std::span<const std::byte> send, std::span<std::byte> recv,
+                   Group group) override;
+  void DoSendRecv(std::span<const std::byte> send, int world_dest, std::span<std::byte> recv,
+                  int world_source) override;
+  void DoBarrier(Group group) override;
+
+ private:
+  struct Comms;  // the MPI_Comm handles, in the .cpp
+  MpiCommunicator(int world_rank, int world_size, std::unique_ptr<Comms> comms);
+
+  std::unique_ptr<Comms> comms_;
+};
+
+}  // namespace hcp::comm

@@ -31,11 +31,12 @@ class ModelBuilder {
     auto tokens = RankedTensorType::get({batch_, seq_}, b_.getI32Type());
     auto scalar = RankedTensorType::get({}, b_.getF32Type());
     auto func = func::FuncOp::create(b_, loc, kTrainStepFunction,
-                                     b_.getFunctionType({tokens, tokens}, {scalar}));
+                                     b_.getFunctionType({tokens, tokens, scalar}, {scalar}));
     func.setArgAttr(0, "model.input", b_.getStringAttr("input_ids"));
     func.setArgAttr(1, "model.input", b_.getStringAttr("targets"));
+    func.setArgAttr(2, "model.input", b_.getStringAttr("loss_scale"));
     b_.setInsertionPointToStart(func.addEntryBlock());
-    Value loss = Loss(func.getArgument(0), func.getArgument(1));
+    Value loss = Loss(func.getArgument(0), func.getArgument(1), func.getArgument(2));
     func::ReturnOp::create(b_, loc, loss);
     return module;
   }
@@ -88,7 +89,11 @@ class ModelBuilder {
   }
 
   // --- the model --------------------------------------------------------------------------------
-  Value Loss(Value ids, Value targets) {
+  // The loss of one micro-batch is its summed token loss times `loss_scale`, which the runtime
+  // sets to 1 / (valid tokens of the whole optimizer step: every micro-batch of every rank).
+  // Every rank's and micro-batch's contribution to the loss and to each gradient is then scaled
+  // at its source, and all the splits (cp, dp, ep, accumulation) just sum.
+  Value Loss(Value ids, Value targets, Value loss_scale) {
     const int64_t h = config_.hidden_size;
     loc_ = Loc("model.embed_tokens");
     Value embed = Weight("model.embed_tokens.weight", {config_.vocab_size, h});
@@ -107,7 +112,7 @@ class ModelBuilder {
     Value logits = Scale(Linear(hidden, head), 1.0 / config_.logits_scaling);
     auto loss = model::CrossEntropyOp::create(b_, Loc("loss"), F32({}), F32({}), logits, targets,
                                               b_.getI64IntegerAttr(kIgnoreIndex));
-    return model::DivOp::create(b_, loc_, F32({}), loss.getLossSum(), loss.getValidCount());
+    return model::MulOp::create(b_, loc_, F32({}), loss.getLossSum(), loss_scale);
   }
 
   // r = h; h = r + m * Mixer(norm(h)); r = h; h = r + m * FFN(norm(h))
@@ -137,7 +142,8 @@ class ModelBuilder {
     Value conv_w = Weight(p + "conv1d.weight", {conv, 1, c.mamba_conv_width});
     Value conv_b = Param(p + "conv1d.bias", {conv}, model::ParamInit::Zeros);
     Value xbc =
-        model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w, conv_b);
+        model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w, conv_b,
+                                      /*halo=*/Value());
     xbc = model::SiluOp::create(b_, loc_, xbc);
     SmallVector<Value> parts = Split(xbc, {inner, groups * state, groups * state});
     Value xs = Reshape(parts[0], {batch_, seq_, heads, dim});

@@ -3,21 +3,50 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "passes/autodiff/Passes.h"
+#include "passes/context_parallel/Passes.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
+namespace {
 
-void buildTrainingPipeline(mlir::OpPassManager& pm) {
+bool isSplit(const TrainingPipelineOptions& options) {
+  return options.cp > 1 || options.layout != "contiguous";
+}
+
+}  // namespace
+
+void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
+  if (!isSplit(options)) return;
+  ShardSequenceOptions shard;
+  shard.cp = options.cp;
+  shard.layout = options.layout;
+  pm.addPass(createShardSequence(shard));
+  pm.addPass(createInsertHaloExchange());
+  InsertStateScanOptions scan;
+  scan.strategy = options.stateScan;
+  pm.addPass(createInsertStateScan(scan));
+  pm.addPass(createInsertRingAttention());
+  pm.addPass(createReduceLoss());
+  pm.addPass(createVerifyContextParallel());
+}
+
+void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
+  buildContextParallelPipeline(pm, options);
   pm.addNestedPass<mlir::func::FuncOp>(createAutodiff());
   pm.addPass(createLowerToExec());
   pm.addPass(createPlanMemory());
 }
 
 void registerTrainingPipeline() {
-  mlir::PassPipelineRegistration<>(
+  mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "hcp-training-pipeline",
-      "model module -> exec module with planned memory (autodiff, lowering, memory planning)",
-      [](mlir::OpPassManager& pm) { buildTrainingPipeline(pm); });
+      "model module -> exec module with planned memory (context parallelism, autodiff, "
+      "lowering, memory planning)",
+      buildTrainingPipeline);
+  mlir::PassPipelineRegistration<TrainingPipelineOptions>(
+      "hcp-context-parallel-pipeline",
+      "model module -> the forward per-rank program with its collectives",
+      buildContextParallelPipeline);
 }
 
 }  // namespace hcp

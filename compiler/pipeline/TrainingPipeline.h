@@ -2,15 +2,33 @@
 // module ready to be written as a plan.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
 
 namespace hcp {
 
-// autodiff -> lower to exec kernels -> plan memory. The pass manager verifies the module after
-// every pass, so a stage that breaks an invariant stops the pipeline there.
-void buildTrainingPipeline(mlir::OpPassManager& pm);
+struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptions> {
+  Option<int64_t> cp{*this, "cp", llvm::cl::desc("context-parallel ranks"), llvm::cl::init(1)};
+  Option<std::string> layout{*this, "layout", llvm::cl::desc("contiguous or zigzag"),
+                             llvm::cl::init("contiguous")};
+  Option<std::string> stateScan{*this, "state-scan", llvm::cl::desc("allgather, chain or auto"),
+                                llvm::cl::init("auto")};
+};
 
-// Registers the pipeline as `hcp-training-pipeline` for hybridcp-opt.
+// [context parallelism: shard the sequence, halo exchange, state scan, ring attention, loss
+// over ranks, verify] -> autodiff -> lower to exec kernels -> plan memory. The bracketed stages
+// run only for a split program (cp > 1 or zigzag). The pass manager verifies the module after
+// every pass. Parameter gradients stay per rank: the runtime sums each over the ranks that hold
+// a copy once per optimizer step, after gradient accumulation.
+void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options);
+
+// The forward per-rank program: the context-parallel stages only.
+void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options);
+
+// Registers `hcp-training-pipeline` and `hcp-context-parallel-pipeline` for hybridcp-opt.
 void registerTrainingPipeline();
 
 }  // namespace hcp

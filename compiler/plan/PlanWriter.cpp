@@ -3,12 +3,14 @@
 #include <map>
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "dialects/dist/DistDialect.h"
 #include "dialects/exec/ExecOps.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/context_parallel/Passes.h"
 #include "passes/lowering/Passes.h"
 #include "runtime/plan/PlanBuilder.h"
 
@@ -44,6 +46,14 @@ class Writer {
     auto arenaBytes = module->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesAttr);
     if (!arenaBytes || arenaBytes.size() != plan::kNumArenas)
       return absl::FailedPreconditionError("run hcp-plan-memory before writing the plan");
+    // A split program records its mesh; every rank runs the same plan.
+    auto mesh = module->getAttrOfType<dist::MeshAttr>(kMeshAttr);
+    auto sequence = module->getAttrOfType<dist::SequenceLayoutAttr>(kSequenceAttr);
+    if (mesh && sequence) {
+      bool zigzag = sequence.getKind() == dist::LayoutKind::Zigzag;
+      builder_.set_mesh({mesh.getCp(), mesh.getDp(),
+                         zigzag ? plan::SequenceLayout::Zigzag : plan::SequenceLayout::Contiguous});
+    }
     for (int arena = 0; arena < plan::kNumArenas; ++arena)
       builder_.SetArenaBytes(static_cast<plan::Arena>(arena), arenaBytes[arena]);
     auto funcs = module.getOps<func::FuncOp>();
@@ -65,7 +75,10 @@ class Writer {
       if (!inputs_.count(input))
         return absl::FailedPreconditionError(absl::StrCat("the step has no '", input, "' input"));
     }
+    if (!inputs_.count("loss_scale"))
+      return absl::FailedPreconditionError("the step has no 'loss_scale' input");
     builder_.set_input_ids(inputs_["input_ids"]).set_targets(inputs_["targets"]);
+    builder_.set_loss_scale(inputs_["loss_scale"]);
     return builder_.Finish();
   }
 

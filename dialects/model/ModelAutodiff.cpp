@@ -140,12 +140,22 @@ LogicalResult backward(ReshapeOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gr
 // --- Mamba2 mixer -------------------------------------------------------------------------------
 
 LogicalResult backward(CausalConv1dOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
-  auto grad =
-      CausalConv1dGradOp::create(b, op.getLoc(), op.getX().getType(), op.getWeight().getType(),
-                                 op.getBias().getType(), dy[0], op.getX(), op.getWeight());
+  Type dhaloType = op.getHalo() ? op.getHalo().getType() : Type();
+  auto grad = CausalConv1dGradOp::create(b, op.getLoc(), op.getX().getType(),
+                                         op.getWeight().getType(), op.getBias().getType(),
+                                         dhaloType, dy[0], op.getX(), op.getWeight(), op.getHalo());
   grads[0] = grad.getDx();
   grads[1] = grad.getDw();
   grads[2] = grad.getDbias();
+  if (op.getHalo()) grads[3] = grad.getDhalo();
+  return success();
+}
+
+LogicalResult backward(SsdLogDecayOp op, OpBuilder& b, ArrayRef<Value> dg, Grads& grads) {
+  auto grad = SsdLogDecayGradOp::create(b, op.getLoc(), op.getDt().getType(), op.getA().getType(),
+                                        dg[0], op.getDt(), op.getA());
+  grads[0] = grad.getDdt();
+  grads[1] = grad.getDA();
   return success();
 }
 
@@ -248,7 +258,8 @@ void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
   registry.addExtension(+[](MLIRContext* context, ModelDialect*) {
     attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp,
            SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
-           GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(context);
+           SsdLogDecayOp, GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(
+        context);
   });
 }
 

@@ -216,7 +216,24 @@ LogicalResult CausalConv1dGradOp::verify() {
       failed(expectTypeOf(*this, getDw(), getW(), "weight gradient", "the weight")) ||
       failed(expectShape(*this, getDbias(), {channels}, "bias gradient")))
     return failure();
+  if (static_cast<bool>(getHalo()) != static_cast<bool>(getDhalo()))
+    return emitOpError() << "a halo gradient goes with a halo, and only with one";
+  if (getHalo() &&
+      (failed(expectShape(*this, getHalo(), {shapeOf(getX())[0], w[2] - 1, channels},
+                          "conv halo [batch, width-1, channels]")) ||
+       failed(expectTypeOf(*this, getDhalo(), getHalo(), "halo gradient", "the halo"))))
+    return failure();
   return expectSameElementType(*this, getDbias(), getX(), "bias gradient", "input");
+}
+
+LogicalResult SsdLogDecayGradOp::verify() {
+  if (failed(expectRank(*this, getDt(), 3, "dt [batch, seq, heads]"))) return failure();
+  ArrayRef<int64_t> dt = shapeOf(getDt());
+  if (failed(expectShape(*this, getDg(), {dt[0], dt[2]}, "log-decay gradient")) ||
+      failed(expectTypeOf(*this, getDdt(), getDt(), "dt gradient", "dt")) ||
+      failed(expectTypeOf(*this, getDA(), getA(), "A gradient", "A")))
+    return failure();
+  return success();
 }
 
 LogicalResult SsdScanGradOp::verify() {

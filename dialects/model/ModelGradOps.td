@@ -151,13 +151,31 @@ def Model_SwigluGradOp : Model_Op<"swiglu_grad", [Pure]> {
 def Model_CausalConv1dGradOp : Model_Op<"causal_conv1d_grad", [Pure]> {
   let summary = "gradients of the causal depthwise conv1d with bias";
   let description = [{
-    dy, x [batch, seq, channels], w [channels, 1, width] -> dx (x's shape), dw (w's shape),
-    dbias [channels]: `dx[t] = sum_j w[j] dy[t + (width-1) - j]` (zero past the end),
-    `dw[c, 0, j] = sum_t dy[t, c] x[t - (width-1) + j, c]`, `dbias = sum_t dy[t]`.
+    dy, x [batch, seq, channels], w [channels, 1, width], optional halo -> dx (x's shape), dw
+    (w's shape), dbias [channels], and dhalo (the halo's shape) exactly when the halo is given:
+    `dx[t] = sum_j w[j] dy[t + (width-1) - j]` (zero past the end),
+    `dw[c, 0, j] = sum_t dy[t, c] x[t - (width-1) + j, c]` (halo rows before t = 0),
+    `dbias = sum_t dy[t]`.
   }];
-  let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$x, Model_FloatTensor:$w);
-  let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$dw, Model_FloatTensor:$dbias);
-  let assemblyFormat = "$dy `,` $x `,` $w attr-dict `:` functional-type(operands, results)";
+  let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$x, Model_FloatTensor:$w,
+                       Optional<Model_FloatTensor>:$halo);
+  let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$dw, Model_FloatTensor:$dbias,
+                      Optional<Model_FloatTensor>:$dhalo);
+  let assemblyFormat = [{
+    $dy `,` $x `,` $w (`halo` $halo^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_SsdLogDecayGradOp : Model_Op<"ssd_log_decay_grad", [Pure]> {
+  let summary = "gradients of ssd_log_decay";
+  let description = [{
+    dg [b, heads], dt [b, s, heads], A [heads] -> ddt (dt's shape) = dg[b, h] * A[h] at every t,
+    dA [heads] = sum_{b,t} dg[b, h] * dt[b, t, h].
+  }];
+  let arguments = (ins Model_FloatTensor:$dg, Model_FloatTensor:$dt, Model_FloatTensor:$A);
+  let results = (outs Model_FloatTensor:$ddt, Model_FloatTensor:$dA);
+  let assemblyFormat = "$dg `,` $dt `,` $A attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

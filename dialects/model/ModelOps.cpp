@@ -171,7 +171,21 @@ LogicalResult CausalConv1dOp::verify() {
     return emitOpError() << "depthwise conv weight must be [" << channels << ", 1, width], got "
                          << formatShape(w);
   if (w[2] < 1) return emitOpError() << "conv width must be at least 1";
+  if (getHalo() && failed(expectShape(*this, getHalo(), {shapeOf(getX())[0], w[2] - 1, channels},
+                                      "conv halo [batch, width-1, channels]")))
+    return failure();
   return expectShape(*this, getBias(), {channels}, "conv bias");
+}
+
+LogicalResult SsdLogDecayOp::verify() {
+  if (failed(expectRank(*this, getDt(), 3, "dt [batch, seq, heads]"))) return failure();
+  ArrayRef<int64_t> dt = shapeOf(getDt());
+  if (failed(expectShape(*this, getA(), {dt[2]}, "A")) ||
+      failed(expectShape(*this, getG(), {dt[0], dt[2]}, "log-decay")))
+    return failure();
+  if (tensorType(getG()).getElementType() != Float32Type::get(getContext()))
+    return emitOpError() << "log-decay must be f32";
+  return success();
 }
 
 LogicalResult SsdScanOp::verify() {

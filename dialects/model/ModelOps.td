@@ -128,12 +128,17 @@ def Model_SwigluOp : Model_Op<"swiglu", [Pure]> {
 def Model_CausalConv1dOp : Model_Op<"causal_conv1d", [Pure, AllTypesMatch<["x", "result"]>]> {
   let summary = "causal depthwise conv1d with bias over [batch, seq, channels]";
   let description = [{
-    `y[b, t, c] = bias[c] + sum_j w[c, 0, j] * x[b, t - (width-1) + j, c]`, zero before t = 0.
-    The weight has the checkpoint's shape [channels, 1, width].
+    `y[b, t, c] = bias[c] + sum_j w[c, 0, j] * x[b, t - (width-1) + j, c]`. Positions before t = 0
+    read the optional `halo` [batch, width-1, channels] (the rows that precede each sequence
+    row: the previous segment's tail under context parallelism), zero without it. The weight has
+    the checkpoint's shape [channels, 1, width].
   }];
-  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight, Model_FloatTensor:$bias);
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight, Model_FloatTensor:$bias,
+                       Optional<Model_FloatTensor>:$halo);
   let results = (outs Model_FloatTensor:$result);
-  let assemblyFormat = "$x `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $x `,` $weight `,` $bias (`halo` $halo^)? attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
 }
 
@@ -155,6 +160,19 @@ def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure]> {
     $x `,` $dt `,` $A `,` $B `,` $C `,` $D (`init` $init_state^)? attr-dict `:`
     functional-type(operands, results)
   }];
+  let hasVerifier = 1;
+}
+
+def Model_SsdLogDecayOp : Model_Op<"ssd_log_decay", [Pure]> {
+  let summary = "a segment's total log-decay: g[b, h] = sum_t dt[b, t, h] * A[h]";
+  let description = [{
+    With the segment's final state from a zero start, this summarises the segment as the affine
+    map S_out = exp(g) S_in + S_local that context parallelism passes between segments.
+    dt [b, s, heads], A [heads] -> g [b, heads] (f32).
+  }];
+  let arguments = (ins Model_FloatTensor:$dt, Model_FloatTensor:$A);
+  let results = (outs Model_FloatTensor:$g);
+  let assemblyFormat = "$dt `,` $A attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

@@ -2,6 +2,7 @@
 #include <functional>
 #include <string>
 
+#include "dialects/dist/DistOps.h"
 #include "dialects/exec/ExecOps.h"
 #include "dialects/model/ModelOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -271,16 +272,25 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
         offset += lastDim(piece);
       }
     };
-    auto conv = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        Value x = op->getOperand(kernel == "causal_conv1d.forward" ? 0 : 1);
-        Value w = op->getOperand(kernel == "causal_conv1d.forward" ? 1 : 2);
+    // ints: batch, seq, channels, width, has_halo (the halo is the last operand when present).
+    auto conv = [](StringRef kernel, unsigned xIndex) {
+      return [kernel, xIndex](Lowering& l, Operation* op) {
+        Value x = op->getOperand(xIndex), w = op->getOperand(xIndex + 1);
         ArrayRef<int64_t> s = shapeOf(x);
-        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(w)[2]});
+        int64_t hasHalo = op->getNumOperands() == 4;  // x, w, bias | dy, x, w; then the halo
+        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(w)[2], hasHalo});
       };
     };
-    r["model.causal_conv1d"] = conv("causal_conv1d.forward");
-    r["model.causal_conv1d_grad"] = conv("causal_conv1d.backward");
+    r["model.causal_conv1d"] = conv("causal_conv1d.forward", 0);
+    r["model.causal_conv1d_grad"] = conv("causal_conv1d.backward", 1);
+    auto logDecay = [](StringRef kernel, unsigned dtIndex) {
+      return [kernel, dtIndex](Lowering& l, Operation* op) {
+        ArrayRef<int64_t> s = shapeOf(op->getOperand(dtIndex));
+        l.direct(op, kernel, {s[0], s[1], s[2]});
+      };
+    };
+    r["model.ssd_log_decay"] = logDecay("ssd_log_decay.forward", 0);
+    r["model.ssd_log_decay_grad"] = logDecay("ssd_log_decay.backward", 1);
     // ints: batch, seq, heads, head_dim, groups, state, chunk, has_init[, has_dfinal].
     r["model.ssd_scan"] = [](Lowering& l, Operation* op) {
       Value x = op->getOperand(0), B = op->getOperand(3);
@@ -341,6 +351,48 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
       Value logits = op->getOperand(1);
       l.direct(op, "cross_entropy.backward",
                {rowsOf(logits), lastDim(logits), i64Attr(op, "ignore_index")});
+    };
+    // Collectives: the mesh and the rank come from the plan at run time; the segments per rank
+    // from the op's layout. Segment-row tensors have batch * segs rows.
+    auto segments = [](Operation* op) {
+      return op->getAttrOfType<dist::SequenceLayoutAttr>("layout").segmentsPerRank();
+    };
+    auto halo = [segments](StringRef kernel) {
+      return [kernel, segments](Lowering& l, Operation* op) {
+        bool forward = kernel == "halo_exchange.forward";
+        Value x = forward ? op->getOperand(0) : op->getResult(0);
+        Value h = forward ? op->getResult(0) : op->getOperand(0);
+        ArrayRef<int64_t> s = shapeOf(x);
+        int64_t segs = segments(op);
+        l.direct(op, kernel, {s[0] / segs, segs, s[1], s[2], shapeOf(h)[1]});
+      };
+    };
+    r["dist.halo_exchange"] = halo("halo_exchange.forward");
+    r["dist.halo_exchange_grad"] = halo("halo_exchange.backward");
+    auto stateScan = [segments](StringRef kernel) {
+      return [kernel, segments](Lowering& l, Operation* op) {
+        ArrayRef<int64_t> s = shapeOf(op->getOperand(kernel == "state_scan.forward" ? 1 : 2));
+        int64_t segs = segments(op);
+        auto strategy = op->getAttrOfType<dist::StateScanStrategyAttr>("strategy").getValue();
+        l.direct(op, kernel, {s[0] / segs, segs, s[1], s[2], s[3], static_cast<int64_t>(strategy)});
+      };
+    };
+    r["dist.state_scan"] = stateScan("state_scan.forward");
+    r["dist.state_scan_grad"] = stateScan("state_scan.backward");
+    auto ring = [](StringRef kernel) {
+      return [kernel](Lowering& l, Operation* op) {
+        bool forward = kernel == "ring_attention.forward";
+        Value q = op->getOperand(forward ? 0 : 1), k = op->getOperand(forward ? 1 : 2);
+        ArrayRef<int64_t> s = shapeOf(q);
+        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(k)[2], s[3], op->hasAttr("causal")},
+                 {f64Attr(op, "scale")});
+      };
+    };
+    r["dist.ring_attention"] = ring("ring_attention.forward");
+    r["dist.ring_attention_grad"] = ring("ring_attention.backward");
+    r["dist.all_reduce"] = [](Lowering& l, Operation* op) {
+      auto group = op->getAttrOfType<dist::ReduceGroupAttr>("group").getValue();
+      l.direct(op, "all_reduce", {elementsOf(op->getResult(0)), static_cast<int64_t>(group)});
     };
     return r;
   }();

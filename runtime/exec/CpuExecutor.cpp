@@ -109,6 +109,17 @@ std::byte* CpuExecutor::Address(uint32_t buffer) const {
   return bases_[static_cast<int>(b.arena)] + b.offset;
 }
 
+void CpuExecutor::SumGradientsOverRanks() {
+  if (comm_->world_size() == 1) return;
+  // Gradient buffers fill the arena apart from alignment padding, which stays zero (the arena
+  // is zeroed at creation and no kernel writes outside its buffers): one collective for all.
+  auto* gradients =
+      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get());
+  comm_->AllReduceSum(
+      gradients, static_cast<int64_t>(plan_.arena_size(plan::Arena::Gradients) / sizeof(float)),
+      comm::Group::kWorld);
+}
+
 std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
   if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::F32) return {};
   return {reinterpret_cast<float*>(Address(index)), plan_.buffers[index].elements};
@@ -197,12 +208,14 @@ absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& check
 }
 
 absl::Status CpuExecutor::SetInputs(std::span<const int32_t> input_ids,
-                                    std::span<const int32_t> targets) {
-  return comm::AgreeOnStatus(*comm_, SetInputsOnThisRank(input_ids, targets));
+                                    std::span<const int32_t> targets,
+                                    std::optional<float> loss_scale) {
+  return comm::AgreeOnStatus(*comm_, SetInputsOnThisRank(input_ids, targets, loss_scale));
 }
 
 absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids,
-                                              std::span<const int32_t> targets) {
+                                              std::span<const int32_t> targets,
+                                              std::optional<float> loss_scale) {
   const auto tokens = static_cast<size_t>(plan_.tokens());
   if (input_ids.size() != tokens || targets.size() != tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -224,6 +237,12 @@ absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids
       std::copy_n(targets.begin() + from, len, local_targets.begin() + to);
     }
   }
+  if (!loss_scale) {
+    const auto valid = std::count_if(targets.begin(), targets.end(),
+                                     [](int32_t t) { return t != plan::kIgnoredTarget; });
+    loss_scale = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
+  }
+  F32Buffer(plan_.loss_scale)[0] = *loss_scale;
   return absl::OkStatus();
 }
 

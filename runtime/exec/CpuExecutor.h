@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -94,7 +95,11 @@ class CpuExecutor {
   // the targets already shifted on the full sequence (targets may be -100 = ignored). Every
   // rank passes the same global micro-batch of its dp index (ranks of one cp group: the same
   // sequences); each keeps its own shard, the plan's mesh layout's segments of every sequence.
-  absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets);
+  // `loss_scale` multiplies the summed token loss: 1 / (valid tokens of the whole optimizer
+  // step, over all micro-batches and dp ranks). Without it: 1 / (valid targets of this
+  // micro-batch), the mean token loss of the micro-batch.
+  absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
+                         std::optional<float> loss_scale = std::nullopt);
   // Runs every step in order. With one rank the first failing step stops the run; its error
   // names it. With several, a rank whose step fails skips every later step except the
   // collectives (which it joins with whatever its buffers hold, so nobody waits for it); at the
@@ -103,6 +108,11 @@ class CpuExecutor {
   // The plan's loss buffer, as left by the last RunStep (this rank's copy: whatever the plan
   // reduced into it).
   float Loss() const;
+
+  // Every rank holds a full copy of every parameter and computed its gradient from its own tokens
+  // only: sums the gradients over all ranks (one all-reduce of the whole gradients arena).
+  // Collective over the world; call it once per optimizer step, after gradient accumulation.
+  void SumGradientsOverRanks();
 
   // A parameter's value or gradient by checkpoint name; NotFound names the parameter.
   absl::StatusOr<std::span<float>> Parameter(std::string_view name);
@@ -126,7 +136,8 @@ class CpuExecutor {
                                                                        Options options);
   absl::Status LoadParametersOnThisRank(const CheckpointReader& checkpoint);
   absl::Status SetInputsOnThisRank(std::span<const int32_t> input_ids,
-                                   std::span<const int32_t> targets);
+                                   std::span<const int32_t> targets,
+                                   std::optional<float> loss_scale);
   absl::Status RunStepOnThisRank();
   std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;

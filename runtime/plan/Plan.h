@@ -98,6 +98,9 @@ struct Step {
   std::vector<double> floats;
 };
 
+// A target the loss ignores (Hugging Face's convention; the compiler's ignore_index).
+inline constexpr int32_t kIgnoredTarget = -100;
+
 struct Plan {
   std::string producer;                            // "hybridcp 0.1.0"
   std::string model;                               // config source (file or preset name)
@@ -106,9 +109,10 @@ struct Plan {
   std::array<uint64_t, kNumArenas> arena_bytes{};  // indexed by Arena
   std::vector<Buffer> buffers;
   std::vector<Parameter> parameters;
-  uint32_t input_ids = 0;  // I32 [micro_batch, seq / cp] in Inputs: this rank's tokens
-  uint32_t targets = 0;    // I32 [micro_batch, seq / cp] in Inputs; -100 = ignored
-  uint32_t loss = 0;       // F32 [1]: the micro-batch loss
+  uint32_t input_ids = 0;   // I32 [micro_batch, seq / cp] in Inputs: this rank's tokens
+  uint32_t targets = 0;     // I32 [micro_batch, seq / cp] in Inputs; -100 = ignored
+  uint32_t loss = 0;        // F32 [1]: the micro-batch's scaled loss, summed over its cp group
+  uint32_t loss_scale = 0;  // F32 [1] in Inputs: 1 / (valid tokens of the whole step)
   std::vector<Step> steps;
   double flops_per_step = 0.0;  // all ranks together
   Mesh mesh;                    // absent in the file: one rank

@@ -58,6 +58,11 @@ PlanBuilder& PlanBuilder::set_input_ids(uint32_t buffer) {
   input_ids_ = buffer;
   return *this;
 }
+PlanBuilder& PlanBuilder::set_loss_scale(uint32_t buffer) {
+  loss_scale_ = buffer;
+  return *this;
+}
+
 PlanBuilder& PlanBuilder::set_targets(uint32_t buffer) {
   targets_ = buffer;
   return *this;
@@ -127,7 +132,8 @@ PlanBuilder::InputBuffers PlanBuilder::AllocateInputs() {
   const int64_t local_seq = cp > 0 ? seq_ / cp : seq_;
   input_ids_ = Allocate("input_ids", Arena::Inputs, {micro_batch_, local_seq}, DType::I32);
   targets_ = Allocate("targets", Arena::Inputs, {micro_batch_, local_seq}, DType::I32);
-  return {input_ids_, targets_};
+  loss_scale_ = Allocate("loss_scale", Arena::Inputs, {1}, DType::F32);
+  return {input_ids_, targets_, loss_scale_};
 }
 
 size_t PlanBuilder::AddStep(std::string kernel, std::vector<uint32_t> ins,
@@ -178,7 +184,7 @@ std::string PlanBuilder::FinishUnchecked() const {
   auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
                              micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),
                              fbb.CreateVector(parameters), input_ids_, targets_, loss_,
-                             fbb.CreateVector(steps), flops_per_step_, mesh);
+                             fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_);
   fb::FinishPlanBuffer(fbb, root);
 
   std::string file = EncodePlanHeader(fbb.GetSize());

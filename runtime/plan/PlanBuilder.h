@@ -81,11 +81,13 @@ class PlanBuilder {
   struct InputBuffers {
     uint32_t input_ids;
     uint32_t targets;
+    uint32_t loss_scale;
   };
   InputBuffers AllocateInputs();
   PlanBuilder& set_input_ids(uint32_t buffer);
   PlanBuilder& set_targets(uint32_t buffer);
   PlanBuilder& set_loss(uint32_t buffer);
+  PlanBuilder& set_loss_scale(uint32_t buffer);
 
   // Arenas are sized to end at their last buffer unless set here (then exactly as given).
   PlanBuilder& SetArenaBytes(Arena arena, uint64_t bytes);
@@ -128,6 +130,7 @@ class PlanBuilder {
   uint32_t input_ids_ = 0;
   uint32_t targets_ = 0;
   uint32_t loss_ = 0;
+  uint32_t loss_scale_ = 0;
   std::vector<StepSpec> steps_;
 };
 

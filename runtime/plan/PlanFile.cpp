@@ -72,6 +72,7 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   plan.input_ids = root.input_ids();
   plan.targets = root.targets();
   plan.loss = root.loss();
+  plan.loss_scale = root.loss_scale();
   if (const fb::Mesh* mesh = root.mesh()) {
     if (mesh->layout() < fb::SequenceLayout_MIN || mesh->layout() > fb::SequenceLayout_MAX) {
       return absl::InvalidArgumentError(

@@ -24,7 +24,7 @@ namespace hcp::plan {
 
 // Bumped on any change to plan.fbs or to the meaning of a kernel's arguments.
 // 2: Mesh (context and data parallelism), conv halos, the collectives of context parallelism.
-inline constexpr uint32_t kPlanSchemaVersion = 2;
+inline constexpr uint32_t kPlanSchemaVersion = 3;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

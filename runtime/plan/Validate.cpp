@@ -258,6 +258,23 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
         absl::StrFormat("loss %s is %s [%d elements], expected f32 [1]",
                         BufferLabel(plan, plan.loss), DTypeName(loss.dtype), loss.elements));
   }
+  if (plan.loss_scale >= plan.buffers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("loss_scale is buffer %d, but the plan has %d buffers", plan.loss_scale,
+                        plan.buffers.size()));
+  }
+  const Buffer& scale = plan.buffers[plan.loss_scale];
+  if (scale.arena != Arena::Inputs || scale.dtype != DType::F32 || scale.elements != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loss_scale %s is %s [%d elements] in the %s arena, expected f32 [1] in the inputs arena",
+        BufferLabel(plan, plan.loss_scale), DTypeName(scale.dtype), scale.elements,
+        ArenaName(scale.arena)));
+  }
+  for (uint32_t tokens : {plan.input_ids, plan.targets}) {
+    if (Overlap(scale, plan.buffers[tokens])) {
+      return absl::InvalidArgumentError("loss_scale overlaps the token inputs");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -29,6 +29,7 @@ inline const OptionSpec kModelOption{"model", "NAME",
 
 Command MakeInspectCommand();
 Command MakeRunStepCommand();
+Command MakeCompareStepCommand();
 
 // Plans: recognised by their magic bytes; inspected without MLIR.
 bool LooksLikePlanFile(const std::string& path);

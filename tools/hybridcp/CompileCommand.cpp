@@ -66,14 +66,29 @@ absl::Status Compile(const Args& args) {
   auto start = std::chrono::steady_clock::now();
   HCP_ASSIGN_OR_RETURN(GraniteConfig config, ResolveModelConfig(args));
   HCP_ASSIGN_OR_RETURN(ImportOptions options, ReadImportOptions(args));
+  HCP_ASSIGN_OR_RETURN(int64_t cp, args.GetInt("cp", 1));
+  if (cp < 1) return absl::InvalidArgumentError("--cp must be at least 1");
+  TrainingPipelineOptions pipeline;
+  pipeline.cp = cp;
+  pipeline.layout = args.Get("layout").value_or("contiguous");
+  pipeline.stateScan = args.Get("state-scan").value_or("auto");
+  if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
+    return absl::InvalidArgumentError("--layout must be contiguous or zigzag, got '" +
+                                      pipeline.layout + "'");
+  }
+  if (pipeline.stateScan != "auto" && pipeline.stateScan != "allgather" &&
+      pipeline.stateScan != "chain") {
+    return absl::InvalidArgumentError("--state-scan must be allgather, chain or auto, got '" +
+                                      pipeline.stateScan + "'");
+  }
   std::optional<std::string> emit = args.Get("emit");
   std::optional<std::string> output = args.Get("o");
-  if (emit && *emit != "model" && *emit != "exec") {
-    return absl::InvalidArgumentError("--emit must be model or exec, got '" + *emit + "'");
+  if (emit && *emit != "model" && *emit != "dist" && *emit != "exec") {
+    return absl::InvalidArgumentError("--emit must be model, dist or exec, got '" + *emit + "'");
   }
   if (!emit && !output) {
     return absl::InvalidArgumentError(
-        "nothing to do: give -o FILE.plan, or --emit=model|exec to print IR");
+        "nothing to do: give -o FILE.plan, or --emit=model|dist|exec to print IR");
   }
 
   mlir::DialectRegistry registry;
@@ -84,7 +99,11 @@ absl::Status Compile(const Args& args) {
   if (emit && *emit == "model") return WriteText(Print(*module), output);
 
   mlir::PassManager pm(&context);
-  buildTrainingPipeline(pm);
+  if (emit && *emit == "dist") {
+    buildContextParallelPipeline(pm, pipeline);
+  } else {
+    buildTrainingPipeline(pm, pipeline);
+  }
   if (mlir::failed(pm.run(*module))) {
     return absl::InternalError("compilation failed (the diagnostics above say where)");
   }
@@ -111,12 +130,17 @@ Command MakeCompileCommand() {
       "compile",
       "compile a model config into a training-step plan (or print its IR)",
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
-      "(-o FILE.plan | --emit=model|exec [-o FILE])",
+      "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto] "
+      "(-o FILE.plan | --emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
        {"micro-batch", "N", "sequences per micro-batch (default 1)"},
        {"dtype", "TYPE", "activation and parameter dtype: f32 (default) or bf16"},
-       {"emit", "STAGE", "print the IR at this stage instead: model (imported), exec (lowered)"},
+       {"cp", "N", "context-parallel ranks the sequence is split over (default 1)"},
+       {"layout", "KIND", "contiguous (default) or zigzag (2*cp pieces, balanced attention)"},
+       {"state-scan", "HOW", "Mamba state passing: allgather, chain or auto (default)"},
+       {"emit", "STAGE",
+        "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},
       Compile,
   };

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_format.h"
+#include "runtime/plan/CommVolume.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "tools/hybridcp/Commands.h"
@@ -22,6 +23,32 @@ std::string Bytes(uint64_t bytes) {
   }
   return unit == 0 ? absl::StrFormat("%d B", bytes)
                    : absl::StrFormat("%.2f %s", value, units[unit]);
+}
+
+// Bytes each rank sends per step, by collective kind: one row per rank, one column per kind.
+void PrintCommunication(const plan::Plan& plan) {
+  std::printf("ranks: cp %lld x dp %lld, %s layout\n", static_cast<long long>(plan.mesh.cp),
+              static_cast<long long>(plan.mesh.dp),
+              std::string(plan::SequenceLayoutName(plan.mesh.layout)).c_str());
+  plan::CommVolume volume = plan::BytesSentPerRank(plan);
+  std::map<std::string, bool> kinds;
+  for (const auto& rank : volume) {
+    for (const auto& [kind, bytes] : rank) kinds[kind] = true;
+  }
+  std::printf("bytes sent per step:\n  %-6s", "rank");
+  for (const auto& [kind, unused] : kinds) std::printf(" %16s", kind.c_str());
+  std::printf(" %16s\n", "total");
+  for (size_t rank = 0; rank < volume.size(); ++rank) {
+    uint64_t total = 0;
+    std::printf("  %-6zu", rank);
+    for (const auto& [kind, unused] : kinds) {
+      auto it = volume[rank].find(kind);
+      uint64_t bytes = it == volume[rank].end() ? 0 : it->second;
+      total += bytes;
+      std::printf(" %16llu", static_cast<unsigned long long>(bytes));
+    }
+    std::printf(" %16llu\n", static_cast<unsigned long long>(total));
+  }
 }
 
 }  // namespace
@@ -54,6 +81,7 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());
   for (const auto& [name, count] : kernels) std::printf("  %-26s %d\n", name.c_str(), count);
+  if (plan.mesh.world() > 1) PrintCommunication(plan);
   if (list_buffers) {
     std::printf("buffers (index, arena, offset, bytes, dtype, shape, name):\n");
     for (size_t i = 0; i < plan.buffers.size(); ++i) {

@@ -2,16 +2,20 @@
 // reference (the transformers fixtures).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/StepResult.h"
+#include "tools/hybridcp/World.h"
 
 namespace hcp {
 namespace {
@@ -36,69 +40,40 @@ absl::StatusOr<std::vector<int32_t>> ReadTokens(const SafetensorsFile& file,
   return tokens;
 }
 
-double RelativeRms(std::span<const float> value, const std::vector<float>& reference) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diff += (double(value[i]) - reference[i]) * (double(value[i]) - reference[i]);
-    norm += double(reference[i]) * reference[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+absl::StatusOr<Tolerances> ReadTolerances(const Args& args) {
+  Tolerances tolerances;
+  HCP_ASSIGN_OR_RETURN(tolerances.loss, args.GetDouble("loss-tolerance", tolerances.loss));
+  HCP_ASSIGN_OR_RETURN(tolerances.grad, args.GetDouble("grad-tolerance", tolerances.grad));
+  return tolerances;
 }
 
-// Compares loss and every gradient with DIR/reference.safetensors ("loss", "grad.<name>").
-absl::Status Compare(CpuExecutor& executor, const std::string& dir, double loss_tolerance,
-                     double grad_tolerance, bool verbose) {
-  HCP_ASSIGN_OR_RETURN(SafetensorsFile reference,
-                       SafetensorsFile::Open(dir + "/reference.safetensors"));
-  HCP_ASSIGN_OR_RETURN(std::vector<float> loss, reference.ReadF32("loss"));
-  double loss_error = std::abs(double(executor.Loss()) - loss.at(0)) / std::abs(double(loss.at(0)));
-  std::printf("reference loss %.7f, relative error %.3e (tolerance %.0e)\n", loss.at(0), loss_error,
-              loss_tolerance);
-  double worst = 0;
-  std::string worst_name;
-  int failures = 0;
-  for (const plan::Parameter& parameter : executor.parameters()) {
-    std::string name = "grad." + parameter.name;
-    if (reference.Find(name) == nullptr) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no reference gradient '%s'", reference.path(), name));
-    }
-    HCP_ASSIGN_OR_RETURN(std::vector<float> expected, reference.ReadF32(name));
-    HCP_ASSIGN_OR_RETURN(std::span<float> gradient, executor.Gradient(parameter.name));
-    if (expected.size() != gradient.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("reference gradient '%s' has %d values, the plan's has %d", name,
-                          expected.size(), gradient.size()));
-    }
-    double error = RelativeRms(gradient, expected);
-    failures += !(error <= grad_tolerance);
-    if (verbose || !(error <= grad_tolerance)) {
-      std::printf("  %-60s relative RMS %.3e%s\n", parameter.name.c_str(), error,
-                  error <= grad_tolerance ? "" : "  FAIL");
-    }
-    if (!(error <= worst)) {
-      worst = error;
-      worst_name = parameter.name;
-    }
+// Rank 0's report: the loss, then --save and --compare.
+absl::Status Report(const StepResult& step, const Args& args) {
+  std::printf("loss %.7f\n", step.loss);
+  if (std::optional<std::string> save = args.Get("save")) {
+    HCP_RETURN_IF_ERROR(WriteStepResult(step, *save));
   }
-  std::printf("gradients: %zu compared, worst relative RMS %.3e (%s), tolerance %.0e\n",
-              executor.parameters().size(), worst, worst_name.c_str(), grad_tolerance);
-  if (!(loss_error <= loss_tolerance) || failures > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("the step does not match %s: loss error %.3e, %d gradients over tolerance",
-                        dir, loss_error, failures));
-  }
-  std::printf("MATCH\n");
-  return absl::OkStatus();
+  std::optional<std::string> reference = args.Get("compare");
+  if (!reference) return absl::OkStatus();
+  HCP_ASSIGN_OR_RETURN(Tolerances tolerances, ReadTolerances(args));
+  HCP_ASSIGN_OR_RETURN(StepResult expected, ReadStepResult(*reference));
+  return CompareStepResults(step, expected, *reference, tolerances, args.Has("verbose"));
 }
 
 absl::Status RunStep(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
-  HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(args.positionals()[0]));
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor, CpuExecutor::Create(plan));
+  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  comm::Communicator& comm = world.comm();
+  // Every rank loads; the first collective checks that all did, with the same plan, and that
+  // the plan's cp x dp matches the ranks started, before anything else communicates.
+  comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
+  HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(comm, mine.plan, mine.hash));
+  const plan::Plan& plan = *mine.plan;
+  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor, CpuExecutor::Create(plan, comm));
   if (std::optional<std::string> weights = args.Get("weights")) {
-    HCP_ASSIGN_OR_RETURN(CheckpointReader checkpoint, CheckpointReader::Open(*weights));
-    HCP_RETURN_IF_ERROR(executor->LoadParameters(checkpoint));
+    absl::StatusOr<CheckpointReader> checkpoint = CheckpointReader::Open(*weights);
+    HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, checkpoint.status()));
+    HCP_RETURN_IF_ERROR(executor->LoadParameters(*checkpoint));
   } else {
     HCP_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
     executor->InitializeParameters(static_cast<uint64_t>(seed));
@@ -108,35 +83,75 @@ absl::Status RunStep(const Args& args) {
     return absl::InvalidArgumentError(
         "--inputs FILE.safetensors (with input_ids and targets) is required");
   }
-  HCP_ASSIGN_OR_RETURN(SafetensorsFile inputs, SafetensorsFile::Open(*inputs_path));
-  HCP_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokens(inputs, "input_ids", plan.tokens()));
-  HCP_ASSIGN_OR_RETURN(std::vector<int32_t> targets, ReadTokens(inputs, "targets", plan.tokens()));
-  HCP_RETURN_IF_ERROR(executor->SetInputs(ids, targets));
-  HCP_RETURN_IF_ERROR(executor->RunStep());
-  std::printf("loss %.7f\n", executor->Loss());
-  if (std::optional<std::string> reference = args.Get("compare")) {
-    HCP_ASSIGN_OR_RETURN(double loss_tolerance, args.GetDouble("loss-tolerance", 1e-5));
-    HCP_ASSIGN_OR_RETURN(double grad_tolerance, args.GetDouble("grad-tolerance", 1e-4));
-    return Compare(*executor, *reference, loss_tolerance, grad_tolerance, args.Has("verbose"));
+  // Every rank reads the whole micro-batch; the executor keeps this rank's shard.
+  absl::StatusOr<std::vector<int32_t>> ids, targets;
+  absl::StatusOr<SafetensorsFile> inputs = SafetensorsFile::Open(*inputs_path);
+  if (inputs.ok()) {
+    ids = ReadTokens(*inputs, "input_ids", plan.tokens());
+    targets = ReadTokens(*inputs, "targets", plan.tokens());
   }
-  return absl::OkStatus();
+  absl::Status read = !inputs.ok() ? inputs.status() : !ids.ok() ? ids.status() : targets.status();
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, read));
+  HCP_RETURN_IF_ERROR(executor->SetInputs(*ids, *targets));
+  HCP_RETURN_IF_ERROR(executor->RunStep());
+  executor->SumGradientsOverRanks();
+
+  absl::Status result;
+  if (world.is_root()) {
+    result = Report(StepResultOf(*executor), args);
+    std::fflush(stdout);
+  }
+  // Rank 0 judged; every rank exits the same way.
+  return comm::AgreeOnStatus(comm, result);
 }
 
 }  // namespace
+
+absl::Status CompareStep(const Args& args) {
+  if (args.positionals().size() != 2) {
+    return absl::InvalidArgumentError("give two step results: ACTUAL REFERENCE");
+  }
+  HCP_ASSIGN_OR_RETURN(Tolerances tolerances, ReadTolerances(args));
+  HCP_ASSIGN_OR_RETURN(StepResult actual, ReadStepResult(args.positionals()[0]));
+  HCP_ASSIGN_OR_RETURN(StepResult reference, ReadStepResult(args.positionals()[1]));
+  std::printf("loss %.7f\n", actual.loss);
+  return CompareStepResults(actual, reference, args.positionals()[1], tolerances,
+                            args.Has("verbose"));
+}
+
+const OptionSpec kLossTolerance{"loss-tolerance", "X",
+                                "relative loss error allowed (default 1e-5)"};
+const OptionSpec kGradTolerance{"grad-tolerance", "X",
+                                "relative RMS error allowed for each gradient (default 1e-4)"};
+const OptionSpec kVerbose{"verbose", "", "print every gradient's error"};
 
 Command MakeRunStepCommand() {
   return Command{
       "run-step",
       "run one training step of a plan on the CPU: loss and gradients",
-      "run-step FILE.plan --inputs FILE.safetensors [--weights DIR | --seed N] [--compare DIR]",
+      "run-step FILE.plan --inputs FILE.safetensors [--weights DIR | --seed N] [--compare "
+      "DIR|FILE] "
+      "[--save FILE]   (under mpirun: one process per rank)",
       {{"inputs", "FILE", "safetensors with input_ids and targets (targets already shifted)"},
        {"weights", "DIR", "checkpoint directory (model.safetensors or a sharded index)"},
        {"seed", "N", "initialise parameters from this seed instead (default 0)"},
-       {"compare", "DIR", "compare loss and gradients with DIR/reference.safetensors"},
-       {"loss-tolerance", "X", "relative loss error allowed by --compare (default 1e-5)"},
-       {"grad-tolerance", "X", "relative RMS gradient error allowed by --compare (default 1e-4)"},
-       {"verbose", "", "print every gradient's error"}},
+       {"compare", "PATH",
+        "compare loss and gradients with PATH/reference.safetensors or a --save file"},
+       {"save", "FILE", "write the loss and every gradient to FILE (safetensors)"},
+       kLossTolerance,
+       kGradTolerance,
+       kVerbose},
       RunStep,
+  };
+}
+
+Command MakeCompareStepCommand() {
+  return Command{
+      "compare-step",
+      "compare two saved step results (run-step --save files or fixture directories)",
+      "compare-step ACTUAL REFERENCE [--loss-tolerance X] [--grad-tolerance X] [--verbose]",
+      {kLossTolerance, kGradTolerance, kVerbose},
+      CompareStep,
   };
 }
 

@@ -15,6 +15,7 @@ std::vector<hcp::Command> AllCommands() {
 #endif
   commands.push_back(hcp::MakeInspectCommand());
   commands.push_back(hcp::MakeRunStepCommand());
+  commands.push_back(hcp::MakeCompareStepCommand());
   return commands;
 }
 

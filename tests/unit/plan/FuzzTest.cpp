@@ -125,7 +125,7 @@ PlanBuilder EveryKernelPlan() {
   const int64_t T = 4, V = kVocab, H = 4;
   PlanBuilder b;
   b.set_model("every-kernel").set_shape(1, T);
-  auto [ids, targets] = b.AllocateInputs();
+  auto [ids, targets, loss_scale] = b.AllocateInputs();
   int counter = 0;
   auto P = [&](std::vector<int64_t> shape) {
     return b

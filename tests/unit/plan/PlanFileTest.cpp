@@ -41,7 +41,7 @@ TEST(PlanFile, HeaderLayout) {
   const std::string header = EncodePlanHeader(0x0102030405060708ull);
   ASSERT_EQ(header.size(), kPlanHeaderBytes);
   EXPECT_EQ(header.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(header.substr(8, 4), std::string("\x02\x00\x00\x00", 4));  // version 2, LE
+  EXPECT_EQ(header.substr(8, 4), std::string("\x03\x00\x00\x00", 4));  // version 3, LE
   EXPECT_EQ(header.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(header.substr(16, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
 }
@@ -104,7 +104,7 @@ TEST(PlanFile, MeshRoundTrips) {
   // seq 8 on cp=2 x dp=3, zigzag: 4 segments of 2 tokens, 4 tokens per rank and sequence.
   PlanBuilder b;
   b.set_shape(2, 8).set_mesh(Mesh{.cp = 2, .dp = 3, .layout = SequenceLayout::Zigzag});
-  auto [ids, targets] = b.AllocateInputs();
+  auto [ids, targets, loss_scale] = b.AllocateInputs();
   EXPECT_EQ(b.buffer(ids).shape, (std::vector<int64_t>{2, 4}));
   b.set_loss(b.Allocate("loss", Arena::Activations, {1}));
   absl::StatusOr<std::string> bytes = b.Finish();
@@ -178,7 +178,7 @@ TEST(PlanFile, OtherVersion) {
   std::string bytes = TinyLm().Bytes();
   bytes[8] = 7;
   EXPECT_EQ(ErrorOf(bytes),
-            "test.plan: plan schema version 7, this runtime reads version 2: recompile the plan "
+            "test.plan: plan schema version 7, this runtime reads version 3: recompile the plan "
             "with this hybridcp");
 }
 

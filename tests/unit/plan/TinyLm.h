@@ -36,7 +36,7 @@ struct TinyLm {
     auto [n, dn] = builder.AddParameter(kNorm, {kHidden}, ParamInit::Ones);
     norm = n;
     dnorm = dn;
-    auto [i, tg] = builder.AllocateInputs();
+    auto [i, tg, scale] = builder.AllocateInputs();
     ids = i;
     targets = tg;
 

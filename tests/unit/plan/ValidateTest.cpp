@@ -125,11 +125,18 @@ TEST(Validate, InputsAndLoss) {
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_input_ids(500); }),
               HasSubstr("input_ids is buffer 500, but the plan has"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_loss(lm.h); }),
-              HasSubstr("loss buffer 7 'act.h' is f32 [60 elements], expected f32 [1]"));
+              HasSubstr("loss buffer 8 'act.h' is f32 [60 elements], expected f32 [1]"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_shape(0, TinyLm::kSeq); }),
               HasSubstr("seq 5 and micro_batch 0 must be positive"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_targets(lm.ids); }),
               HasSubstr("input_ids and targets overlap"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_loss_scale(lm.h); }),
+              HasSubstr("loss_scale buffer 8 'act.h' is f32 [60 elements] in the activations "
+                        "arena, expected f32 [1] in the inputs arena"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_loss_scale(400); }),
+              HasSubstr("loss_scale is buffer 400, but the plan has"));
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.set_loss_scale(lm.ids); }),
+              HasSubstr("loss_scale buffer 4 'input_ids' is i32"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +144,7 @@ TEST(Validate, InputsAndLoss) {
 
 TEST(Validate, IndexOutOfRange) {
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins[1] = 77; }),
-              HasSubstr("step 1 (rms_norm.forward): input 1 is buffer 77, but the plan has 21 "
+              HasSubstr("step 1 (rms_norm.forward): input 1 is buffer 77, but the plan has 22 "
                         "buffers"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).outs[0] = 25; }),
               HasSubstr("step 1 (rms_norm.forward): output 0 is buffer 25"));
@@ -306,7 +313,7 @@ TEST(Validate, SsdScanBackwardShapes) {
   EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));
   p.b.step(0).ints[4] = 1;
   p.b.step(0).outs[6] = p.Act({B, Hd, P, N + 1});
-  EXPECT_THAT(p.Error(), HasSubstr("output 6 't19' has 36 elements, expected "
+  EXPECT_THAT(p.Error(), HasSubstr("output 6 't20' has 36 elements, expected "
                                    "batch*heads*head_dim*state = 24"));
 }
 
@@ -327,7 +334,7 @@ TEST(Validate, MoeRoutingK) {
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (moe_route.forward): int 2 (k) is 4, expected "
                                    "1..experts"));
   p.b.step(0).ints[2] = 2;
-  EXPECT_THAT(p.Error(), HasSubstr("output 0 't3' has 16 elements, expected tokens*k = 8"));
+  EXPECT_THAT(p.Error(), HasSubstr("output 0 't4' has 16 elements, expected tokens*k = 8"));
 }
 
 TEST(Validate, SliceColumnsRange) {
@@ -395,7 +402,7 @@ TEST(Validate, ConvHaloFollowsFlag) {
   EXPECT_EQ(build(1, true, W - 1), "(loaded)");
   EXPECT_THAT(build(1, false, 0), HasSubstr("takes 4 inputs, got 3"));
   EXPECT_THAT(build(0, true, W - 1), HasSubstr("takes 3 inputs, got 4"));
-  EXPECT_THAT(build(1, true, W), HasSubstr("input 3 't6' has 24 elements, expected "
+  EXPECT_THAT(build(1, true, W), HasSubstr("input 3 't7' has 24 elements, expected "
                                            "batch*(width-1)*channels = 18"));
   EXPECT_THAT(build(2, true, W - 1), HasSubstr("int 4 (has_halo) is 2, expected 0 or 1"));
   // The backward's dhalo output comes with the flag too.
@@ -425,7 +432,7 @@ TEST(Validate, HaloExchange) {
                         "(cp=2, zigzag) makes segments of 3"));
   EXPECT_THAT(build({B, segs, len, C, 4}, 4), HasSubstr("int 4 (width) is 4, expected 1..len"));
   EXPECT_THAT(build({B, segs, len, C, W}, W + 1),
-              HasSubstr("output 0 't3' has 48 elements, expected batch*segs*width*channels = 32"));
+              HasSubstr("output 0 't4' has 48 elements, expected batch*segs*width*channels = 32"));
 }
 
 TEST(Validate, StateScan) {

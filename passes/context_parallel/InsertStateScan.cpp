@@ -1,0 +1,82 @@
+// hcp-insert-state-scan: each segment's scan starts from the state the segments before it leave.
+#include "dialects/dist/DistOps.h"
+#include "dialects/model/ModelOps.h"
+#include "passes/context_parallel/Passes.h"
+#include "passes/context_parallel/Segments.h"
+
+namespace hcp {
+
+#define GEN_PASS_DEF_INSERTSTATESCAN
+#include "passes/context_parallel/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+// All-gather moves cp states to every rank in one collective: best inside one NVLink domain
+// (up to 8 GPUs). Beyond that the chain's one state per hop wins.
+dist::StateScanStrategy chooseStrategy(const std::string& option, int64_t cp) {
+  if (option == "chain") return dist::StateScanStrategy::Chain;
+  if (option == "allgather") return dist::StateScanStrategy::AllGather;
+  return cp <= 8 ? dist::StateScanStrategy::AllGather : dist::StateScanStrategy::Chain;
+}
+
+struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    auto layout = getOperation()->getAttrOfType<dist::SequenceLayoutAttr>(kSequenceAttr);
+    if (!layout) return;
+    if (strategy != "auto" && strategy != "chain" && strategy != "allgather") {
+      getOperation().emitError() << "unknown state-scan strategy '" << strategy
+                                 << "'; expected allgather, chain or auto";
+      return signalPassFailure();
+    }
+    auto chosen =
+        dist::StateScanStrategyAttr::get(&getContext(), chooseStrategy(strategy, layout.getCp()));
+    SmallVector<model::SsdScanOp> scans;
+    getOperation().walk([&](model::SsdScanOp op) {
+      // Scans already split: the summary scan (final state into dist.state_scan) and the
+      // rescan (initial state from it).
+      bool split = op.getInitState() ||
+                   llvm::any_of(op.getFinalState().getUsers(),
+                                [](Operation* user) { return isa<dist::StateScanOp>(user); });
+      if (!split) scans.push_back(op);
+    });
+    for (model::SsdScanOp scan : scans) {
+      if (!scan.getFinalState().use_empty()) {
+        scan.emitError() << "the final state of a scan split over ranks is only on the last "
+                            "rank; the training step must not read it";
+        return signalPassFailure();
+      }
+      OpBuilder b(scan);
+      Location loc = scan.getLoc();
+      Value x = toSegmentRows(b, loc, scan.getX(), layout);
+      Value dt = toSegmentRows(b, loc, scan.getDt(), layout);
+      Value B = toSegmentRows(b, loc, scan.getB(), layout);
+      Value C = toSegmentRows(b, loc, scan.getC(), layout);
+      auto xType = cast<RankedTensorType>(x.getType());
+      auto stateType = cast<RankedTensorType>(scan.getFinalState().getType());
+      SmallVector<int64_t> rowsState(stateType.getShape());
+      rowsState[0] = xType.getShape()[0];
+      auto segmentState = RankedTensorType::get(rowsState, stateType.getElementType());
+      auto f32 = b.getF32Type();
+      // 1. Each segment's summary: its final state from a zero start and its log-decay.
+      auto local = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
+                                            scan.getD(), Value(), scan.getChunkSizeAttr());
+      auto decayType = RankedTensorType::get({xType.getShape()[0], xType.getShape()[2]}, f32);
+      Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA());
+      // 2. The state entering each segment, from every segment before it.
+      Value incoming =
+          dist::StateScanOp::create(b, loc, segmentState, g, local.getFinalState(), layout, chosen);
+      // 3. The scan again, from the true incoming state.
+      auto full = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
+                                           scan.getD(), incoming, scan.getChunkSizeAttr());
+      scan.getY().replaceAllUsesWith(fromSegmentRows(b, loc, full.getY(), scan.getY().getType()));
+      scan.erase();
+    }
+  }
+};
+
+}  // namespace
+}  // namespace hcp

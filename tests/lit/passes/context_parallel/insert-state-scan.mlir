@@ -1,0 +1,47 @@
+// hcp-insert-state-scan: each segment's scan starts from the state the segments before it leave.
+// RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan=strategy=chain --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,CHAIN
+// RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,AUTO
+
+// Zigzag at cp = 2: 8 local tokens are 2 segments of 4, viewed as 2 * 1 rows. A summary scan
+// from a zero start gives each segment's final state; with the log-decays, dist.state_scan turns
+// them into incoming states (messages of [rows, heads, head_dim, state] = [2, 2, 3, 4] f32);
+// the scan runs again from them. With the auto strategy, 2 ranks use the all-gather.
+// CHECK-LABEL: func.func @scan
+// CHECK-DAG: %[[X:.+]] = model.reshape %{{.+}} : tensor<1x8x2x3xf32> -> tensor<2x4x2x3xf32>
+// CHECK-DAG: %[[DT:.+]] = model.reshape %{{.+}} : tensor<1x8x2xf32> -> tensor<2x4x2xf32>
+// CHECK: %{{.+}}, %[[LOCAL:.+]] = model.ssd_scan %[[X]], %[[DT]], {{.+}} {chunk_size = 4 : i64} : {{.+}} -> (tensor<2x4x2x3xf32>, tensor<2x2x3x4xf32>)
+// CHECK: %[[G:.+]] = model.ssd_log_decay %[[DT]], %{{.+}} : (tensor<2x4x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
+// CHAIN: %[[IN:.+]] = dist.state_scan %[[G]], %[[LOCAL]] {layout = #dist.sequence<zigzag, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<2x2xf32>, tensor<2x2x3x4xf32>) -> tensor<2x2x3x4xf32>
+// AUTO: %[[IN:.+]] = dist.state_scan %[[G]], %[[LOCAL]] {layout = #dist.sequence<zigzag, cp = 2, seq = 16>, strategy = #dist.strategy<allgather>}
+// CHECK: %[[Y:.+]], %{{.+}} = model.ssd_scan %[[X]], %[[DT]], {{.+}} init %[[IN]] {chunk_size = 4 : i64}
+// CHECK: %[[OUT:.+]] = model.reshape %[[Y]] : tensor<2x4x2x3xf32> -> tensor<1x8x2x3xf32>
+// CHECK: return %[[OUT]]
+module attributes {dist.sequence = #dist.sequence<zigzag, cp = 2, seq = 16>} {
+func.func @scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %y : tensor<1x8x2x3xf32>
+}
+}
+
+// -----
+
+// Auto picks the chain beyond one NVLink domain (more than 8 ranks).
+// AUTO-LABEL: func.func @many_ranks
+// AUTO: dist.state_scan {{.+}} strategy = #dist.strategy<chain>
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 16, seq = 256>} {
+func.func @many_ranks(%x: tensor<1x16x2x3xf32>, %dt: tensor<1x16x2xf32>, %A: tensor<2xf32>, %B: tensor<1x16x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x16x2x3xf32> {
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x16x2x3xf32>, tensor<1x16x2xf32>, tensor<2xf32>, tensor<1x16x1x4xf32>, tensor<1x16x1x4xf32>, tensor<2xf32>) -> (tensor<1x16x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %y : tensor<1x16x2x3xf32>
+}
+}
+
+// -----
+
+// The global final state exists only on the last rank: a program that reads it cannot be split.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @final_state(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x2x3x4xf32> {
+  // expected-error @+1 {{the final state of a scan split over ranks is only on the last rank}}
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %f : tensor<1x2x3x4xf32>
+}
+}

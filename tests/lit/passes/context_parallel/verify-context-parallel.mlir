@@ -1,0 +1,46 @@
+// hcp-verify-context-parallel: each op that reads across shard edges and was not rewritten is
+// reported.
+// RUN: hybridcp-opt %s --split-input-file --hcp-verify-context-parallel --verify-diagnostics
+
+// A conv without a halo.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @conv(%x: tensor<2x8x10xf32>, %w: tensor<10x1x4xf32>, %b: tensor<10xf32>) -> tensor<2x8x10xf32> {
+  // expected-error @+1 {{conv1d of a sharded program without a halo exchange (run hcp-insert-halo-exchange)}}
+  %y = model.causal_conv1d %x, %w, %b : (tensor<2x8x10xf32>, tensor<10x1x4xf32>, tensor<10xf32>) -> tensor<2x8x10xf32>
+  return %y : tensor<2x8x10xf32>
+}
+}
+
+// -----
+
+// A scan without state passing.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
+  // expected-error @+1 {{SSD scan of a sharded program without state passing (run hcp-insert-state-scan)}}
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %y : tensor<1x8x2x3xf32>
+}
+}
+
+// -----
+
+// Local-only attention.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @attention(%q: tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32> {
+  // expected-error @+1 {{attention of a sharded program sees only local keys (run hcp-insert-ring-attention)}}
+  %o, %lse = model.attention %q, %q, %q {causal, scale = 0.125 : f64} : (tensor<1x8x4x4xf32>, tensor<1x8x4x4xf32>, tensor<1x8x4x4xf32>) -> (tensor<1x8x4x4xf32>, tensor<1x4x8xf32>)
+  return %o : tensor<1x8x4x4xf32>
+}
+}
+
+// -----
+
+// A partial loss used as if it were global.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 8>} {
+func.func @loss(%logits: tensor<1x4x8xf32>, %targets: tensor<1x4xi32>) -> tensor<f32> {
+  // expected-error @+1 {{a rank's partial loss is used without summing it over the ranks (run hcp-reduce-loss)}}
+  %s, %c = model.cross_entropy %logits, %targets {ignore_index = -100 : i64} : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> (tensor<f32>, tensor<f32>)
+  %loss = model.div %s, %c : tensor<f32>, tensor<f32>
+  return %loss : tensor<f32>
+}
+}

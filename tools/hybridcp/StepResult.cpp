@@ -1,0 +1,111 @@
+#include "tools/hybridcp/StepResult.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/Safetensors.h"
+
+namespace hcp {
+namespace {
+
+constexpr char kGradPrefix[] = "grad.";
+
+double RelativeRms(const std::vector<float>& value, const std::vector<float>& reference) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    diff += (double(value[i]) - reference[i]) * (double(value[i]) - reference[i]);
+    norm += double(reference[i]) * reference[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+}  // namespace
+
+StepResult StepResultOf(CpuExecutor& executor) {
+  StepResult result;
+  result.loss = executor.Loss();
+  for (const plan::Parameter& parameter : executor.parameters()) {
+    std::span<float> gradient = *executor.Gradient(parameter.name);  // the plan's own names
+    result.gradients.emplace_back(parameter.name,
+                                  std::vector<float>(gradient.begin(), gradient.end()));
+  }
+  return result;
+}
+
+absl::StatusOr<StepResult> ReadStepResult(const std::string& path) {
+  std::string file = std::filesystem::is_directory(path) ? path + "/reference.safetensors" : path;
+  HCP_ASSIGN_OR_RETURN(SafetensorsFile tensors, SafetensorsFile::Open(file));
+  StepResult result;
+  HCP_ASSIGN_OR_RETURN(std::vector<float> loss, tensors.ReadF32("loss"));
+  if (loss.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: 'loss' must hold one value", file));
+  }
+  result.loss = loss[0];
+  for (const std::string& name : tensors.names()) {
+    if (name.rfind(kGradPrefix, 0) != 0) continue;
+    HCP_ASSIGN_OR_RETURN(std::vector<float> values, tensors.ReadF32(name));
+    result.gradients.emplace_back(name.substr(sizeof(kGradPrefix) - 1), std::move(values));
+  }
+  return result;
+}
+
+absl::Status WriteStepResult(const StepResult& result, const std::string& path) {
+  std::vector<TensorToWrite> tensors = {
+      {"loss", DType::F32, {1}, std::span<const float>(&result.loss, 1), {}}};
+  for (const auto& [name, values] : result.gradients) {
+    tensors.push_back(
+        {kGradPrefix + name, DType::F32, {static_cast<int64_t>(values.size())}, values, {}});
+  }
+  return WriteSafetensors(path, tensors);
+}
+
+absl::Status CompareStepResults(const StepResult& actual, const StepResult& reference,
+                                const std::string& reference_name, const Tolerances& tolerances,
+                                bool verbose) {
+  double loss_error =
+      std::abs(double(actual.loss) - reference.loss) / std::abs(double(reference.loss));
+  std::printf("reference loss %.7f, relative error %.3e (tolerance %.0e)\n", reference.loss,
+              loss_error, tolerances.loss);
+  std::map<std::string, const std::vector<float>*> expected;
+  for (const auto& [name, values] : reference.gradients) expected[name] = &values;
+  double worst = 0;
+  std::string worst_name;
+  int failures = 0;
+  for (const auto& [name, values] : actual.gradients) {
+    auto it = expected.find(name);
+    if (it == expected.end()) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s has no reference gradient for '%s'", reference_name, name));
+    }
+    if (it->second->size() != values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: the gradient of '%s' has %d values, the step's has %d",
+                          reference_name, name, it->second->size(), values.size()));
+    }
+    double error = RelativeRms(values, *it->second);
+    bool ok = error <= tolerances.grad;
+    failures += !ok;
+    if (verbose || !ok) {
+      std::printf("  %-60s relative RMS %.3e%s\n", name.c_str(), error, ok ? "" : "  FAIL");
+    }
+    if (!(error <= worst)) {
+      worst = error;
+      worst_name = name;
+    }
+  }
+  std::printf("gradients: %zu compared, worst relative RMS %.3e (%s), tolerance %.0e\n",
+              actual.gradients.size(), worst, worst_name.c_str(), tolerances.grad);
+  if (!(loss_error <= tolerances.loss) || failures > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the step does not match %s: loss error %.3e, %d gradients over tolerance",
+                        reference_name, loss_error, failures));
+  }
+  std::printf("MATCH\n");
+  return absl::OkStatus();
+}
+
+}  // namespace hcp

@@ -1,0 +1,25 @@
+// The ranks this process runs with: MPI's world when started by mpirun/srun (and built with
+// MPI), one rank otherwise.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/comm/Communicator.h"
+
+namespace hcp {
+
+class World {
+ public:
+  // Joins MPI when a launcher started this process (its environment says so), else one rank.
+  static absl::StatusOr<World> Join();
+
+  comm::Communicator& comm() { return *comm_; }
+  bool is_root() const { return comm_->world_rank() == 0; }
+
+ private:
+  std::shared_ptr<void> session_;  // keeps MPI initialised while the communicator lives
+  std::unique_ptr<comm::Communicator> comm_;
+};
+
+}  // namespace hcp

@@ -30,6 +30,9 @@ inline const OptionSpec kModelOption{"model", "NAME",
 Command MakeInspectCommand();
 Command MakeRunStepCommand();
 Command MakeCompareStepCommand();
+Command MakeTrainCommand();
+Command MakeTokenizeCommand();
+Command MakePlotCommand();
 
 // Plans: recognised by their magic bytes; inspected without MLIR.
 bool LooksLikePlanFile(const std::string& path);

@@ -16,6 +16,9 @@ std::vector<hcp::Command> AllCommands() {
   commands.push_back(hcp::MakeInspectCommand());
   commands.push_back(hcp::MakeRunStepCommand());
   commands.push_back(hcp::MakeCompareStepCommand());
+  commands.push_back(hcp::MakeTrainCommand());
+  commands.push_back(hcp::MakeTokenizeCommand());
+  commands.push_back(hcp::MakePlotCommand());
   return commands;
 }
 

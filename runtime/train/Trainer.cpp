@@ -1,0 +1,395 @@
+#include "runtime/train/Trainer.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
+#include "runtime/exec/CpuExecutor.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/Metrics.h"
+#include "runtime/train/TokenData.h"
+#include "runtime/train/TrainState.h"
+#include "runtime/weights/AtomicFile.h"
+#include "runtime/weights/Checkpoint.h"
+
+namespace hcp::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kEmbeddingName[] = "model.embed_tokens.weight";
+
+// The vocabulary: the rows of the embedding table.
+absl::StatusOr<int64_t> VocabularyOf(const plan::Plan& plan) {
+  for (const plan::Parameter& p : plan.parameters) {
+    if (p.name == kEmbeddingName) return plan.buffers[p.buffer].shape.at(0);
+  }
+  return absl::InvalidArgumentError("the plan has no model.embed_tokens.weight");
+}
+
+absl::StatusOr<FlatLayout> LayoutOf(const plan::Plan& plan) {
+  std::vector<ParamSpec> specs;
+  for (const plan::Parameter& p : plan.parameters)
+    specs.push_back(ParamSpec::WithDefaultDecay(p.name, plan.buffers[p.buffer].shape));
+  return FlatLayout::Create(std::move(specs));
+}
+
+int64_t CountValid(std::span<const int32_t> targets) {
+  return std::count_if(targets.begin(), targets.end(),
+                       [](int32_t t) { return t != plan::kIgnoredTarget; });
+}
+
+// Every rank contributes [begin, end) of `flat` (its slice of a partition of [0, size)); all end
+// with the whole array. Slices are padded to the longest for the all-gather.
+void AllGatherSlices(comm::Communicator& comm, std::vector<float>& flat) {
+  const int world = comm.world_size();
+  if (world == 1) return;
+  const int64_t total = static_cast<int64_t>(flat.size());
+  const int64_t longest = ShardRange(total, 0, world).size();
+  std::vector<float> mine(longest, 0.0f), all(longest * world);
+  FlatRange own = ShardRange(total, comm.world_rank(), world);
+  std::copy(flat.begin() + own.begin, flat.begin() + own.end, mine.begin());
+  comm.AllGather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                 comm::Group::kWorld);
+  for (int r = 0; r < world; ++r) {
+    FlatRange range = ShardRange(total, r, world);
+    std::copy_n(all.begin() + r * longest, range.size(), flat.begin() + range.begin);
+  }
+}
+
+class Loop {
+ public:
+  Loop(comm::Communicator& comm, const plan::Plan& plan, const TrainOptions& options)
+      : comm_(comm), plan_(plan), options_(options) {}
+
+  absl::Status Setup();
+  absl::Status Run();
+
+ private:
+  bool root() const { return comm_.world_rank() == 0; }
+  // `local` on this rank; every rank returns the same status.
+  absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
+
+  absl::Status ResumeFrom(const std::string& checkpoint);
+  absl::Status Step(int64_t step, MetricsRecord& record);
+  void CopyGradients(bool accumulate);
+  void WriteBackGradients();
+  absl::Status Update(const AdamWUpdate& update);
+  absl::Status SaveCheckpoint(int64_t steps_done);
+  absl::Status WriteCheckpointFiles(const std::string& dir, int64_t steps_done,
+                                    const std::vector<float>& exp_avg,
+                                    const std::vector<float>& exp_avg_sq);
+
+  comm::Communicator& comm_;
+  const plan::Plan& plan_;
+  TrainOptions options_;
+  std::unique_ptr<CpuExecutor> executor_;
+  std::optional<TokenFile> data_;
+  std::optional<TokenBatcher> batcher_;
+  std::optional<FlatLayout> layout_;
+  std::optional<AdamW> optimizer_;
+  std::optional<MetricsWriter> metrics_;
+  std::vector<float> gradients_;  // flat, layout order: accumulation and the update's input
+  int64_t first_step_ = 0;        // 0, or the step a resumed run continues from
+};
+
+absl::Status Loop::Setup() {
+  if (options_.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
+  options_.schedule.total_steps = options_.steps;
+  HCP_RETURN_IF_ERROR(ValidateSchedule(options_.schedule));
+  HCP_RETURN_IF_ERROR(ValidateAdamWConfig(options_.adamw));
+  HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_));
+  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabularyOf(plan_));
+  HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_));
+  layout_ = std::move(layout);
+
+  // Every rank opens the data; a rank that cannot stops every rank.
+  absl::StatusOr<TokenFile> data = TokenFile::Open(options_.data);
+  HCP_RETURN_IF_ERROR(Agree(data.status()));
+  data_ = std::move(*data);
+  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, options_.grad_accum, vocab};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data_, batch);
+  HCP_RETURN_IF_ERROR(Agree(batcher.status()));
+  batcher_ = std::move(*batcher);
+
+  std::optional<FlatRange> owned;
+  if (options_.shard_optimizer)
+    owned = ShardRange(layout_->total(), comm_.world_rank(), comm_.world_size());
+  HCP_ASSIGN_OR_RETURN(AdamW optimizer, AdamW::Create(*layout_, options_.adamw, owned));
+  optimizer_ = std::move(optimizer);
+  gradients_.assign(layout_->total(), 0.0f);
+
+  if (options_.resume) {
+    if (options_.checkpoint_dir.empty())
+      return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
+    std::ifstream latest(fs::path(options_.checkpoint_dir) / kLatestFileName);
+    std::string name;
+    absl::Status found = absl::OkStatus();
+    if (!(latest >> name)) {
+      found = absl::NotFoundError(
+          absl::StrFormat("%s has no complete checkpoint to resume from (no '%s' file)",
+                          options_.checkpoint_dir, kLatestFileName));
+    }
+    HCP_RETURN_IF_ERROR(Agree(found));
+    HCP_RETURN_IF_ERROR(ResumeFrom((fs::path(options_.checkpoint_dir) / name).string()));
+  } else if (!options_.init_weights.empty()) {
+    absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
+    HCP_RETURN_IF_ERROR(Agree(weights.status()));
+    HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
+  } else {
+    executor_->InitializeParameters(options_.seed);
+  }
+  if (root() && !options_.metrics.empty()) {
+    absl::StatusOr<MetricsWriter> metrics = MetricsWriter::Open(options_.metrics);
+    HCP_RETURN_IF_ERROR(Agree(metrics.status()));
+    metrics_ = std::move(*metrics);
+  } else if (!options_.metrics.empty()) {
+    HCP_RETURN_IF_ERROR(Agree(absl::OkStatus()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
+  absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
+  HCP_RETURN_IF_ERROR(Agree(weights.status()));
+  HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
+  absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, layout_->params());
+  HCP_RETURN_IF_ERROR(Agree(state.status()));
+  // The saved run's optimizer and schedule, so that it continues exactly.
+  const TrainState& saved = state->state();
+  absl::Status loaded = state->LoadInto(*optimizer_);
+  if (loaded.ok()) loaded = batcher_->Restore(saved.data);
+  if (loaded.ok() && saved.step >= options_.steps) {
+    loaded = absl::InvalidArgumentError(
+        absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
+                        saved.step, options_.steps));
+  }
+  HCP_RETURN_IF_ERROR(Agree(loaded));
+  options_.adamw = saved.optimizer;
+  options_.schedule = saved.schedule;
+  first_step_ = saved.step;
+  if (root())
+    std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
+                static_cast<long long>(saved.step));
+  return absl::OkStatus();
+}
+
+// Copies (or adds) the executor's gradients into the flat accumulator.
+void Loop::CopyGradients(bool accumulate) {
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    std::span<float> g = *executor_->Gradient(layout_->param(i).name);
+    float* flat = gradients_.data() + layout_->offset(i);
+    for (size_t k = 0; k < g.size(); ++k) flat[k] = accumulate ? flat[k] + g[k] : g[k];
+  }
+}
+
+void Loop::WriteBackGradients() {
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    std::span<float> g = *executor_->Gradient(layout_->param(i).name);
+    std::copy_n(gradients_.data() + layout_->offset(i), g.size(), g.begin());
+  }
+}
+
+absl::Status Loop::Update(const AdamWUpdate& update) {
+  if (optimizer_->owns_all()) {
+    for (size_t i = 0; i < layout_->size(); ++i) {
+      const std::string& name = layout_->param(i).name;
+      std::span<float> param = *executor_->Parameter(name);
+      HCP_RETURN_IF_ERROR(optimizer_->UpdateTensor(update, name, param.data(),
+                                                   gradients_.data() + layout_->offset(i)));
+    }
+    return optimizer_->Commit(update);
+  }
+  // Sharded: each rank updates its slice of the flat parameters, then all gather the slices.
+  std::vector<float> params(layout_->total());
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    std::span<float> p = *executor_->Parameter(layout_->param(i).name);
+    std::copy(p.begin(), p.end(), params.begin() + layout_->offset(i));
+  }
+  FlatRange own = optimizer_->owned();
+  HCP_RETURN_IF_ERROR(optimizer_->UpdateRange(update, own, params.data() + own.begin,
+                                              gradients_.data() + own.begin));
+  AllGatherSlices(comm_, params);
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    std::span<float> p = *executor_->Parameter(layout_->param(i).name);
+    std::copy_n(params.begin() + layout_->offset(i), p.size(), p.begin());
+  }
+  return optimizer_->Commit(update);
+}
+
+absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
+  absl::StatusOr<StepBatch> batch = batcher_->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
+  HCP_RETURN_IF_ERROR(Agree(batch.status()));
+  // 1 / valid targets of the whole step, over every micro-batch of every dp rank.
+  double valid = static_cast<double>(CountValid(batch->targets));
+  comm_.AllReduceSum(&valid, 1, comm::Group::kDp);
+  const float loss_scale = valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
+
+  double loss = 0;
+  for (int64_t a = 0; a < options_.grad_accum; ++a) {
+    HCP_RETURN_IF_ERROR(
+        executor_->SetInputs(batch->micro_inputs(a), batch->micro_targets(a), loss_scale));
+    HCP_RETURN_IF_ERROR(executor_->RunStep());
+    loss += executor_->Loss();  // already summed over the cp group by the plan
+    CopyGradients(/*accumulate=*/a > 0);
+  }
+  comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
+  if (options_.grad_accum > 1) WriteBackGradients();
+  executor_->SumGradientsOverRanks();
+  CopyGradients(/*accumulate=*/false);
+
+  double norm = std::sqrt(SumOfSquares(gradients_));
+  StepDecision decision = DecideStep(loss, norm, options_.adamw.max_grad_norm);
+  double lr = LearningRate(options_.schedule, step);
+  if (decision.applied()) {
+    HCP_RETURN_IF_ERROR(Agree(Update(optimizer_->NextUpdate(lr, decision.clip_coef))));
+  }
+  record.step = step + 1;
+  record.loss = loss;
+  record.lr = lr;
+  record.grad_norm = norm;
+  record.tokens += batcher_->config().global_batch() * plan_.seq;
+  record.skipped = !decision.applied();
+  if (!decision.applied() && root()) {
+    std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
+                std::string(StepOutcomeName(decision.outcome)).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loop::Run() {
+  MetricsRecord record;
+  record.tokens = first_step_ * batcher_->config().global_batch() * plan_.seq;
+  const int64_t last =
+      options_.stop_after > 0 ? std::min(options_.stop_after, options_.steps) : options_.steps;
+  const auto start = Clock::now();
+  int64_t tokens_at_start = record.tokens;
+  for (int64_t step = first_step_; step < last; ++step) {
+    HCP_RETURN_IF_ERROR(Step(step, record));
+    record.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    record.tokens_per_s = (record.tokens - tokens_at_start) / std::max(record.elapsed_s, 1e-9);
+    if (root()) {
+      if (metrics_) HCP_RETURN_IF_ERROR(metrics_->Append(record));
+      bool log = (step + 1) % std::max<int64_t>(options_.log_every, 1) == 0 ||
+                 step == first_step_ || step + 1 == last;
+      if (log) {
+        double eta =
+            EstimateEta(record.elapsed_s, step + 1 - first_step_, options_.steps - step - 1);
+        std::printf("%s\n", FormatProgress(record, options_.steps, eta).c_str());
+        std::fflush(stdout);
+      }
+    }
+    bool checkpoint =
+        !options_.checkpoint_dir.empty() &&
+        ((options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0) ||
+         step + 1 == last);
+    if (checkpoint) HCP_RETURN_IF_ERROR(SaveCheckpoint(step + 1));
+  }
+  return absl::OkStatus();
+}
+
+// --- checkpoints ----------------------------------------------------------------------------
+
+absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
+  // Every rank: the moments as full arrays (gathered when sharded).
+  std::vector<float> exp_avg(layout_->total()), exp_avg_sq(layout_->total());
+  FlatRange own = optimizer_->owned();
+  std::copy(optimizer_->exp_avg().begin(), optimizer_->exp_avg().end(),
+            exp_avg.begin() + own.begin);
+  std::copy(optimizer_->exp_avg_sq().begin(), optimizer_->exp_avg_sq().end(),
+            exp_avg_sq.begin() + own.begin);
+  if (!optimizer_->owns_all()) {
+    AllGatherSlices(comm_, exp_avg);
+    AllGatherSlices(comm_, exp_avg_sq);
+  }
+  absl::Status written = absl::OkStatus();
+  if (root()) {
+    std::string name = CheckpointName(steps_done);
+    fs::path dir = fs::path(options_.checkpoint_dir);
+    // Written under a temporary name, renamed when complete, then `latest` switched over: the
+    // previous checkpoint stays the valid one until the new one is whole.
+    fs::path staging = dir / absl::StrFormat(".%s.tmp.%d", name, getpid());
+    std::error_code error;
+    fs::remove_all(staging, error);
+    written = WriteCheckpointFiles(staging.string(), steps_done, exp_avg, exp_avg_sq);
+    if (written.ok()) {
+      fs::remove_all(dir / name, error);
+      fs::rename(staging, dir / name, error);
+      if (error) {
+        written = absl::InternalError(absl::StrFormat("cannot move %s into place: %s",
+                                                      (dir / name).string(), error.message()));
+      }
+    }
+    if (written.ok()) written = WriteFileAtomically((dir / kLatestFileName).string(), name + "\n");
+    if (!written.ok()) {
+      fs::remove_all(staging, error);
+    } else {
+      std::printf("checkpoint %s\n", (dir / name).string().c_str());
+      if (metrics_) written = metrics_->Sync();
+      // Keep the newest two complete checkpoints.
+      std::vector<std::string> old;
+      for (const auto& entry : fs::directory_iterator(dir, error)) {
+        std::string n = entry.path().filename().string();
+        if (n.rfind("step-", 0) == 0 && n < name) old.push_back(n);
+      }
+      std::sort(old.begin(), old.end());
+      for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(dir / old[i], error);
+    }
+  }
+  return Agree(written);
+}
+
+absl::Status Loop::WriteCheckpointFiles(const std::string& dir, int64_t steps_done,
+                                        const std::vector<float>& exp_avg,
+                                        const std::vector<float>& exp_avg_sq) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrFormat("cannot create %s: %s", dir, error.message()));
+  }
+  std::vector<TensorToWrite> weights;
+  std::vector<MomentsToWrite> moments;
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    const ParamSpec& p = layout_->param(i);
+    std::span<const float> value = *executor_->Parameter(p.name);
+    weights.push_back({p.name, DType::F32, p.shape, value, {}});
+    std::span<const float> m(exp_avg.data() + layout_->offset(i), layout_->numel(i));
+    std::span<const float> v(exp_avg_sq.data() + layout_->offset(i), layout_->numel(i));
+    moments.push_back({p.name, p.shape, m, v});
+  }
+  HCP_RETURN_IF_ERROR(WriteCheckpoint(dir, weights));
+  if (!options_.model_config.empty()) {
+    HCP_RETURN_IF_ERROR(
+        WriteFileAtomically((fs::path(dir) / "config.json").string(), options_.model_config));
+  }
+  TrainState state;
+  state.step = steps_done;
+  state.data = batcher_->state();
+  state.rng = {options_.seed, 0};
+  state.optimizer_updates = optimizer_->updates();
+  state.optimizer = options_.adamw;
+  state.schedule = options_.schedule;
+  return SaveTrainState(dir, state, moments);
+}
+
+}  // namespace
+
+std::string CheckpointName(int64_t step) { return absl::StrFormat("step-%06d", step); }
+
+absl::Status Train(comm::Communicator& comm, const plan::Plan& plan, const TrainOptions& options) {
+  Loop loop(comm, plan, options);
+  HCP_RETURN_IF_ERROR(loop.Setup());
+  return loop.Run();
+}
+
+}  // namespace hcp::train

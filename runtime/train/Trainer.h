@@ -1,0 +1,58 @@
+// The training loop: data -> micro-batches -> steps of the plan -> gradients summed over the
+// ranks -> AdamW -> metrics -> checkpoints, on every rank of the plan's mesh.
+//
+// One optimizer step, on every rank:
+//   1. the step's global batch is read deterministically; this rank takes its dp index's
+//      micro-batches (whole sequences; the executor keeps its cp shard);
+//   2. loss_scale = 1 / (valid targets of the WHOLE step: every micro-batch of every dp rank),
+//      so each micro-batch's scaled loss and gradients simply add up to the step's mean;
+//   3. each micro-batch runs the plan; gradients accumulate in fp32;
+//   4. gradients are summed over the ranks that hold a copy of each parameter (once per step);
+//   5. the global gradient norm, the NaN/Inf policy (skip the update, report it), clipping,
+//      the learning rate of the warmup + cosine schedule, and AdamW with fp32 master weights,
+//      its state optionally sharded over the ranks (each updates its slice; the updated
+//      parameters are then all-gathered);
+//   6. rank 0 prints a progress line, appends a metrics line, and every N steps writes a
+//      checkpoint (Hugging Face safetensors + optimizer state + data position + step),
+//      atomically: `latest` names the last complete checkpoint, so a crash mid-write leaves the
+//      previous one in charge.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/train/AdamW.h"
+
+namespace hcp::train {
+
+struct TrainOptions {
+  std::string data;              // token file (see TokenData.h; `hybridcp tokenize` makes one)
+  int64_t steps = 0;             // steps of the whole run (the schedule's length)
+  int64_t grad_accum = 1;        // micro-batches per rank per step
+  uint64_t seed = 0;             // parameter initialisation, when not loading weights
+  std::string init_weights;      // Hugging Face checkpoint directory to start from (optional)
+  std::string checkpoint_dir;    // where checkpoints go (optional); --resume reads from here
+  int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only after the last step
+  bool resume = false;           // continue from checkpoint_dir's latest checkpoint
+  int64_t stop_after = 0;        // stop after this step as if interrupted (0: run all steps)
+  std::string metrics;           // JSON-lines file to append to (optional)
+  std::string model_config;      // config.json text written into each checkpoint (optional)
+  bool shard_optimizer = false;  // AdamW moments sharded over every rank
+  int64_t log_every = 1;         // progress line every N steps (and the first and last)
+  LrSchedule schedule;           // total_steps is set from `steps`
+  AdamWConfig adamw;
+};
+
+// Trains on `comm`, whose mesh must already be the plan's (comm::CheckRanksAgree). Collective:
+// every rank returns the same status. Progress goes to stdout on rank 0.
+absl::Status Train(comm::Communicator& comm, const plan::Plan& plan, const TrainOptions& options);
+
+// "step-000012": the checkpoint directory of a step, inside checkpoint_dir.
+std::string CheckpointName(int64_t step);
+// The file in checkpoint_dir naming the last complete checkpoint.
+inline constexpr char kLatestFileName[] = "latest";
+
+}  // namespace hcp::train

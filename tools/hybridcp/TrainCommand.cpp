@@ -1,0 +1,151 @@
+// `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and the
+// two helpers around it: `tokenize` (raw text -> token file) and `plot` (metrics -> SVG).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "runtime/comm/Agreement.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/ByteTokenizer.h"
+#include "runtime/train/Plot.h"
+#include "runtime/train/Trainer.h"
+#include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/World.h"
+
+namespace hcp {
+namespace {
+
+absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
+  train::TrainOptions o;
+  std::optional<std::string> data = args.Get("data");
+  if (!data)
+    return absl::InvalidArgumentError(
+        "--data FILE (a token file; see `hybridcp tokenize`) is required");
+  o.data = *data;
+  HCP_ASSIGN_OR_RETURN(o.steps, args.GetInt("steps", std::nullopt));
+  HCP_ASSIGN_OR_RETURN(o.grad_accum, args.GetInt("grad-accum", 1));
+  HCP_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
+  o.seed = static_cast<uint64_t>(seed);
+  o.init_weights = args.Get("weights").value_or("");
+  o.checkpoint_dir = args.Get("checkpoint-dir").value_or("");
+  HCP_ASSIGN_OR_RETURN(o.checkpoint_every, args.GetInt("checkpoint-every", 0));
+  o.resume = args.Has("resume");
+  HCP_ASSIGN_OR_RETURN(o.stop_after, args.GetInt("stop-after", 0));
+  o.metrics = args.Get("metrics").value_or("");
+  o.shard_optimizer = args.Has("shard-optimizer");
+  HCP_ASSIGN_OR_RETURN(o.log_every, args.GetInt("log-every", 1));
+  HCP_ASSIGN_OR_RETURN(o.schedule.max_lr, args.GetDouble("lr", 3e-3));
+  HCP_ASSIGN_OR_RETURN(o.schedule.min_lr, args.GetDouble("min-lr", o.schedule.max_lr / 10));
+  HCP_ASSIGN_OR_RETURN(o.schedule.warmup_steps, args.GetInt("warmup", 0));
+  HCP_ASSIGN_OR_RETURN(o.adamw.weight_decay, args.GetDouble("weight-decay", 0.1));
+  HCP_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, args.GetDouble("clip", 1.0));
+  if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
+  if (o.stop_after < 0) return absl::InvalidArgumentError("--stop-after must not be negative");
+  if (std::optional<std::string> config = args.Get("config")) {
+    std::ifstream file(*config);
+    std::stringstream text;
+    text << file.rdbuf();
+    if (!file) return absl::NotFoundError(absl::StrFormat("%s: cannot read the config", *config));
+    o.model_config = text.str();
+  }
+  return o;
+}
+
+absl::Status Train(const Args& args) {
+  if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
+  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
+  HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world.comm(), mine.plan, mine.hash));
+  absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));
+  return train::Train(world.comm(), *mine.plan, *options);
+}
+
+absl::Status Tokenize(const Args& args) {
+  std::optional<std::string> output = args.Get("o");
+  if (!output || args.positionals().empty()) {
+    return absl::InvalidArgumentError("give text files or directories and -o FILE");
+  }
+  std::vector<std::string> files;
+  for (const std::string& input : args.positionals()) {
+    absl::StatusOr<std::vector<std::string>> listed = train::ListTextFiles(input);
+    if (listed.ok()) {
+      files.insert(files.end(), listed->begin(), listed->end());
+    } else {
+      files.push_back(input);  // a file (TokenizeTextFiles says if it cannot be read)
+    }
+  }
+  HCP_ASSIGN_OR_RETURN(int64_t tokens, train::TokenizeTextFiles(files, *output));
+  std::printf("%s: %lld tokens from %zu files (bytes 0-255, BOS %d, EOS %d)\n", output->c_str(),
+              static_cast<long long>(tokens), files.size(), train::kByteBos, train::kByteEos);
+  return absl::OkStatus();
+}
+
+absl::Status Plot(const Args& args) {
+  std::optional<std::string> output = args.Get("o");
+  if (!output || args.positionals().empty()) {
+    return absl::InvalidArgumentError("give metrics files (JSON lines) and -o FILE.svg");
+  }
+  train::PlotOptions options;
+  if (std::optional<std::string> title = args.Get("title")) options.title = *title;
+  if (args.Get("x").value_or("step") == "tokens") options.x_axis = train::PlotXAxis::kTokens;
+  HCP_RETURN_IF_ERROR(train::PlotMetricsFiles(args.positionals(), *output, options));
+  std::printf("wrote %s (%zu runs)\n", output->c_str(), args.positionals().size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command MakeTrainCommand() {
+  return Command{
+      "train",
+      "train on token data: every rank of the plan's mesh (start them with mpirun -np N)",
+      "train FILE.plan --data TOKENS --steps N [--grad-accum N] [--lr X --warmup N --min-lr X] "
+      "[--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--metrics FILE.jsonl]",
+      {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},
+       {"steps", "N", "optimizer steps of the run (the learning-rate schedule's length)"},
+       {"grad-accum", "N", "micro-batches per rank per step (default 1)"},
+       {"lr", "X", "peak learning rate (default 3e-3)"},
+       {"min-lr", "X", "final learning rate of the cosine decay (default lr / 10)"},
+       {"warmup", "N", "linear warmup steps (default 0)"},
+       {"weight-decay", "X", "AdamW decoupled weight decay of matrices (default 0.1)"},
+       {"clip", "X", "global gradient-norm clip (default 1.0; 0 disables)"},
+       {"seed", "N", "parameter initialisation seed (default 0)"},
+       {"weights", "DIR", "start from a Hugging Face checkpoint instead"},
+       {"config", "FILE", "config.json to write into each checkpoint (loadable by transformers)"},
+       {"checkpoint-dir", "DIR", "write checkpoints here"},
+       {"checkpoint-every", "N", "steps between checkpoints (default: only at the end)"},
+       {"resume", "", "continue from the latest checkpoint in --checkpoint-dir"},
+       {"stop-after", "N", "stop after step N as if interrupted (writes a checkpoint)"},
+       {"metrics", "FILE", "append one JSON line per step"},
+       {"shard-optimizer", "", "shard the AdamW moments over the ranks"},
+       {"log-every", "N", "progress line every N steps (default 1)"}},
+      Train,
+  };
+}
+
+Command MakeTokenizeCommand() {
+  return Command{
+      "tokenize",
+      "turn text files into a byte-level token file for `train`",
+      "tokenize TEXT_FILE_OR_DIR... -o FILE",
+      {{"o", "FILE", "the token file to write"}},
+      Tokenize,
+  };
+}
+
+Command MakePlotCommand() {
+  return Command{
+      "plot",
+      "draw the loss curves of metrics files into one SVG",
+      "plot METRICS.jsonl... -o FILE.svg [--title TEXT] [--x step|tokens]",
+      {{"o", "FILE", "the SVG to write"},
+       {"title", "TEXT", "the picture's title"},
+       {"x", "AXIS", "step (default) or tokens"}},
+      Plot,
+  };
+}
+
+}  // namespace hcp

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "runtime/support/Status.h"
@@ -17,6 +18,10 @@ std::string_view GroupName(Group group) {
       return "cp";
     case Group::kDp:
       return "dp";
+    case Group::kEp:
+      return "ep";
+    case Group::kEpReplica:
+      return "ep replica";
   }
   return "?";
 }
@@ -34,6 +39,10 @@ int Communicator::rank(Group group) const {
       return cp_index();
     case Group::kDp:
       return dp_index();
+    case Group::kEp:
+      return ep_index();
+    case Group::kEpReplica:
+      return world_rank_ / static_cast<int>(mesh().ep);
   }
   return 0;
 }
@@ -46,6 +55,10 @@ int Communicator::size(Group group) const {
       return static_cast<int>(mesh().cp);
     case Group::kDp:
       return static_cast<int>(mesh().dp);
+    case Group::kEp:
+      return static_cast<int>(mesh().ep);
+    case Group::kEpReplica:
+      return world_size_ / static_cast<int>(mesh().ep);
   }
   return 0;
 }
@@ -64,6 +77,12 @@ int Communicator::WorldRank(Group group, int group_rank) const {
       return dp_index() * cp + group_rank;
     case Group::kDp:  // same cp_index
       return group_rank * cp + cp_index();
+    case Group::kEp: {  // the same block of ep consecutive ranks
+      const int ep = static_cast<int>(mesh().ep);
+      return world_rank_ / ep * ep + group_rank;
+    }
+    case Group::kEpReplica:  // same expert index
+      return group_rank * static_cast<int>(mesh().ep) + ep_index();
   }
   return kNoRank;
 }
@@ -73,6 +92,10 @@ absl::Status Communicator::SetMesh(const plan::Mesh& mesh) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the plan was compiled for cp=%d x dp=%d = %d ranks, but %d rank%s started", mesh.cp,
         mesh.dp, mesh.cp * mesh.dp, world_size_, world_size_ == 1 ? " was" : "s were"));
+  }
+  if (mesh.ep < 1 || world_size_ % mesh.ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the plan's ep=%d does not divide its %d ranks", mesh.ep, world_size_));
   }
   HCP_RETURN_IF_ERROR(DoSetMesh(mesh));
   mesh_ = mesh;
@@ -107,6 +130,45 @@ void Communicator::SendRecv(std::span<const std::byte> send, int dest, std::span
   const int world_source = WorldRank(group, source);
   DoSendRecv(dest == kNoRank ? std::span<const std::byte>() : send, world_dest,
              source == kNoRank ? std::span<std::byte>() : recv, world_source);
+}
+
+void Communicator::AllToAllV(std::span<const std::byte> send, std::span<const int64_t> send_bytes,
+                             std::span<std::byte> recv, std::span<const int64_t> recv_bytes,
+                             Group group) {
+  const int n = size(group);
+  if (static_cast<int>(send_bytes.size()) != n || static_cast<int>(recv_bytes.size()) != n) {
+    Misuse(
+        absl::StrFormat("all-to-all over the %s group of %d ranks with %d send and %d receive "
+                        "sizes",
+                        GroupName(group), n, send_bytes.size(), recv_bytes.size()));
+  }
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < n; ++p) {
+    if (send_bytes[p] < 0 || recv_bytes[p] < 0) {
+      Misuse(absl::StrFormat("all-to-all with a negative size for group rank %d", p));
+    }
+    sent += send_bytes[p];
+    received += recv_bytes[p];
+  }
+  if (sent != static_cast<int64_t>(send.size()) || received != static_cast<int64_t>(recv.size())) {
+    Misuse(absl::StrFormat(
+        "all-to-all sizes add up to %d bytes sent and %d received, but the buffers hold %d and %d",
+        sent, received, send.size(), recv.size()));
+  }
+  std::vector<int> world_ranks(n);
+  for (int p = 0; p < n; ++p) world_ranks[p] = WorldRank(group, p);
+  DoAllToAllV(send, send_bytes, recv, recv_bytes, world_ranks);
+}
+
+void Communicator::AllToAll(std::span<const std::byte> send, std::span<std::byte> recv,
+                            Group group) {
+  const int n = size(group);
+  if (send.size() != recv.size() || send.size() % static_cast<size_t>(n) != 0) {
+    Misuse(absl::StrFormat("all-to-all of %d bytes into %d bytes over %d ranks", send.size(),
+                           recv.size(), n));
+  }
+  const std::vector<int64_t> blocks(n, static_cast<int64_t>(send.size() / n));
+  AllToAllV(send, blocks, recv, blocks, group);
 }
 
 void Communicator::Barrier(Group group) {
@@ -145,6 +207,18 @@ void LocalCommunicator::DoSendRecv(std::span<const std::byte> send, int world_de
   if ((world_dest == 0) != (world_source == 0) || send.size() != recv.size()) {
     Misuse(absl::StrFormat("one rank sends %d bytes to rank %d and receives %d from rank %d",
                            send.size(), world_dest, recv.size(), world_source));
+  }
+  if (!send.empty()) std::memmove(recv.data(), send.data(), send.size());
+}
+
+void LocalCommunicator::DoAllToAllV(std::span<const std::byte> send,
+                                    std::span<const int64_t> send_bytes, std::span<std::byte> recv,
+                                    std::span<const int64_t> recv_bytes,
+                                    std::span<const int> world_ranks) {
+  // One rank: the group is this rank, and what it sends itself is what it receives.
+  if (send_bytes[0] != recv_bytes[0]) {
+    Misuse(absl::StrFormat("one rank sends itself %d bytes but expects %d", send_bytes[0],
+                           recv_bytes[0]));
   }
   if (!send.empty()) std::memmove(recv.data(), send.data(), send.size());
 }

@@ -8,6 +8,11 @@
 //   kCp:    the cp ranks of one sequence (same dp_index); group rank = cp_index.
 //   kDp:    the ranks holding the same shard of other sequences (same cp_index); group
 //           rank = dp_index.
+//   kEp:    expert parallelism: the ep consecutive world ranks of this rank's ep group
+//           (world_rank / ep); group rank = the expert index ep_index() = world_rank % ep. The
+//           experts of every MoE layer are split over them.
+//   kEpReplica: the ranks with this rank's expert index, one per ep group: they hold copies of
+//           the same experts; group rank = world_rank / ep. (ep = 1: every rank, the world.)
 // Every method that communicates takes a group and speaks in group ranks. WorldRank() is the one
 // place where a group rank becomes a world rank.
 //
@@ -33,9 +38,9 @@
 
 namespace hcp::comm {
 
-// Same numbers as the all_reduce kernel's group int.
-enum class Group : uint8_t { kWorld = 0, kCp = 1, kDp = 2 };
-std::string_view GroupName(Group group);  // "world", "cp", "dp"
+// The first three are the all_reduce kernel's group int.
+enum class Group : uint8_t { kWorld = 0, kCp = 1, kDp = 2, kEp = 3, kEpReplica = 4 };
+std::string_view GroupName(Group group);  // "world", "cp", "dp", "ep", "ep replica"
 
 // "No peer" for SendRecv: nothing is sent, or nothing received.
 inline constexpr int kNoRank = -1;
@@ -54,16 +59,18 @@ class Communicator {
   const plan::Mesh& mesh() const;
   int cp_index() const { return world_rank_ % static_cast<int>(mesh().cp); }
   int dp_index() const { return world_rank_ / static_cast<int>(mesh().cp); }
+  // The expert index: which 1/ep of the experts this rank holds.
+  int ep_index() const { return world_rank_ % static_cast<int>(mesh().ep); }
   // This rank's group rank, and the group's size.
   int rank(Group group) const;
   int size(Group group) const;
   // The world rank of `group_rank` in this rank's `group`. The only group-to-world translation.
   int WorldRank(Group group, int group_rank) const;
 
-  // Splits the world into cp and dp groups. Collective over the world: every rank calls it
-  // with the same mesh, whose cp * dp must equal world_size() (otherwise InvalidArgument, the
-  // same on every rank, before any communication). CheckRanksAgree (Agreement.h) makes sure
-  // both hold before it calls this.
+  // Splits the world into cp, dp, ep and ep-replica groups. Collective over the world: every
+  // rank calls it with the same mesh, whose cp * dp must equal world_size() and be divisible by
+  // its ep (otherwise InvalidArgument, the same on every rank, before any communication).
+  // CheckRanksAgree (Agreement.h) makes sure both hold before it calls this.
   absl::Status SetMesh(const plan::Mesh& mesh);
 
   // In place: data[i] = sum over the group's ranks of their data[i]. n the same on every rank.
@@ -78,6 +85,16 @@ class Communicator {
   // Messages between two ranks arrive in the order they were sent.
   void SendRecv(std::span<const std::byte> send, int dest, std::span<std::byte> recv, int source,
                 Group group);
+  // All-to-all with per-peer sizes: `send` holds send_bytes[p] bytes for each group rank p,
+  // concatenated in group rank order; `recv` gets recv_bytes[p] bytes from each group rank p,
+  // concatenated the same way. Both lists have size(group) entries (zeros allowed) adding up to
+  // the span's size, and recv_bytes[p] must be what p sends to this rank (exchange the counts
+  // first with AllToAll). Every rank of the group calls it, even with nothing to send.
+  void AllToAllV(std::span<const std::byte> send, std::span<const int64_t> send_bytes,
+                 std::span<std::byte> recv, std::span<const int64_t> recv_bytes, Group group);
+  // Equal blocks: send.size() = recv.size() = size(group) * block; block p of `send` goes to
+  // group rank p, and block p of `recv` comes from it.
+  void AllToAll(std::span<const std::byte> send, std::span<std::byte> recv, Group group);
   void Barrier(Group group);
 
   // Ends the whole job now with `status`'s message ("rank 3: error: ..."): every rank exits
@@ -95,6 +112,12 @@ class Communicator {
                            Group group) = 0;
   virtual void DoSendRecv(std::span<const std::byte> send, int world_dest,
                           std::span<std::byte> recv, int world_source) = 0;
+  // Per peer i: send_bytes[i] bytes (at the running sum of the sizes before it) to
+  // world_ranks[i], and recv_bytes[i] from it, likewise. world_ranks[i] is the group's rank i;
+  // this rank is among them. Sizes are checked.
+  virtual void DoAllToAllV(std::span<const std::byte> send, std::span<const int64_t> send_bytes,
+                           std::span<std::byte> recv, std::span<const int64_t> recv_bytes,
+                           std::span<const int> world_ranks) = 0;
   virtual void DoBarrier(Group group) = 0;
 
   // Abort() for a bug in the caller: "communicator misuse: <what>".
@@ -107,7 +130,8 @@ class Communicator {
 };
 
 // One rank (no MPI): every group is this rank alone and every collective is the identity;
-// SendRecv can only address this rank itself (a copy) or kNoRank. The mesh is cp=1 x dp=1.
+// SendRecv can only address this rank itself (a copy) or kNoRank. The mesh is cp=1 x dp=1,
+// ep=1.
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator();
@@ -121,6 +145,9 @@ class LocalCommunicator final : public Communicator {
                    Group group) override;
   void DoSendRecv(std::span<const std::byte> send, int world_dest, std::span<std::byte> recv,
                   int world_source) override;
+  void DoAllToAllV(std::span<const std::byte> send, std::span<const int64_t> send_bytes,
+                   std::span<std::byte> recv, std::span<const int64_t> recv_bytes,
+                   std::span<const int> world_ranks) override;
   void DoBarrier(Group group) override {}
 };
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +20,8 @@ constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
 // All our point-to-point messages use one tag on our own communicator: matching is by source
 // and order (MPI never lets two messages between the same pair overtake each other).
 constexpr int kTag = 0;
+// All-to-alls use their own tag, so their messages never match a SendRecv's.
+constexpr int kAllToAllTag = 1;
 
 // A message of `bytes` travels as this many pieces: at least one, so an empty message is still
 // one (empty) MPI message that its receive matches.
@@ -56,6 +60,8 @@ struct MpiCommunicator::Comms {
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm cp = MPI_COMM_NULL;
   MPI_Comm dp = MPI_COMM_NULL;
+  MPI_Comm ep = MPI_COMM_NULL;
+  MPI_Comm ep_replica = MPI_COMM_NULL;
 
   MPI_Comm Of(Group group) const {
     switch (group) {
@@ -65,8 +71,18 @@ struct MpiCommunicator::Comms {
         return cp;
       case Group::kDp:
         return dp;
+      case Group::kEp:
+        return ep;
+      case Group::kEpReplica:
+        return ep_replica;
     }
     return MPI_COMM_NULL;
+  }
+  void FreeGroups() {
+    Free(cp);
+    Free(dp);
+    Free(ep);
+    Free(ep_replica);
   }
   static void Free(MPI_Comm& comm) {
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
@@ -94,8 +110,7 @@ MpiCommunicator::MpiCommunicator(int world_rank, int world_size, std::unique_ptr
 
 MpiCommunicator::~MpiCommunicator() {
   if (!Initialized()) return;  // MPI_Finalize has released everything
-  Comms::Free(comms_->cp);
-  Comms::Free(comms_->dp);
+  comms_->FreeGroups();
   Comms::Free(comms_->world);
 }
 
@@ -107,12 +122,14 @@ void MpiCommunicator::Abort(const absl::Status& status) {
 }
 
 absl::Status MpiCommunicator::DoSetMesh(const plan::Mesh& mesh) {
-  Comms::Free(comms_->cp);
-  Comms::Free(comms_->dp);
-  const int cp = static_cast<int>(mesh.cp);
+  comms_->FreeGroups();
+  const int cp = static_cast<int>(mesh.cp), ep = static_cast<int>(mesh.ep);
   const int cp_index = world_rank() % cp, dp_index = world_rank() / cp;
   MPI_Comm_split(comms_->world, /*color=*/dp_index, /*key=*/cp_index, &comms_->cp);
   MPI_Comm_split(comms_->world, /*color=*/cp_index, /*key=*/dp_index, &comms_->dp);
+  const int ep_group = world_rank() / ep, ep_index = world_rank() % ep;
+  MPI_Comm_split(comms_->world, /*color=*/ep_group, /*key=*/ep_index, &comms_->ep);
+  MPI_Comm_split(comms_->world, /*color=*/ep_index, /*key=*/ep_group, &comms_->ep_replica);
   return absl::OkStatus();
 }
 
@@ -174,6 +191,64 @@ void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest
     if (count != recv_sizes[i]) {
       Misuse(absl::StrFormat("received %d bytes from rank %d, expected %d", count, world_source,
                              recv_sizes[i]));
+    }
+  }
+}
+
+void MpiCommunicator::DoAllToAllV(std::span<const std::byte> send,
+                                  std::span<const int64_t> send_bytes, std::span<std::byte> recv,
+                                  std::span<const int64_t> recv_bytes,
+                                  std::span<const int> world_ranks) {
+  // Point to point on the world communicator, every piece posted before waiting for any (as
+  // SendRecv), so messages of any size go through; empty messages are not sent at all (both
+  // sides know the sizes). This rank's own part is a copy.
+  std::vector<MPI_Request> requests;
+  std::vector<std::pair<int, int>> expected;  // (bytes, source) of each receive request
+  size_t send_at = 0, recv_at = 0;
+  std::vector<size_t> send_offsets(world_ranks.size()), recv_offsets(world_ranks.size());
+  for (size_t p = 0; p < world_ranks.size(); ++p) {
+    send_offsets[p] = send_at;
+    recv_offsets[p] = recv_at;
+    send_at += static_cast<size_t>(send_bytes[p]);
+    recv_at += static_cast<size_t>(recv_bytes[p]);
+  }
+  for (size_t p = 0; p < world_ranks.size(); ++p) {
+    const size_t bytes = static_cast<size_t>(recv_bytes[p]);
+    if (world_ranks[p] == world_rank() || bytes == 0) continue;
+    for (int64_t piece = 0; piece < Pieces(bytes); ++piece) {
+      const int count = PieceBytes(bytes, piece);
+      requests.emplace_back();
+      MPI_Irecv(recv.data() + recv_offsets[p] + piece * kMaxChunkBytes, count, MPI_BYTE,
+                world_ranks[p], kAllToAllTag, comms_->world, &requests.back());
+      expected.emplace_back(count, world_ranks[p]);
+    }
+  }
+  const size_t receives = requests.size();
+  for (size_t p = 0; p < world_ranks.size(); ++p) {
+    const size_t bytes = static_cast<size_t>(send_bytes[p]);
+    if (bytes == 0) continue;
+    if (world_ranks[p] == world_rank()) {
+      if (recv_bytes[p] != send_bytes[p]) {
+        Misuse(absl::StrFormat("all-to-all: this rank sends itself %d bytes but expects %d",
+                               send_bytes[p], recv_bytes[p]));
+      }
+      std::memcpy(recv.data() + recv_offsets[p], send.data() + send_offsets[p], bytes);
+      continue;
+    }
+    for (int64_t piece = 0; piece < Pieces(bytes); ++piece) {
+      requests.emplace_back();
+      MPI_Isend(send.data() + send_offsets[p] + piece * kMaxChunkBytes, PieceBytes(bytes, piece),
+                MPI_BYTE, world_ranks[p], kAllToAllTag, comms_->world, &requests.back());
+    }
+  }
+  std::vector<MPI_Status> statuses(requests.size());
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
+  for (size_t i = 0; i < receives; ++i) {
+    int count = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &count);
+    if (count != expected[i].first) {
+      Misuse(absl::StrFormat("all-to-all: received %d bytes from rank %d, expected %d", count,
+                             expected[i].second, expected[i].first));
     }
   }
 }

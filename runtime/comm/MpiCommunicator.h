@@ -47,8 +47,10 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void Abort(const absl::Status& status) override;
 
  protected:
-  // MPI_Comm_split of the world into the cp groups (color dp_index, key cp_index) and the dp
-  // groups (color cp_index, key dp_index), so group ranks are cp_index and dp_index.
+  // MPI_Comm_split of the world into the cp groups (color dp_index, key cp_index), the dp
+  // groups (color cp_index, key dp_index), the ep groups (color world_rank / ep, key
+  // world_rank % ep) and the ep replicas (the reverse), so group ranks are as Communicator.h
+  // says.
   absl::Status DoSetMesh(const plan::Mesh& mesh) override;
   void DoAllReduceSum(float* data, int64_t n, Group group) override;
   void DoAllReduceSum(double* data, int64_t n, Group group) override;
@@ -56,6 +58,9 @@ class MpiCommunicator final : public Communicator {
                    Group group) override;
   void DoSendRecv(std::span<const std::byte> send, int world_dest, std::span<std::byte> recv,
                   int world_source) override;
+  void DoAllToAllV(std::span<const std::byte> send, std::span<const int64_t> send_bytes,
+                   std::span<std::byte> recv, std::span<const int64_t> recv_bytes,
+                   std::span<const int> world_ranks) override;
   void DoBarrier(Group group) override;
 
  private:

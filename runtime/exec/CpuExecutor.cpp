@@ -67,6 +67,11 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
         mesh.cp, mesh.dp, comm.mesh().cp, comm.mesh().dp, comm.world_size(),
         comm.world_size() == 1 ? "" : "s"));
   }
+  if (comm.mesh().ep != mesh.ep) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the plan splits its experts over ep=%d ranks, the communicator has ep=%d",
+                        mesh.ep, comm.mesh().ep));
+  }
   // Refuse up front what cannot fit, rather than letting an allocation (or the page faults of
   // filling it) fail halfway. Summed with overflow checks: arena sizes come from the file.
   uint64_t total = 0;
@@ -112,12 +117,77 @@ std::byte* CpuExecutor::Address(uint32_t buffer) const {
 void CpuExecutor::SumGradientsOverRanks() {
   if (comm_->world_size() == 1) return;
   // Gradient buffers fill the arena apart from alignment padding, which stays zero (the arena
-  // is zeroed at creation and no kernel writes outside its buffers): one collective for all.
+  // is zeroed at creation and no kernel writes outside its buffers): one collective for the
+  // replicated gradients, [0, boundary), over the world, and one for the sharded ones,
+  // [boundary, end), over the ranks holding the same experts. Every rank has the same plan,
+  // so every rank makes the same calls.
   auto* gradients =
       reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get());
-  comm_->AllReduceSum(
-      gradients, static_cast<int64_t>(plan_.arena_size(plan::Arena::Gradients) / sizeof(float)),
-      comm::Group::kWorld);
+  const uint64_t end = plan_.arena_size(plan::Arena::Gradients);
+  const uint64_t boundary = plan_.ShardedGradientsOffset();
+  comm_->AllReduceSum(gradients, static_cast<int64_t>(boundary / sizeof(float)),
+                      comm::Group::kWorld);
+  if (boundary < end) {
+    comm_->AllReduceSum(gradients + boundary / sizeof(float),
+                        static_cast<int64_t>((end - boundary) / sizeof(float)),
+                        comm::Group::kEpReplica);
+  }
+}
+
+CpuExecutor::ShardRange CpuExecutor::ShardOf(const plan::Parameter& p) const {
+  const int64_t count = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
+  if (!p.sharded()) return ShardRange{.begin = 0, .count = count, .full = count};
+  return ShardRange{.begin = comm_->ep_index() * count, .count = count, .full = count * p.shards};
+}
+
+std::span<const float> CpuExecutor::LocalPart(const plan::Parameter& p,
+                                              std::span<const float> full) const {
+  const ShardRange range = ShardOf(p);
+  if (static_cast<int64_t>(full.size()) != range.full) {
+    comm_->Abort(absl::InternalError(
+        absl::StrFormat("LocalPart of '%s': %d values given, its checkpoint tensor has %d (a bug)",
+                        p.name, full.size(), range.full)));
+  }
+  return full.subspan(range.begin, range.count);
+}
+
+void CpuExecutor::GatherFull(const plan::Parameter& p, std::span<const float> local,
+                             std::span<float> full) {
+  const ShardRange range = ShardOf(p);
+  if (static_cast<int64_t>(local.size()) != range.count ||
+      static_cast<int64_t>(full.size()) != range.full) {
+    comm_->Abort(absl::InternalError(absl::StrFormat(
+        "GatherFull of '%s': %d local and %d full values, expected %d and %d (a bug)", p.name,
+        local.size(), full.size(), range.count, range.full)));
+  }
+  if (!p.sharded()) {
+    std::copy(local.begin(), local.end(), full.begin());
+    return;
+  }
+  // The ep group's ranks hold the row blocks in expert-index order = group rank order.
+  comm_->AllGather(std::as_bytes(local), std::as_writable_bytes(full), comm::Group::kEp);
+}
+
+std::vector<float> CpuExecutor::GatherFull(const plan::Parameter& p, std::span<const float> local) {
+  std::vector<float> full(ShardOf(p).full);
+  GatherFull(p, local, full);
+  return full;
+}
+
+absl::StatusOr<std::vector<float>> CpuExecutor::FullParameter(std::string_view name) {
+  const plan::Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  }
+  return GatherFull(*p, F32Buffer(p->buffer));
+}
+
+absl::StatusOr<std::vector<float>> CpuExecutor::FullGradient(std::string_view name) {
+  const plan::Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  }
+  return GatherFull(*p, F32Buffer(p->gradient));
 }
 
 std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
@@ -157,9 +227,11 @@ void CpuExecutor::InitializeParameters(uint64_t seed) {
   for (const plan::Parameter& p : plan_.parameters) {
     std::span<float> value = F32Buffer(p.buffer);
     const auto n = static_cast<int64_t>(value.size());
+    // This rank's elements of the whole tensor: draws [begin, begin + n) of its stream.
+    const int64_t begin = ShardOf(p).begin;
     switch (p.init) {
       case plan::ParamInit::Normal:
-        FillNormal(value.data(), 0, n, seed, p.name, static_cast<float>(p.std));
+        FillNormal(value.data(), begin, n, seed, p.name, static_cast<float>(p.std));
         break;
       case plan::ParamInit::Zeros:
         FillConstant(value.data(), n, 0.0f);
@@ -168,7 +240,9 @@ void CpuExecutor::InitializeParameters(uint64_t seed) {
         FillConstant(value.data(), n, 1.0f);
         break;
       case plan::ParamInit::LogArange:
-        for (int64_t i = 0; i < n; ++i) value[i] = static_cast<float>(std::log(double(i + 1)));
+        for (int64_t i = 0; i < n; ++i) {
+          value[i] = static_cast<float>(std::log(double(begin + i + 1)));
+        }
         break;
     }
   }
@@ -181,11 +255,11 @@ absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
 absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& checkpoint) {
   // Check everything first, so a bad checkpoint leaves the parameters as they were.
   for (const plan::Parameter& p : plan_.parameters) {
-    const plan::Buffer& b = plan_.buffers[p.buffer];
+    const std::vector<int64_t>& shape = plan_.FullShape(p);
     if (!checkpoint.Has(p.name)) {
       return absl::NotFoundError(
           absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
-                          checkpoint.dir(), p.name, ShapeString(b.shape)));
+                          checkpoint.dir(), p.name, ShapeString(shape)));
     }
     HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
     if (!IsFloatDType(info.dtype)) {
@@ -193,16 +267,16 @@ absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& check
           absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
                           checkpoint.dir(), p.name, DTypeName(info.dtype)));
     }
-    if (info.shape != b.shape) {
+    if (info.shape != shape) {
       return absl::InvalidArgumentError(
           absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
-                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(b.shape)));
+                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(shape)));
     }
   }
   for (const plan::Parameter& p : plan_.parameters) {
     std::span<float> value = F32Buffer(p.buffer);
-    HCP_RETURN_IF_ERROR(
-        checkpoint.ReadF32Range(p.name, 0, static_cast<int64_t>(value.size()), value.data()));
+    const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
+    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
   }
   return absl::OkStatus();
 }

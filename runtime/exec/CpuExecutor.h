@@ -84,12 +84,40 @@ class CpuExecutor {
 
   // Fills every parameter from its init: Normal keyed by the parameter's name (so a parameter
   // gets the same values whatever plan it is in, see runtime/weights/Init.h), Zeros, Ones, or
-  // LogArange = log(1), log(2), ..., log(n) (Mamba2's A_log).
+  // LogArange = log(1), log(2), ..., log(n) (Mamba2's A_log). A sharded parameter gets its rows
+  // of the whole tensor's values (draws ShardOf(p).begin onwards): the values of an unsharded
+  // run, whatever the ep.
   void InitializeParameters(uint64_t seed);
   // Reads every parameter from `checkpoint`, converting bf16/f16 to f32. Each must be there with
-  // the plan's shape and a float dtype; otherwise nothing is read and the error names the tensor.
-  // (Every rank reads the whole of every parameter: they are replicated.)
+  // the plan's checkpoint shape (Plan::FullShape) and a float dtype; otherwise nothing is read and
+  // the error names the tensor. Replicated parameters are read whole; a sharded one, this rank's
+  // rows (ShardOf).
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
+
+  // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor,
+  // flattened row-major: elements [begin, begin + count) of `full` (the tensor's element count).
+  // A sharded parameter (p.shards = the mesh's ep) holds rows [i * R / ep, (i + 1) * R / ep)
+  // along dim 0, i = communicator().ep_index(): begin = i * count. Replicated: begin 0, count =
+  // full.
+  struct ShardRange {
+    int64_t begin = 0, count = 0, full = 0;
+  };
+  ShardRange ShardOf(const plan::Parameter& p) const;
+  // This rank's part of an array laid out like p's whole checkpoint tensor (e.g. a restored
+  // optimizer moment): full.subspan(begin, count). `full` must have ShardOf(p).full elements.
+  std::span<const float> LocalPart(const plan::Parameter& p, std::span<const float> full) const;
+  // The whole tensor of parameter `p` (its checkpoint shape) from every rank's `local` part:
+  // `local` is this rank's value, gradient or any array laid out like p's buffer (an optimizer
+  // moment, say; buffer elements), `full` gets ShardOf(p).full elements. Replicated: a copy of
+  // `local`. Sharded: an all-gather over the ep group, so every rank ends with the whole tensor.
+  // Collective over the world: every rank calls it for the same parameters in the same order,
+  // replicated ones included (they communicate nothing). Sizes that do not fit abort the job
+  // (a bug, as Communicator's misuse).
+  void GatherFull(const plan::Parameter& p, std::span<const float> local, std::span<float> full);
+  std::vector<float> GatherFull(const plan::Parameter& p, std::span<const float> local);
+  // GatherFull of the parameter's value or gradient, by name (collective likewise).
+  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name);
+  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name);
 
   // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, the whole sequences, with
   // the targets already shifted on the full sequence (targets may be -100 = ignored). Every
@@ -109,12 +137,19 @@ class CpuExecutor {
   // reduced into it).
   float Loss() const;
 
-  // Every rank holds a full copy of every parameter and computed its gradient from its own tokens
-  // only: sums the gradients over all ranks (one all-reduce of the whole gradients arena).
-  // Collective over the world; call it once per optimizer step, after gradient accumulation.
+  // Each rank computed its gradients from its own tokens only (a sharded parameter's: from every
+  // token of its ep group that reached its experts): sums them over the ranks that hold a copy.
+  // Replicated parameters are summed over the world, sharded (expert) parameters over the ep
+  // replicas (Communicator's kEpReplica: the ranks with this rank's expert index). The plan puts
+  // the sharded gradients after every replicated one (hcp-plan-memory; ValidatePlan checks it),
+  // so that is two all-reduces of contiguous ranges of the gradients arena (one without sharded
+  // parameters). Afterwards every rank holds, for each parameter, the gradient of the whole
+  // global batch w.r.t. the part it holds. Collective over the world; call it once per
+  // optimizer step, after gradient accumulation.
   void SumGradientsOverRanks();
 
-  // A parameter's value or gradient by checkpoint name; NotFound names the parameter.
+  // A parameter's value or gradient by checkpoint name (this rank's part: a sharded parameter's
+  // rows only, see GatherFull); NotFound names the parameter.
   absl::StatusOr<std::span<float>> Parameter(std::string_view name);
   absl::StatusOr<std::span<float>> Gradient(std::string_view name);
 

@@ -67,6 +67,24 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
                                     : shifts * 4 * kv + 2 * kv;
       return;
     }
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward: {
+      // ints: tokens, hidden, inner, experts, k, ep. Data-dependent: counted for uniform
+      // routing, (ep-1)/ep of the tokens*k slots leave the rank; plus the counts (int64 per peer).
+      const int64_t ep = n[5];
+      if (ep <= 1) return;
+      const uint64_t hidden = n[1];
+      const bool forward = step.kernel == KernelId::MoeExpertsEpForward;
+      // Forward: out (id, x) in fp32, back the expert output in double. Backward: out (id, gate,
+      // x, dout), back (dgate, dx share) in double.
+      const uint64_t per_slot =
+          forward ? (4 + 4 * hidden) + 8 * hidden : (8 + 8 * hidden) + 8 * (hidden + 1);
+      const uint64_t slots = static_cast<uint64_t>(n[0] * n[4]);
+      sent["moe_experts_ep"] +=
+          slots * per_slot * static_cast<uint64_t>(ep - 1) / static_cast<uint64_t>(ep) +
+          sizeof(int64_t) * static_cast<uint64_t>(ep - 1);
+      return;
+    }
     case KernelId::AllReduce:  // summed in doubles
       sent["all_reduce"] += RingAllReduce(n[0] * sizeof(double), GroupSize(mesh, n[1]));
       return;
@@ -84,7 +102,11 @@ CommVolume BytesSentPerRank(const Plan& plan) {
     for (const Step& step : plan.steps) {
       if (IsCollective(step.kernel)) CountStep(mesh, step, rank % mesh.cp, volume[rank]);
     }
-    uint64_t gradients = RingAllReduce(plan.arena_size(Arena::Gradients), mesh.world());
+    // Replicated gradients over the world, sharded ones over the ep replicas (world / ep).
+    const uint64_t sharded_from = plan.ShardedGradientsOffset();
+    uint64_t gradients =
+        RingAllReduce(sharded_from, mesh.world()) +
+        RingAllReduce(plan.arena_size(Arena::Gradients) - sharded_from, mesh.world() / mesh.ep);
     if (gradients > 0) volume[rank]["gradient sum"] = gradients;
   }
   return volume;

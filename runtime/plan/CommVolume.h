@@ -7,7 +7,10 @@
 //                    owner along the segment order (backward: in reverse);
 //   ring_attention   cp-1 shifts of [K | V] (backward: of [K | V | dK | dV], then [dK | dV] home);
 //   all_reduce       the loss (doubles), as a ring all-reduce sends 2 (n-1)/n of the data;
-//   gradient sum     the runtime's one all-reduce of the gradients arena over the world.
+//   moe_experts_ep   the token all-to-alls of expert parallelism, for uniform routing (the real
+//                    volume depends on the router);
+//   gradient sum     the runtime's all-reduces of the gradients arena: replicated parameters'
+//                    over the world, sharded (expert) parameters' over their ep replicas.
 // Messages are fp32 unless said otherwise. Bytes that stay on a rank are not counted.
 #pragma once
 

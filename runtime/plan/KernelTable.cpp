@@ -31,6 +31,8 @@ bool IsCollective(KernelId id) {
     case KernelId::RingAttentionForward:
     case KernelId::RingAttentionBackward:
     case KernelId::AllReduce:
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward:
       return true;
     default:
       return false;

@@ -1,5 +1,7 @@
 #include "runtime/plan/Plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace hcp::plan {
@@ -70,6 +72,14 @@ uint64_t Plan::total_arena_bytes() const {
   uint64_t total = 0;
   for (uint64_t bytes : arena_bytes) total += bytes;
   return total;
+}
+
+uint64_t Plan::ShardedGradientsOffset() const {
+  uint64_t offset = arena_size(Arena::Gradients);
+  for (const Parameter& p : parameters) {
+    if (p.sharded()) offset = std::min(offset, buffers[p.gradient].offset);
+  }
+  return offset;
 }
 
 Arity ExpectedArity(const Step& step) {

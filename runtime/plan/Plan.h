@@ -43,12 +43,22 @@ std::string_view SequenceLayoutName(SequenceLayout layout);
 // share one sequence: it is cut into segments() segments of seq / segments() tokens, and cp rank
 // r holds segment r (contiguous) or segments r and 2*cp-1-r, in that order (zigzag). A rank's
 // local tokens are its segments concatenated; its k-th segment is "local segment k".
+//
+// Expert parallelism cuts the world into world / ep groups of `ep` consecutive world ranks (the
+// ep group of a rank is world_rank / ep). Within its group a rank has the expert index
+// e_idx = world_rank % ep and holds experts [e_idx * E / ep, (e_idx + 1) * E / ep) of every MoE
+// layer; the ranks with the same e_idx (one per ep group) hold copies of the same experts (the
+// "ep replicas"). cp8 + ep8 on 8 ranks: the ep group is the cp group; cp1-dp4-ep4: it spans dp.
 struct Mesh {
   int64_t cp = 1;
   int64_t dp = 1;
   SequenceLayout layout = SequenceLayout::Contiguous;
+  int64_t ep = 1;
 
   int64_t world() const { return cp * dp; }
+  // The expert index of a world rank, and its ep group.
+  int64_t ExpertIndex(int64_t world_rank) const { return world_rank % ep; }
+  int64_t EpGroup(int64_t world_rank) const { return world_rank / ep; }
   int64_t segments_per_rank() const { return layout == SequenceLayout::Zigzag ? 2 : 1; }
   // Segments of one sequence, over all cp ranks.
   int64_t segments() const { return cp * segments_per_rank(); }
@@ -86,6 +96,14 @@ struct Parameter {
   uint32_t gradient = 0;  // in the Gradients arena, same element count
   ParamInit init = ParamInit::Normal;
   double std = 0.0;  // for Normal
+  // Expert parallelism: the buffer holds rows [i * R / shards, (i + 1) * R / shards) along dim 0
+  // of the checkpoint tensor of shape full_shape (R = full_shape[0]), i = the rank's expert index
+  // (Mesh::ExpertIndex); shards is then the mesh's ep. 1: replicated, the whole tensor.
+  int64_t shards = 1;
+  // The checkpoint's shape; empty means the buffer's shape (only with shards = 1).
+  std::vector<int64_t> full_shape;
+
+  bool sharded() const { return shards > 1; }
 };
 
 // One kernel launch: ins/outs are buffer indices; ints/floats are the kernel's scalar
@@ -118,6 +136,14 @@ struct Plan {
   Mesh mesh;                    // absent in the file: one rank
 
   uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }
+  // A parameter's checkpoint shape (its full_shape, or its buffer's).
+  const std::vector<int64_t>& FullShape(const Parameter& p) const {
+    return p.full_shape.empty() ? buffers[p.buffer].shape : p.full_shape;
+  }
+  // Where the gradients of sharded parameters start in the Gradients arena: every replicated
+  // parameter's gradient lies before it, every sharded one's after it (ValidatePlan checks
+  // this). The arena size when no parameter is sharded.
+  uint64_t ShardedGradientsOffset() const;
   uint64_t total_arena_bytes() const;
   // Tokens of one global micro-batch: micro_batch * seq (what CpuExecutor::SetInputs takes).
   int64_t tokens() const { return micro_batch * seq; }

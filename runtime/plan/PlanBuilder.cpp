@@ -125,6 +125,25 @@ PlanBuilder::ParameterBuffers PlanBuilder::AddParameter(std::string name,
   return buffers;
 }
 
+PlanBuilder::ParameterBuffers PlanBuilder::AddShardedParameter(std::string name,
+                                                               std::vector<int64_t> full_shape,
+                                                               int64_t shards, ParamInit init,
+                                                               double std) {
+  std::vector<int64_t> shape = full_shape;
+  if (!shape.empty() && shards > 0) shape[0] /= shards;
+  ParameterBuffers buffers;
+  buffers.value = Allocate(name, Arena::Parameters, shape);
+  buffers.gradient = Allocate(name + ".grad", Arena::Gradients, shape);
+  AddParameter(Parameter{.name = std::move(name),
+                         .buffer = buffers.value,
+                         .gradient = buffers.gradient,
+                         .init = init,
+                         .std = std,
+                         .shards = shards,
+                         .full_shape = std::move(full_shape)});
+  return buffers;
+}
+
 void PlanBuilder::AddParameter(Parameter parameter) { parameters_.push_back(std::move(parameter)); }
 
 PlanBuilder::InputBuffers PlanBuilder::AllocateInputs() {
@@ -165,8 +184,10 @@ std::string PlanBuilder::FinishUnchecked() const {
   std::vector<flatbuffers::Offset<fb::Parameter>> parameters;
   for (const Parameter& p : parameters_) {
     auto name = StringOrAbsent(fbb, p.name);
+    auto full_shape = p.full_shape.empty() ? 0 : fbb.CreateVector(p.full_shape);
     parameters.push_back(fb::CreateParameter(fbb, name, p.buffer, p.gradient,
-                                             static_cast<fb::ParamInit>(p.init), p.std));
+                                             static_cast<fb::ParamInit>(p.init), p.std, p.shards,
+                                             full_shape));
   }
   std::vector<flatbuffers::Offset<fb::Step>> steps;
   for (const StepSpec& s : steps_) {
@@ -178,8 +199,8 @@ std::string PlanBuilder::FinishUnchecked() const {
 
   flatbuffers::Offset<fb::Mesh> mesh = 0;
   if (mesh_) {
-    mesh =
-        fb::CreateMesh(fbb, mesh_->cp, mesh_->dp, static_cast<fb::SequenceLayout>(mesh_->layout));
+    mesh = fb::CreateMesh(fbb, mesh_->cp, mesh_->dp, static_cast<fb::SequenceLayout>(mesh_->layout),
+                          mesh_->ep);
   }
   auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
                              micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),

@@ -73,6 +73,11 @@ class PlanBuilder {
   // Gradients, both allocated at the end of their arena.
   ParameterBuffers AddParameter(std::string name, std::vector<int64_t> shape, ParamInit init,
                                 double std = 0.0);
+  // An expert-parallel parameter: this rank's rows of a checkpoint tensor of `full_shape`, split
+  // along dim 0 into `shards` parts (the mesh's ep): buffers of [full_shape[0] / shards, ...].
+  // Add sharded parameters after the replicated ones (their gradients must come last).
+  ParameterBuffers AddShardedParameter(std::string name, std::vector<int64_t> full_shape,
+                                       int64_t shards, ParamInit init, double std = 0.0);
   // A parameter over buffers that already exist.
   void AddParameter(Parameter parameter);
 

@@ -79,8 +79,10 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
           absl::StrFormat("mesh has sequence layout %d, expected 0..%d (contiguous, zigzag)",
                           static_cast<int>(mesh->layout()), kNumSequenceLayouts - 1));
     }
-    plan.mesh = Mesh{
-        .cp = mesh->cp(), .dp = mesh->dp(), .layout = static_cast<SequenceLayout>(mesh->layout())};
+    plan.mesh = Mesh{.cp = mesh->cp(),
+                     .dp = mesh->dp(),
+                     .layout = static_cast<SequenceLayout>(mesh->layout()),
+                     .ep = mesh->ep()};
   }
 
   const std::vector<uint64_t> arena_bytes = ToVector(root.arena_bytes());
@@ -138,6 +140,8 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
           .gradient = p->gradient(),
           .init = static_cast<ParamInit>(p->init()),
           .std = p->std(),
+          .shards = p->shards(),
+          .full_shape = ToVector(p->full_shape()),
       });
     }
   }

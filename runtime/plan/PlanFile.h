@@ -24,7 +24,10 @@ namespace hcp::plan {
 
 // Bumped on any change to plan.fbs or to the meaning of a kernel's arguments.
 // 2: Mesh (context and data parallelism), conv halos, the collectives of context parallelism.
-inline constexpr uint32_t kPlanSchemaVersion = 3;
+// 3: the loss_scale input.
+// 4: expert parallelism: Mesh.ep, sharded parameters (Parameter.shards, full_shape), the
+//    moe_experts_ep kernels.
+inline constexpr uint32_t kPlanSchemaVersion = 4;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

@@ -132,6 +132,67 @@ absl::Status CheckDisjoint(const Plan& plan, const std::vector<uint32_t>& indice
   return absl::OkStatus();
 }
 
+// A parameter's shards and checkpoint shape: a sharded parameter holds rows
+// [i * R / shards, (i + 1) * R / shards) of its checkpoint tensor, i = the rank's expert index,
+// so shards is the mesh's ep and the buffers are the checkpoint shape with dim 0 divided.
+// Runs after the mesh has been checked (CheckInputsAndLoss is later: check the ep here too).
+absl::Status CheckSharding(const Plan& plan, const Parameter& p, const std::string& label) {
+  const Buffer& value = plan.buffers[p.buffer];
+  if (p.shards < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has %d shards, expected at least 1", label, p.shards));
+  }
+  if (p.full_shape.empty()) {
+    if (p.shards == 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is split into %d shards but has no checkpoint shape", label, p.shards));
+  }
+  if (p.shards > 1 && p.shards != plan.mesh.ep) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is split into %d shards, but the mesh has ep=%d (shards follow the expert index)",
+        label, p.shards, plan.mesh.ep));
+  }
+  std::vector<int64_t> expected = p.full_shape;
+  if (!CheckedProduct(expected)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has checkpoint shape %s: a negative dimension or too many elements",
+                        label, ShapeString(p.full_shape)));
+  }
+  if (p.shards > 1) {
+    if (expected[0] % p.shards != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d rows of its checkpoint shape %s cannot be split into %d shards",
+                          label, expected[0], ShapeString(p.full_shape), p.shards));
+    }
+    expected[0] /= p.shards;
+  }
+  if (value.shape != expected) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: value %s has shape %s, but %d shard%s of checkpoint shape %s %s %s", label,
+        BufferLabel(plan, p.buffer), ShapeString(value.shape), p.shards, p.shards == 1 ? "" : "s",
+        ShapeString(p.full_shape), p.shards == 1 ? "is" : "are", ShapeString(expected)));
+  }
+  return absl::OkStatus();
+}
+
+// The runtime sums replicated gradients over the world and sharded ones over the ep replicas,
+// each region with one all-reduce: every sharded parameter's gradient must lie after every
+// replicated one's in the Gradients arena.
+absl::Status CheckShardedGradientsLast(const Plan& plan) {
+  const uint64_t boundary = plan.ShardedGradientsOffset();
+  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+    const Parameter& p = plan.parameters[i];
+    const Buffer& g = plan.buffers[p.gradient];
+    if (!p.sharded() && g.elements > 0 && g.offset + g.bytes() > boundary) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "parameter %d '%s': its gradient %s ends at byte %d, after the sharded parameters' "
+          "gradients start (byte %d): replicated gradients must come first",
+          i, p.name, BufferLabel(plan, p.gradient), g.offset + g.bytes(), boundary));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckParameters(const Plan& plan) {
   std::set<std::string_view> names;
   std::vector<uint32_t> values, gradients;
@@ -179,11 +240,13 @@ absl::Status CheckParameters(const Plan& plan) {
           "%s: value %s has %d elements but gradient %s has %d", label, BufferLabel(plan, p.buffer),
           value.elements, BufferLabel(plan, p.gradient), gradient.elements));
     }
+    HCP_RETURN_IF_ERROR(CheckSharding(plan, p, label));
     values.push_back(p.buffer);
     gradients.push_back(p.gradient);
   }
   HCP_RETURN_IF_ERROR(CheckDisjoint(plan, values, "parameter value"));
-  return CheckDisjoint(plan, gradients, "parameter gradient");
+  HCP_RETURN_IF_ERROR(CheckDisjoint(plan, gradients, "parameter gradient"));
+  return CheckShardedGradientsLast(plan);
 }
 
 // The mesh's sizes, and that the sequence splits evenly into its segments (plan.seq > 0).
@@ -198,6 +261,10 @@ absl::Status CheckMesh(const Plan& plan) {
   if (!world || *world > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "mesh cp=%d x dp=%d is more ranks than MPI can number (2^31-1)", mesh.cp, mesh.dp));
+  }
+  if (mesh.ep < 1 || *world % mesh.ep != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mesh ep=%d must be positive and divide the cp*dp = %d ranks", mesh.ep, *world));
   }
   if (static_cast<int>(mesh.layout) >= kNumSequenceLayouts) {
     return absl::InvalidArgumentError(absl::StrFormat("mesh has sequence layout %d, expected 0..%d",
@@ -288,6 +355,12 @@ class StepChecker {
     Factor(const char* int_name) : name(int_name) {}
     Factor(const char* int_name, int64_t plus) : name(int_name), value(plus) {}
     Factor(int constant) : value(constant) {}
+    // A constant computed from already checked ints (experts / ep, say).
+    static Factor Constant(int64_t constant) {
+      Factor f(0);
+      f.value = constant;
+      return f;
+    }
     const char* name = nullptr;
     int64_t value = 0;  // the constant, or what is added to the named int
   };
@@ -368,6 +441,18 @@ class StepChecker {
     if (ok() && Int(seq) != plan_.local_seq()) {
       Fail(absl::StrFormat("%s is %d, but each rank holds %d / cp %d = %d tokens of the sequence",
                            IntLabel(seq), Int(seq), plan_.seq, plan_.mesh.cp, plan_.local_seq()));
+    }
+  }
+
+  // int `ep` is the plan's mesh's ep (expert parallelism), and `experts` splits over it.
+  void ExpertParallel(const char* ep, const char* experts) {
+    const Mesh& mesh = plan_.mesh;
+    if (ok() && Int(ep) != mesh.ep) {
+      Fail(absl::StrFormat("%s is %d, but the plan's mesh has ep=%d", IntLabel(ep), Int(ep),
+                           mesh.ep));
+    }
+    if (ok() && Int(experts) % Int(ep) != 0) {
+      Fail(absl::StrFormat("%d experts cannot be split over ep=%d ranks", Int(experts), Int(ep)));
     }
   }
 
@@ -777,6 +862,33 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
         c.Out(1, {"tokens", "k"});
         c.Out(2, {"experts", 2, "inner", "hidden"});
         c.Out(3, {"experts", "hidden", "inner"});
+      }
+      return;
+    }
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward: {
+      c.Ints({"tokens", "hidden", "inner", "experts", "k", "ep"});
+      c.Sizes({"tokens", "hidden", "inner", "experts", "k", "ep"});
+      // Expert indices are int32.
+      c.InRange("experts", 1, std::numeric_limits<int32_t>::max(), "2^31-1");
+      c.InRange("k", 1, c.Int("experts"), "experts");
+      c.ExpertParallel("ep", "experts");
+      if (!c.ok()) return;
+      // This rank's experts only.
+      const StepChecker::Factor local =
+          StepChecker::Factor::Constant(c.Int("experts") / c.Int("ep"));
+      const int first = kernel == KernelId::MoeExpertsEpBackward ? 1 : 0;
+      if (first == 1) c.In(0, {"tokens", "hidden"});   // dout
+      c.In(first + 0, {"tokens", "hidden"});           // x
+      c.In(first + 1, {"tokens", "k"});                // gates
+      c.InI32(first + 2, {"tokens", "k"});             // experts (global ids)
+      c.In(first + 3, {local, 2, "inner", "hidden"});  // w_in
+      c.In(first + 4, {local, "hidden", "inner"});     // w_out
+      c.Out(0, {"tokens", "hidden"});                  // out, or dx
+      if (first == 1) {
+        c.Out(1, {"tokens", "k"});
+        c.Out(2, {local, 2, "inner", "hidden"});
+        c.Out(3, {local, "hidden", "inner"});
       }
       return;
     }

@@ -412,6 +412,26 @@ absl::Status RunAllReduce(const Args& a) {
   return absl::OkStatus();
 }
 
+// ints: tokens, hidden, inner, experts (global), k, ep.
+MoeShape MoeShapeOf(const Args& a) {
+  return MoeShape{.tokens = a.i(0),
+                  .hidden = a.i(1),
+                  .inner = a.i(2),
+                  .experts = a.i(3),
+                  .k = a.i(4),
+                  .ep = a.i(5)};
+}
+// ins: x, gates, experts (i32, global ids), w_in, w_out (this rank's experts). outs: out.
+absl::Status RunMoeExpertsEpForward(const Args& a) {
+  return moe_experts_ep_forward(a.comm(), a.out(0), a.in(0), a.in(1), a.in_i32(2), a.in(3), a.in(4),
+                                MoeShapeOf(a));
+}
+// ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
+absl::Status RunMoeExpertsEpBackward(const Args& a) {
+  return moe_experts_ep_backward(a.comm(), a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1),
+                                 a.in(2), a.in_i32(3), a.in(4), a.in(5), MoeShapeOf(a));
+}
+
 }  // namespace
 
 absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,

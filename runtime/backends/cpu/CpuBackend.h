@@ -24,7 +24,8 @@ using ArenaBases = std::array<std::byte*, plan::kNumArenas>;
 // vocabulary, a target outside it, an expert index outside [0, experts)) come back as
 // InvalidArgument starting with the step: "step 3 (embedding.forward): token id ...".
 // The collectives (plan::IsCollective) communicate on `comm`, whose mesh must be the plan's
-// (cp and dp); they never fail by themselves (see Communicator.h).
+// (cp, dp and ep); they never fail by themselves (see Communicator.h), except the expert-parallel
+// kernels on an expert index out of range, after joining every exchange.
 absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
                         comm::Communicator& comm);
 

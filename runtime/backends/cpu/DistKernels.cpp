@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <vector>
+
+#include "absl/strings/str_format.h"
 
 namespace hcp::cpu {
 namespace {
@@ -458,6 +462,209 @@ void all_reduce(comm::Communicator& comm, float* y, const float* x, int64_t n, c
   std::vector<double> sum(x, x + n);
   comm.AllReduceSum(sum.data(), n, group);
   std::copy(sum.begin(), sum.end(), y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expert parallelism.
+
+namespace {
+
+// Where this rank's (token, slot) pairs go, and how many slots every peer sends here.
+struct MoeRouting {
+  std::vector<int64_t> send_count;  // slots for each ep-group rank
+  std::vector<int64_t> recv_count;  // slots from each ep-group rank
+  std::vector<int64_t> order;       // slot indices t*k+j in send order: by peer, then slot
+  std::vector<int64_t> position;    // slot -> its place in `order`, -1 if not sent
+  absl::Status status;              // an expert id outside [0, experts)
+};
+
+// Buckets the slots by owner (expert / (E/ep)) and exchanges the counts. Collective over kEp.
+MoeRouting RouteSlots(comm::Communicator& comm, const int32_t* experts, const MoeShape& s) {
+  const int64_t slots = s.tokens * s.k, per_rank = s.experts / s.ep;
+  MoeRouting r;
+  r.send_count.assign(s.ep, 0);
+  r.recv_count.assign(s.ep, 0);
+  r.position.assign(slots, -1);
+  for (int64_t i = 0; i < slots; ++i) {
+    if (experts[i] < 0 || experts[i] >= s.experts) {
+      r.status = absl::InvalidArgumentError(absl::StrFormat(
+          "expert index %d at position %d is outside [0, %d)", experts[i], i, s.experts));
+      break;
+    }
+  }
+  if (r.status.ok()) {
+    for (int64_t i = 0; i < slots; ++i) ++r.send_count[experts[i] / per_rank];
+    std::vector<int64_t> next(s.ep, 0);
+    for (int64_t p = 1; p < s.ep; ++p) next[p] = next[p - 1] + r.send_count[p - 1];
+    r.order.resize(slots);
+    for (int64_t i = 0; i < slots; ++i) {
+      const int64_t at = next[experts[i] / per_rank]++;
+      r.order[at] = i;
+      r.position[i] = at;
+    }
+  }
+  comm.AllToAll(Bytes(r.send_count), Bytes(r.recv_count), Group::kEp);
+  return r;
+}
+
+// Per-peer sizes in bytes of `count` records of `record` bytes each.
+std::vector<int64_t> ByteCounts(const std::vector<int64_t>& count, int64_t record) {
+  std::vector<int64_t> bytes(count.size());
+  for (size_t p = 0; p < count.size(); ++p) bytes[p] = count[p] * record;
+  return bytes;
+}
+
+int64_t Total(const std::vector<int64_t>& count) {
+  int64_t total = 0;
+  for (int64_t c : count) total += c;
+  return total;
+}
+
+// A 4-byte word of a record: the bits of an int32 or a float.
+float WordOf(int32_t value) {
+  float word;
+  std::memcpy(&word, &value, sizeof(word));
+  return word;
+}
+int32_t IntOf(float word) {
+  int32_t value;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const float* x,
+                                    const float* gates, const int32_t* experts, const float* w_in,
+                                    const float* w_out, const MoeShape& s) {
+  const int64_t H = s.hidden, I = s.inner, per_rank = s.experts / s.ep;
+  const int64_t first_expert = comm.ep_index() * per_rank;
+  MoeRouting route = RouteSlots(comm, experts, s);
+
+  // Out: (expert id, x[t]) per slot, 1 + H words.
+  const int64_t record = 1 + H;
+  std::vector<float> send(static_cast<size_t>(route.order.size() * record));
+  for (size_t at = 0; at < route.order.size(); ++at) {
+    const int64_t slot = route.order[at], t = slot / s.k;
+    float* rec = send.data() + at * record;
+    rec[0] = WordOf(experts[slot]);
+    std::copy_n(x + t * H, H, rec + 1);
+  }
+  const int64_t received = Total(route.recv_count);
+  std::vector<float> recv(static_cast<size_t>(received * record));
+  comm.AllToAllV(Bytes(send), ByteCounts(route.send_count, record * sizeof(float)), Bytes(recv),
+                 ByteCounts(route.recv_count, record * sizeof(float)), Group::kEp);
+
+  // The local experts on every slot that arrived: one row per slot, gate 1, so the result is the
+  // expert's output o itself, in double.
+  std::vector<double> xs(received * H), ones(received, 1.0), o(received * H);
+  std::vector<int32_t> local(received);
+  for (int64_t i = 0; i < received; ++i) {
+    const float* rec = recv.data() + i * record;
+    local[i] = IntOf(rec[0]) - static_cast<int32_t>(first_expert);
+    std::copy_n(rec + 1, H, xs.begin() + i * H);
+  }
+  const std::vector<double> w_in_d(w_in, w_in + per_rank * 2 * I * H),
+      w_out_d(w_out, w_out + per_rank * H * I);
+  moe_experts_forward<double>(o.data(), xs.data(), ones.data(), local.data(), w_in_d.data(),
+                              w_out_d.data(), received, H, I, per_rank, /*k=*/1);
+
+  // Back: o per slot, in the order the slots came; they return in the order they were sent.
+  std::vector<double> back(route.order.size() * H);
+  comm.AllToAllV(Bytes(o), ByteCounts(route.recv_count, H * sizeof(double)), Bytes(back),
+                 ByteCounts(route.send_count, H * sizeof(double)), Group::kEp);
+
+  // Combine as moe_experts_forward: acc = sum_j gate * o in double, slot order, one rounding.
+  std::vector<double> acc(H);
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < s.k; ++j) {
+      const int64_t at = route.position[t * s.k + j];
+      if (at < 0) continue;
+      const double gate = static_cast<double>(gates[t * s.k + j]);
+      const double* oj = back.data() + at * H;
+      for (int64_t r = 0; r < H; ++r) acc[r] += gate * oj[r];
+    }
+    for (int64_t r = 0; r < H; ++r) out[t * H + r] = static_cast<float>(acc[r]);
+  }
+  return route.status;
+}
+
+absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float* dgates,
+                                     float* dw_in, float* dw_out, const float* dout, const float* x,
+                                     const float* gates, const int32_t* experts, const float* w_in,
+                                     const float* w_out, const MoeShape& s) {
+  const int64_t H = s.hidden, I = s.inner, per_rank = s.experts / s.ep;
+  const int64_t first_expert = comm.ep_index() * per_rank;
+  MoeRouting route = RouteSlots(comm, experts, s);
+
+  // Out: (expert id, gate, x[t], dout[t]) per slot, 2 + 2H words.
+  const int64_t record = 2 + 2 * H;
+  std::vector<float> send(static_cast<size_t>(route.order.size() * record));
+  for (size_t at = 0; at < route.order.size(); ++at) {
+    const int64_t slot = route.order[at], t = slot / s.k;
+    float* rec = send.data() + at * record;
+    rec[0] = WordOf(experts[slot]);
+    rec[1] = gates[slot];
+    std::copy_n(x + t * H, H, rec + 2);
+    std::copy_n(dout + t * H, H, rec + 2 + H);
+  }
+  const int64_t received = Total(route.recv_count);
+  std::vector<float> recv(static_cast<size_t>(received * record));
+  comm.AllToAllV(Bytes(send), ByteCounts(route.send_count, record * sizeof(float)), Bytes(recv),
+                 ByteCounts(route.recv_count, record * sizeof(float)), Group::kEp);
+
+  // The local experts' backward on the slots that arrived (one row each, k = 1), in double.
+  std::vector<double> xs(received * H), douts(received * H), gs(received), dxs(received * H),
+      dgs(received);
+  std::vector<int32_t> local(received);
+  for (int64_t i = 0; i < received; ++i) {
+    const float* rec = recv.data() + i * record;
+    local[i] = IntOf(rec[0]) - static_cast<int32_t>(first_expert);
+    gs[i] = rec[1];
+    std::copy_n(rec + 2, H, xs.begin() + i * H);
+    std::copy_n(rec + 2 + H, H, douts.begin() + i * H);
+  }
+  const std::vector<double> w_in_d(w_in, w_in + per_rank * 2 * I * H),
+      w_out_d(w_out, w_out + per_rank * H * I);
+  std::vector<double> dw_in_d(w_in_d.size()), dw_out_d(w_out_d.size());
+  moe_experts_backward<double>(dxs.data(), dgs.data(), dw_in_d.data(), dw_out_d.data(),
+                               douts.data(), xs.data(), gs.data(), local.data(), w_in_d.data(),
+                               w_out_d.data(), received, H, I, per_rank, /*k=*/1);
+  std::copy(dw_in_d.begin(), dw_in_d.end(), dw_in);
+  std::copy(dw_out_d.begin(), dw_out_d.end(), dw_out);
+
+  // Back: (dgate, dx share) per slot, 1 + H doubles.
+  const int64_t back_record = 1 + H;
+  std::vector<double> reply(received * back_record);
+  for (int64_t i = 0; i < received; ++i) {
+    reply[i * back_record] = dgs[i];
+    std::copy_n(dxs.begin() + i * H, H, reply.begin() + i * back_record + 1);
+  }
+  std::vector<double> back(route.order.size() * back_record);
+  comm.AllToAllV(Bytes(reply), ByteCounts(route.recv_count, back_record * sizeof(double)),
+                 Bytes(back), ByteCounts(route.send_count, back_record * sizeof(double)),
+                 Group::kEp);
+
+  // dgates per slot; dx sums a token's shares in ascending expert order, in double.
+  std::vector<double> acc(H);
+  std::vector<int64_t> by_expert(s.k);
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    std::iota(by_expert.begin(), by_expert.end(), int64_t{0});
+    std::stable_sort(by_expert.begin(), by_expert.end(), [&](int64_t a, int64_t b) {
+      return experts[t * s.k + a] < experts[t * s.k + b];
+    });
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j : by_expert) {
+      const int64_t at = route.position[t * s.k + j];
+      dgates[t * s.k + j] = at < 0 ? 0.0f : static_cast<float>(back[at * back_record]);
+      if (at < 0) continue;
+      const double* share = back.data() + at * back_record + 1;
+      for (int64_t r = 0; r < H; ++r) acc[r] += share[r];
+    }
+    for (int64_t r = 0; r < H; ++r) dx[t * H + r] = static_cast<float>(acc[r]);
+  }
+  return route.status;
 }
 
 }  // namespace hcp::cpu

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 #include "runtime/comm/Communicator.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/Plan.h"
@@ -69,5 +71,37 @@ void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, f
 
 // y = the sum of x over `group` (summed in double, rounded to fp32 once).
 void all_reduce(comm::Communicator& comm, float* y, const float* x, int64_t n, comm::Group group);
+
+// Expert parallelism: moe_experts_forward/backward with the experts split over the ep group of
+// `comm` (Communicator.h's kEp: this rank holds experts [e_idx * E/ep, (e_idx + 1) * E/ep),
+// e_idx = comm.ep_index(), E = shape.experts, the global count). x, gates, experts (global ids)
+// and out/dx/dgates are this rank's tokens, as in the single-rank kernels; w_in [E/ep, 2*inner,
+// hidden], w_out [E/ep, hidden, inner] and dw_in, dw_out are this rank's experts.
+//
+// Each (token, slot) goes to ep-group rank experts[t, j] / (E/ep): the counts travel first (an
+// all-to-all of one int64 per peer), then the slots (AllToAllV), in the order (peer, token,
+// slot); the experts run on what arrived with moe_experts_forward/backward<double> (k = 1, one
+// row per slot), and the results return the same way. Forward: a slot carries (expert id, x[t])
+// out and the expert's output o (double) back; the gate multiply and the sum over the k slots
+// happen at home in double and slot order, exactly as moe_experts_forward does, so out is bit
+// for bit the single-rank result. Backward: (expert id, gate, x[t], dout[t]) out — x is sent
+// again rather than kept from the forward, which would need a buffer of data-dependent size —
+// and (dgate, the slot's dx share) back in double; dx adds a token's shares in ascending expert
+// order (the single-rank loop order), rounded to fp32 once. dw_in/dw_out sum, in double, every
+// slot of the ep group that reached this rank's experts (zero for an expert no token reached).
+//
+// Collective over the ep group: every member joins every exchange, with zero counts where it
+// has nothing for a peer. An expert id outside [0, E) makes this rank send none of its slots
+// (their outputs, dx and dgates are zero) and return InvalidArgument after the exchanges.
+struct MoeShape {
+  int64_t tokens, hidden, inner, experts, k, ep;
+};
+absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const float* x,
+                                    const float* gates, const int32_t* experts, const float* w_in,
+                                    const float* w_out, const MoeShape& shape);
+absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float* dgates,
+                                     float* dw_in, float* dw_out, const float* dout, const float* x,
+                                     const float* gates, const int32_t* experts, const float* w_in,
+                                     const float* w_out, const MoeShape& shape);
 
 }  // namespace hcp::cpu

@@ -410,6 +410,10 @@ class PretendRank final : public comm::Communicator {
   void DoSendRecv(std::span<const std::byte>, int, std::span<std::byte>, int) override {
     Misuse("PretendRank cannot send");
   }
+  void DoAllToAllV(std::span<const std::byte>, std::span<const int64_t>, std::span<std::byte>,
+                   std::span<const int64_t>, std::span<const int>) override {
+    Misuse("PretendRank cannot send");
+  }
   void DoBarrier(comm::Group) override {}
 };
 

@@ -209,6 +209,11 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H})}, {T, H, 2, 3, 2});
   b.AddStep("moe_experts.backward", {dy, x, gates, experts, w_in, w_out},
             {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2});
+  // Expert parallelism on the one rank of a plan without mesh (ep = 1: all 3 experts here).
+  b.AddStep("moe_experts_ep.forward", {x, gates, experts, w_in, w_out}, {A({T, H})},
+            {T, H, 2, 3, 2, 1});
+  b.AddStep("moe_experts_ep.backward", {dy, x, gates, experts, w_in, w_out},
+            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 1});
   // The loss.
   const uint32_t logits = P({T, V}), loss_sum = A({1}), count = A({1}), loss = A({1});
   b.AddStep("cross_entropy.forward", {logits, targets}, {loss_sum, count}, {T, V, -100});
@@ -313,7 +318,8 @@ void MutateStructure(PlanBuilder& b, std::mt19937_64& rng) {
       const int64_t sizes[] = {1, 1, 2, 3, 0, -1, int64_t{1} << 40};
       b.set_mesh(Mesh{.cp = sizes[rng() % std::size(sizes)],
                       .dp = sizes[rng() % std::size(sizes)],
-                      .layout = SequenceLayout(rng() % kNumSequenceLayouts)});
+                      .layout = SequenceLayout(rng() % kNumSequenceLayouts),
+                      .ep = sizes[rng() % std::size(sizes)]});
       break;
     }
   }

@@ -1,0 +1,215 @@
+// Internal to the sequence kernels (SsdScan*.cu, Attention*.cu): warp-level tensor-core helpers
+// (mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async) and the SSD scan's internal launchers,
+// shared by its forward and backward translation units.
+//
+// Fragment layouts of mma.sync.m16n8k16 (g = lane / 4, t = lane % 4), used throughout:
+//   A (16x16, row-major): a[0] = (row g,   k 2t..2t+1)   a[1] = (row g+8, k 2t..2t+1)
+//                         a[2] = (row g,   k 2t+8..+9)   a[3] = (row g+8, k 2t+8..+9)
+//   B (16x8):             b[0] = (k 2t..2t+1, col g)     b[1] = (k 2t+8..+9, col g)
+//   C (16x8, fp32):       c[0], c[1] = (row g, cols 2t, 2t+1); c[2], c[3] = (row g+8, same cols)
+// So the accumulators of two adjacent 8-column tiles, packed to bf16, ARE the A fragment of the
+// 16-wide k step over those columns (the flash-attention trick): see acc_to_a().
+//
+// Shared-memory tiles are bf16, row-major, with rows padded by 8 elements (16 bytes): when a row
+// holds a multiple of 64 elements, the 8 rows one ldmatrix reads fall in 8 distinct 16-byte bank
+// groups, so the loads are conflict-free.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/kernels/cuda/SequenceKernels.h"
+
+namespace hcp::cuda::seq_detail {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a * b, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats to a bf16 pair; `lo` lands at the lower address / lower column.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Accumulators of 8-column tiles 2j and 2j+1 -> the A fragment of k step j.
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// A fragment (16 x 16 at (m0, k0)) of a matrix stored row-major as A[m][k] (row stride ld).
+__device__ __forceinline__ void load_a_mk(uint32_t (&a)[4], const __nv_bfloat16* base, int ld,
+                                          int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4(a, smem_addr(base + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8));
+}
+// A fragment of A = At^T where At[k][m] is what is stored (row stride ld).
+__device__ __forceinline__ void load_a_km(uint32_t (&a)[4], const __nv_bfloat16* base, int ld,
+                                          int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4_trans(
+      a, smem_addr(base + (k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8));
+}
+// B fragments of two 8-column tiles (n0 and n0 + 8) over k0..k0+15, B stored as Bt[n][k]:
+// b[0], b[1] for the first tile, b[2], b[3] for the second.
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* base, int ld,
+                                          int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4(b,
+          smem_addr(base + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8));
+}
+// The same, B stored as B[k][n].
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const __nv_bfloat16* base, int ld,
+                                          int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4_trans(
+      b, smem_addr(base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8));
+}
+
+// 16-byte global -> shared copy that bypasses registers; zero-fills when !valid (src not read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// 2^x (MUFU.EX2; ex2(-inf) = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// e^x through ex2; relative error ~1e-7 * (1 + |x|), far below bf16 rounding.
+__device__ __forceinline__ float fast_exp(float x) { return fast_exp2(x * 1.4426950408889634f); }
+
+// Copies a [rows, cols] bf16 tile whose row r starts at src + r * src_stride (elements) into a
+// padded shared tile (row stride cols + 8) with cp.async, zero-filling rows >= valid_rows.
+// cols must be a multiple of 8; all threads of the block call it.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void tile_load_async(__nv_bfloat16* dst, const __nv_bfloat16* src,
+                                                int64_t src_stride, int valid_rows) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  for (int i = threadIdx.x; i < kChunks; i += kThreads) {
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+    const bool valid = r < valid_rows;
+    const __nv_bfloat16* s = valid ? src + r * src_stride + c : src;
+    cp_async16(dst + r * (kCols + 8) + c, s, valid);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SSD internals. The chunk is fixed at 256 positions (the Granite 4.0 value, and the only one
+// ssd_supported accepts); the state size at 128.
+constexpr int kSsdChunk = 256;
+constexpr int kSsdState = 128;
+
+// Workspace slices of the forward (and of the backward, which starts with the same three).
+//   acs    [B, H, nc, Q]      inclusive cumulative sum of dt * A within each chunk (fp32)
+//   dtc    [B, H, nc, Q]      dt, zero past the end of the sequence (fp32)
+//   states [B, H, nc, P, N]   the state ENTERING each chunk (fp32)
+struct SsdForwardBuffers {
+  float* acs;
+  float* dtc;
+  float* states;
+};
+size_t ssd_forward_buffers_bytes(const SsdShape& shape);
+SsdForwardBuffers ssd_forward_buffers(const SsdShape& shape, void* base);
+
+// Fills acs, dtc and states (entering states; the final state goes to final_state if not null).
+cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf,
+                               float* final_state, const bf16* x, const float* dt, const float* A,
+                               const bf16* Bm, const float* init_state, const SsdShape& shape);
+
+// Per-chunk weighted outer-product sums, out[b,h,c] (P x N fp32) = sum_l U_l^T w_l V_l over the
+// chunk's positions, with U [B,S,H,P] and V [B,S,G,N] (bf16). kind 0: the chunk state
+// (U = x, V = B, w_l = exp(acs_last - acs_l) dt_l); kind 1: the backward's state gradient from
+// the outputs (U = dy, V = C, w_l = exp(acs_l)).
+cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U, const bf16* V,
+                            const SsdForwardBuffers& buf, const SsdShape& shape);
+
+// The chunk-local quadratic form plus the incoming-state term, for the forward's y (dir 0) or the
+// backward's dx (dir 1); see SsdScan.cu.
+struct SsdScanArgs {
+  const bf16* R;       // row-side vectors [B,S,G,N]: C (fwd) or B (bwd)
+  const bf16* Z;       // column-side vectors [B,S,G,N]: B (fwd) or C (bwd)
+  const bf16* U;       // column-side values [B,S,H,P]: x (fwd) or dy (bwd)
+  const float* state;  // [B,H,nc,P,N]: entering states (fwd) or gradients of leaving states (bwd)
+  const bf16* x;       // [B,S,H,P]
+  const bf16* dy;      // [B,S,H,P] (bwd only)
+  const float* D;      // [H] nullable
+  const float* acs;
+  const float* dtc;
+  bf16* out;        // y (fwd) or dx (bwd)
+  float* ddt_part;  // bwd: [B,H,nc,Q] the explicit part of ddt
+  float* dD_part;   // bwd: [B,H,nc,2] partial sums of dy . x
+};
+cudaError_t ssd_chunk_scan(cudaStream_t stream, int dir, const SsdScanArgs& args,
+                           const SsdShape& shape);
+
+// ---------------------------------------------------------------------------------------------
+// Attention internals: 64-row query blocks and 64-row key blocks; off = q_pos0 - k_pos0, so key j
+// is visible to query row i iff j <= i + off (when causal).
+constexpr int kAttnBlock = 64;
+
+// Number of key blocks query rows [i0, i0 + 64) can see (0 when none).
+__host__ __device__ inline int64_t attn_key_blocks(int64_t i0, int64_t Sk, bool causal,
+                                                   int64_t off) {
+  int64_t last = Sk - 1;
+  if (causal) {
+    const int64_t vis = i0 + kAttnBlock - 1 + off;
+    if (vis < last) last = vis;
+  }
+  return last < 0 ? 0 : last / kAttnBlock + 1;
+}
+// First query block whose rows can see key rows [j0, j0 + 64).
+__host__ __device__ inline int64_t attn_first_query_block(int64_t j0, bool causal, int64_t off) {
+  if (!causal) return 0;
+  const int64_t first_row = j0 - off;  // the smallest i with j0 <= i + off
+  return first_row <= 0 ? 0 : first_row / kAttnBlock;
+}
+
+// i0 + off - j0 clamped to [-128, 128]: within a (query block i0, key block j0) pair, key row
+// jr (0..63) is causally visible to query row ir iff jr <= ir + attn_diag(...). 32-bit, so the
+// per-element masks cost no 64-bit arithmetic.
+__host__ __device__ inline int attn_diag(int64_t i0, int64_t j0, int64_t off) {
+  const int64_t d = i0 + off - j0;
+  return static_cast<int>(d < -128 ? -128 : (d > 128 ? 128 : d));
+}
+
+inline int64_t ssd_num_chunks(const SsdShape& s) { return (s.seq + s.chunk - 1) / s.chunk; }
+inline size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
+
+}  // namespace hcp::cuda::seq_detail

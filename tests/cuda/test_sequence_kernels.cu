@@ -1,0 +1,792 @@
+// Self-checking test and benchmark of the CUDA sequence kernels (runtime/kernels/cuda/
+// SequenceKernels.h): the Mamba2 SSD scan and causal GQA attention, forward and backward, against
+// the CPU oracle (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
+//
+//   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|attn] [--reps N]
+//
+// Correctness: fresh random inputs every run (the seed is printed; --seed repeats a run), every
+// output poisoned with NaN (all bytes 0xFF) before each launch, so an unwritten element shows up
+// as NaN, which never passes. Metric: relative RMS error ||gpu - ref|| / ||ref|| per output.
+// Tolerances (bf16 operands, fp32 accumulation; METHOD.md puts bf16 products at 1e-3..1e-2):
+//   - bf16 outputs (y, dx, dB, dC, out, dq, dk, dv): the output rounding alone is ~2e-3 RMS
+//     (unit roundoff 2^-9 = 2e-3, ~1/sqrt(3) of it on average), plus one or two bf16 roundings of
+//     product operands (decayed SSD scores, P and dS in attention, fp32 states fed to the tensor
+//     cores as bf16) that add in quadrature: ~3-6e-3 expected; tolerance 1.5e-2.
+//   - fp32 outputs computed through bf16 operands (final_state, dinit, ddt, dA, dD): same
+//     operand rounding without the output rounding, but ddt and dA are sums of terms of both
+//     signs (cancellation amplifies relative error): tolerance 2e-2.
+//   - lse: fp32 throughout (scores from exact bf16 inputs): max |err| <= 2e-3 absolute, and -inf
+//     exactly where the oracle has -inf (rows that see no key).
+// The attention backward is checked given the GPU's own out and lse (what a training step feeds
+// it), so its error is its own. At s = 8192 the attention oracle runs on slices (query rows near
+// the end and in the middle against all keys, for out / lse / dq; key rows at the start and in the
+// middle against all queries, for dk / dv: exact, since each of those depends only on its own row
+// and the final lse); the SSD oracle runs per head on all CPU cores.
+//
+// Timing (unless --no-timing): the granite-4.0-h-tiny shapes at s = 8192 and 65536, batch 1, with
+// CUDA events, 3 warm-ups, the median of --reps (10) repetitions, inputs rotated over enough
+// copies to exceed the 60 MB L2; printed as ms and TFLOP/s against the anchors of
+// shared/reference/anchors.md. Exit status 0 iff every check passed.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/kernels/cpu/Kernels.h"
+#include "runtime/kernels/cuda/SequenceKernels.h"
+
+namespace {
+
+using hcp::cuda::bf16;
+
+#define CHECK_CUDA(expr)                                                        \
+  do {                                                                          \
+    cudaError_t err_ = (expr);                                                  \
+    if (err_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                                   \
+      std::exit(2);                                                             \
+    }                                                                           \
+  } while (0)
+
+#define CHECK_OK(expr)                                                                           \
+  do {                                                                                           \
+    hcp::cuda::Status st_ = (expr);                                                              \
+    if (!st_.ok()) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr, st_.where(), \
+                   st_.message());                                                               \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+    CHECK_CUDA(cudaGetLastError());                                                              \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Host helpers.
+uint16_t f2bf_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+float bf_bits2f(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A bf16 tensor on the host: bits for the device, the exact values as double for the oracle.
+struct HostBf16 {
+  std::vector<uint16_t> bits;
+  std::vector<double> val;
+  explicit HostBf16(size_t n = 0) : bits(n), val(n) {}
+  size_t size() const { return bits.size(); }
+  void set(size_t i, float f) {
+    bits[i] = f2bf_bits(f);
+    val[i] = bf_bits2f(bits[i]);
+  }
+};
+
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  double normal() { return std::normal_distribution<double>(0.0, 1.0)(gen); }
+  double uniform(double a, double b) { return std::uniform_real_distribution<double>(a, b)(gen); }
+};
+
+HostBf16 random_bf16(Rng& rng, size_t n, double stddev) {
+  HostBf16 t(n);
+  for (size_t i = 0; i < n; i++) t.set(i, static_cast<float>(stddev * rng.normal()));
+  return t;
+}
+std::vector<float> random_f32(Rng& rng, size_t n, double stddev) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(stddev * rng.normal());
+  return v;
+}
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+template <typename T>
+struct DevBuf {
+  T* ptr = nullptr;
+  size_t n = 0;
+  DevBuf() = default;
+  explicit DevBuf(size_t count) : n(count) {
+    CHECK_CUDA(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)));
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr; }
+  ~DevBuf() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  void poison() { CHECK_CUDA(cudaMemset(ptr, 0xff, n * sizeof(T))); }
+  template <typename U>
+  void upload(const std::vector<U>& h) {
+    static_assert(sizeof(U) == sizeof(T));
+    CHECK_CUDA(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+std::vector<double> download_bf16(const DevBuf<bf16>& d) {
+  std::vector<bf16> h = d.download();
+  std::vector<double> out(h.size());
+  for (size_t i = 0; i < h.size(); i++) {
+    uint16_t b;
+    std::memcpy(&b, &h[i], 2);
+    out[i] = bf_bits2f(b);
+  }
+  return out;
+}
+std::vector<double> download_f32(const DevBuf<float>& d) { return to_double(d.download()); }
+
+DevBuf<bf16> upload_bf16(const HostBf16& h) {
+  DevBuf<bf16> d(h.size());
+  d.upload(h.bits);
+  return d;
+}
+DevBuf<float> upload_f32(const std::vector<float>& h) {
+  DevBuf<float> d(h.size());
+  d.upload(h);
+  return d;
+}
+
+// Runs fn(i) for i in [0, n) on all hardware threads.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  const int64_t workers =
+      std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (int64_t w = 0; w < workers; w++) {
+    pool.emplace_back([&] {
+      for (int64_t i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (auto& t : pool) t.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks.
+int g_passed = 0, g_failed = 0;
+
+struct Err {
+  double rel_rms = 0, max_abs = 0;
+  size_t bad = 0;  // NaN / inf where the reference is finite, or a -inf mismatch
+};
+
+// got and ref of equal length (or ref indexed by a map); -inf in ref must be -inf in got.
+Err compare(const std::vector<double>& got, const std::vector<double>& ref) {
+  Err e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    const double r = ref[i], g = got[i];
+    if (std::isinf(r)) {
+      if (g != r) e.bad++;
+      continue;
+    }
+    if (!std::isfinite(g)) {
+      e.bad++;
+      continue;
+    }
+    num += (g - r) * (g - r);
+    den += r * r;
+    e.max_abs = std::max(e.max_abs, std::fabs(g - r));
+  }
+  e.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return e;
+}
+
+void report(const std::string& what, const Err& e, double tol, bool abs_metric = false) {
+  const double metric = abs_metric ? e.max_abs : e.rel_rms;
+  const bool ok = e.bad == 0 && metric <= tol && std::isfinite(metric);
+  (ok ? g_passed : g_failed)++;
+  std::printf("  %-44s %s %.3e (tol %.0e)  max|err| %.3e  bad %zu  %s\n", what.c_str(),
+              abs_metric ? "max_abs" : "rel_rms", metric, tol, e.max_abs, e.bad,
+              ok ? "ok" : "FAIL");
+}
+
+constexpr double kTolBf16 = 1.5e-2;
+constexpr double kTolF32 = 2e-2;
+constexpr double kTolLse = 2e-3;
+
+// ---------------------------------------------------------------------------------------------
+// SSD.
+struct SsdCase {
+  const char* name;
+  int64_t batch, seq, heads, head_dim, groups;
+  bool has_D, has_init, want_final, has_dfinal, want_dinit;
+};
+
+struct SsdInputs {
+  hcp::cuda::SsdShape shape;
+  HostBf16 x, Bm, Cm, dy;
+  std::vector<float> dt, A, D, init, dfinal;
+};
+
+SsdInputs make_ssd_inputs(Rng& rng, const hcp::cuda::SsdShape& s) {
+  SsdInputs in;
+  in.shape = s;
+  const size_t nx = s.batch * s.seq * s.heads * s.head_dim;
+  const size_t nbc = s.batch * s.seq * s.groups * s.state;
+  const size_t nst = s.batch * s.heads * s.head_dim * s.state;
+  in.x = random_bf16(rng, nx, 1.0);
+  in.Bm = random_bf16(rng, nbc, 0.5);
+  in.Cm = random_bf16(rng, nbc, 0.5);
+  in.dy = random_bf16(rng, nx, 1.0);
+  in.dt.resize(s.batch * s.seq * s.heads);
+  for (auto& v : in.dt)
+    v = static_cast<float>(std::exp(rng.uniform(std::log(1e-3), std::log(1e-1))));
+  in.A.resize(s.heads);
+  for (auto& v : in.A) v = static_cast<float>(-std::exp(rng.uniform(0.0, std::log(16.0))));
+  in.D.resize(s.heads);
+  for (auto& v : in.D) v = static_cast<float>(rng.uniform(0.5, 1.5));
+  in.init = random_f32(rng, nst, 0.5);
+  in.dfinal = random_f32(rng, nst, 0.2);
+  return in;
+}
+
+struct SsdRef {
+  std::vector<double> y, final_state, dx, ddt, dA, dB, dC, dD, dinit;
+};
+
+// The oracle per head (in double, on all cores), gathered back into the full layouts; dB and dC
+// are sums over the heads of each group.
+SsdRef ssd_reference(const SsdInputs& in, const SsdCase& c) {
+  const auto& s = in.shape;
+  const int64_t B = s.batch, S = s.seq, H = s.heads, P = s.head_dim, G = s.groups, N = s.state;
+  const int64_t hg = H / G;
+  SsdRef r;
+  r.y.assign(B * S * H * P, 0);
+  r.dx.assign(B * S * H * P, 0);
+  r.final_state.assign(B * H * P * N, 0);
+  r.dinit.assign(B * H * P * N, 0);
+  r.ddt.assign(B * S * H, 0);
+  r.dA.assign(H, 0);
+  r.dD.assign(H, 0);
+  std::vector<std::vector<double>> dB_h(H), dC_h(H);
+  parallel_for(H, [&](int64_t h) {
+    const int64_t g = h / hg;
+    hcp::cpu::SsdShape hs{B, S, 1, P, 1, N, s.chunk};
+    std::vector<double> x(B * S * P), dy(B * S * P), dt(B * S), Bm(B * S * N), Cm(B * S * N);
+    std::vector<double> init(B * P * N), dfinal(B * P * N);
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t t = 0; t < S; t++) {
+        for (int64_t p = 0; p < P; p++) {
+          x[(b * S + t) * P + p] = in.x.val[((b * S + t) * H + h) * P + p];
+          dy[(b * S + t) * P + p] = in.dy.val[((b * S + t) * H + h) * P + p];
+        }
+        dt[b * S + t] = in.dt[(b * S + t) * H + h];
+        for (int64_t n = 0; n < N; n++) {
+          Bm[(b * S + t) * N + n] = in.Bm.val[((b * S + t) * G + g) * N + n];
+          Cm[(b * S + t) * N + n] = in.Cm.val[((b * S + t) * G + g) * N + n];
+        }
+      }
+      for (int64_t i = 0; i < P * N; i++) {
+        init[b * P * N + i] = in.init[(b * H + h) * P * N + i];
+        dfinal[b * P * N + i] = in.dfinal[(b * H + h) * P * N + i];
+      }
+    }
+    const double A = in.A[h], D = in.D[h];
+    const double* Dp = c.has_D ? &D : nullptr;
+    const double* initp = c.has_init ? init.data() : nullptr;
+    std::vector<double> y(B * S * P), fin(B * P * N);
+    hcp::cpu::ssd_scan_forward<double>(y.data(), fin.data(), x.data(), dt.data(), &A, Bm.data(),
+                                       Cm.data(), Dp, initp, hs);
+    std::vector<double> dx(B * S * P), ddt(B * S), dBh(B * S * N), dCh(B * S * N), dinit(B * P * N);
+    double dA = 0, dD = 0;
+    hcp::cpu::ssd_scan_backward<double>(dx.data(), ddt.data(), &dA, dBh.data(), dCh.data(), &dD,
+                                        dinit.data(), dy.data(),
+                                        c.has_dfinal ? dfinal.data() : nullptr, x.data(), dt.data(),
+                                        &A, Bm.data(), Cm.data(), Dp, initp, hs);
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t t = 0; t < S; t++) {
+        for (int64_t p = 0; p < P; p++) {
+          r.y[((b * S + t) * H + h) * P + p] = y[(b * S + t) * P + p];
+          r.dx[((b * S + t) * H + h) * P + p] = dx[(b * S + t) * P + p];
+        }
+        r.ddt[(b * S + t) * H + h] = ddt[b * S + t];
+      }
+      for (int64_t i = 0; i < P * N; i++) {
+        r.final_state[(b * H + h) * P * N + i] = fin[b * P * N + i];
+        r.dinit[(b * H + h) * P * N + i] = dinit[b * P * N + i];
+      }
+    }
+    r.dA[h] = dA;
+    r.dD[h] = dD;
+    dB_h[h] = std::move(dBh);
+    dC_h[h] = std::move(dCh);
+  });
+  r.dB.assign(B * S * G * N, 0);
+  r.dC.assign(B * S * G * N, 0);
+  for (int64_t h = 0; h < H; h++) {
+    const int64_t g = h / hg;
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t t = 0; t < S; t++) {
+        for (int64_t n = 0; n < N; n++) {
+          r.dB[((b * S + t) * G + g) * N + n] += dB_h[h][(b * S + t) * N + n];
+          r.dC[((b * S + t) * G + g) * N + n] += dC_h[h][(b * S + t) * N + n];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+void run_ssd_case(const SsdCase& c, uint64_t seed) {
+  Rng rng(seed);
+  hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
+  std::printf(
+      "SSD %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128 Q=256 D=%d init=%d final=%d "
+      "dfinal=%d dinit=%d\n",
+      c.name, static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+      static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
+      static_cast<long long>(s.groups), c.has_D, c.has_init, c.want_final, c.has_dfinal,
+      c.want_dinit);
+  if (!hcp::cuda::ssd_supported(s)) {
+    std::printf("  unsupported shape: FAIL\n");
+    g_failed++;
+    return;
+  }
+  const SsdInputs in = make_ssd_inputs(rng, s);
+  const auto t_ref = std::chrono::steady_clock::now();
+  const SsdRef ref = ssd_reference(in, c);
+  const double ref_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+
+  auto x = upload_bf16(in.x), Bm = upload_bf16(in.Bm), Cm = upload_bf16(in.Cm),
+       dy = upload_bf16(in.dy);
+  auto dt = upload_f32(in.dt), A = upload_f32(in.A), D = upload_f32(in.D),
+       init = upload_f32(in.init), dfinal = upload_f32(in.dfinal);
+  DevBuf<bf16> y(in.x.size()), dx(in.x.size()), dB(in.Bm.size()), dC(in.Cm.size());
+  DevBuf<float> fin(in.init.size()), dinit(in.init.size()), ddt(in.dt.size()), dA(s.heads),
+      dD(s.heads);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_scan_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_scan_backward_workspace_bytes(s)));
+  ws.poison();
+  for (auto* b : {&y, &dx, &dB, &dC}) b->poison();
+  for (auto* b : {&fin, &dinit, &ddt, &dA, &dD}) b->poison();
+
+  hcp::cuda::Workspace w{ws.ptr, ws.n};
+  CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, y.ptr, c.want_final ? fin.ptr : nullptr, x.ptr,
+                                       dt.ptr, A.ptr, Bm.ptr, Cm.ptr, c.has_D ? D.ptr : nullptr,
+                                       c.has_init ? init.ptr : nullptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  ws.poison();
+  CHECK_OK(hcp::cuda::ssd_scan_backward(
+      nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dC.ptr, dD.ptr, c.want_dinit ? dinit.ptr : nullptr,
+      dy.ptr, c.has_dfinal ? dfinal.ptr : nullptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, Cm.ptr,
+      c.has_D ? D.ptr : nullptr, c.has_init ? init.ptr : nullptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::printf("  (oracle %.1f s)\n", ref_s);
+
+  report("y", compare(download_bf16(y), ref.y), kTolBf16);
+  if (c.want_final) report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
+  report("dx", compare(download_bf16(dx), ref.dx), kTolBf16);
+  report("ddt", compare(download_f32(ddt), ref.ddt), kTolF32);
+  report("dA", compare(download_f32(dA), ref.dA), kTolF32);
+  report("dB", compare(download_bf16(dB), ref.dB), kTolBf16);
+  report("dC", compare(download_bf16(dC), ref.dC), kTolBf16);
+  report("dD", compare(download_f32(dD), ref.dD), kTolF32);
+  if (c.want_dinit) report("dinit_state", compare(download_f32(dinit), ref.dinit), kTolF32);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention.
+struct AttnCase {
+  const char* name;
+  int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim;
+  bool causal;
+  int64_t q_pos0, k_pos0;
+  double scale;  // 0: 1/sqrt(head_dim)
+  bool sliced;   // oracle on slices (large shapes)
+};
+
+// Rows [r0, r0 + n) of a [B, S, H, D] tensor (double) as a [B, n, H, D] tensor.
+std::vector<double> rows_of(const std::vector<double>& t, int64_t B, int64_t S, int64_t H,
+                            int64_t D, int64_t r0, int64_t n) {
+  std::vector<double> out(B * n * H * D);
+  for (int64_t b = 0; b < B; b++) {
+    std::copy(t.begin() + ((b * S + r0) * H) * D, t.begin() + ((b * S + r0 + n) * H) * D,
+              out.begin() + (b * n * H) * D);
+  }
+  return out;
+}
+// Columns [r0, r0 + n) of a [B, H, S] tensor as [B, H, n].
+std::vector<double> lse_rows_of(const std::vector<double>& t, int64_t B, int64_t H, int64_t S,
+                                int64_t r0, int64_t n) {
+  std::vector<double> out(B * H * n);
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    std::copy(t.begin() + bh * S + r0, t.begin() + bh * S + r0 + n, out.begin() + bh * n);
+  }
+  return out;
+}
+
+void run_attn_case(const AttnCase& c, uint64_t seed) {
+  Rng rng(seed);
+  hcp::cuda::AttentionShape s{c.batch, c.q_len, c.kv_len, c.q_heads, c.kv_heads, c.head_dim};
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  std::printf(
+      "attention %s: B=%lld Sq=%lld Sk=%lld Hq=%lld Hkv=%lld D=%lld causal=%d q_pos0=%lld "
+      "k_pos0=%lld scale=%.5f%s\n",
+      c.name, static_cast<long long>(s.batch), static_cast<long long>(s.q_len),
+      static_cast<long long>(s.kv_len), static_cast<long long>(s.q_heads),
+      static_cast<long long>(s.kv_heads), static_cast<long long>(s.head_dim), c.causal,
+      static_cast<long long>(c.q_pos0), static_cast<long long>(c.k_pos0), scale,
+      c.sliced ? " (oracle on slices)" : "");
+  if (!hcp::cuda::attention_supported(s)) {
+    std::printf("  unsupported shape: FAIL\n");
+    g_failed++;
+    return;
+  }
+  const int64_t B = s.batch, Sq = s.q_len, Sk = s.kv_len, Hq = s.q_heads, Hkv = s.kv_heads,
+                D = s.head_dim;
+  const HostBf16 q = random_bf16(rng, B * Sq * Hq * D, 1.0);
+  const HostBf16 k = random_bf16(rng, B * Sk * Hkv * D, 1.0);
+  const HostBf16 v = random_bf16(rng, B * Sk * Hkv * D, 1.0);
+  const HostBf16 dout = random_bf16(rng, B * Sq * Hq * D, 1.0);
+
+  auto dq_ = upload_bf16(q), dk_ = upload_bf16(k), dv_ = upload_bf16(v), ddout = upload_bf16(dout);
+  DevBuf<bf16> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  DevBuf<float> lse(B * Hq * Sq);
+  DevBuf<unsigned char> ws(hcp::cuda::attention_backward_workspace_bytes(s));
+  for (auto* b : {&out, &dq, &dk, &dv}) b->poison();
+  lse.poison();
+  ws.poison();
+  CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, dq_.ptr, dk_.ptr, dv_.ptr, s,
+                                        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_OK(hcp::cuda::attention_backward(
+      nullptr, dq.ptr, dk.ptr, dv.ptr, ddout.ptr, dq_.ptr, dk_.ptr, dv_.ptr, out.ptr, lse.ptr, s,
+      static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<double> out_g = download_bf16(out), lse_g = download_f32(lse),
+                            dq_g = download_bf16(dq), dk_g = download_bf16(dk),
+                            dv_g = download_bf16(dv);
+
+  const auto t_ref = std::chrono::steady_clock::now();
+  // Query-row slices (out, lse, dq) and key-row slices (dk, dv).
+  std::vector<std::pair<int64_t, int64_t>> qs, ks;
+  if (c.sliced) {
+    qs = {{Sq - 96, 96}, {Sq / 2 - 17, 64}};
+    ks = {{0, 96}, {Sk / 2 + 5, 64}};
+  } else {
+    qs = {{0, Sq}};
+    ks = {{0, Sk}};
+  }
+  struct Piece {
+    std::vector<double> out_ref, lse_ref, dq_ref, out_got, lse_got, dq_got;
+    std::vector<double> dk_ref, dv_ref, dk_got, dv_got;
+  };
+  std::vector<Piece> pieces(qs.size() + ks.size());
+  const double sc = scale;
+  parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t pi) {
+    Piece& p = pieces[pi];
+    if (pi < static_cast<int64_t>(qs.size())) {
+      const auto [r0, n] = qs[pi];
+      hcp::cpu::AttentionShape sub{B, n, Sk, Hq, Hkv, D};
+      const auto qsub = rows_of(q.val, B, Sq, Hq, D, r0, n);
+      p.out_ref.resize(B * n * Hq * D);
+      p.lse_ref.resize(B * Hq * n);
+      hcp::cpu::attention_forward<double>(p.out_ref.data(), p.lse_ref.data(), qsub.data(),
+                                          k.val.data(), v.val.data(), sub, sc, c.causal,
+                                          c.q_pos0 + r0, c.k_pos0);
+      p.out_got = rows_of(out_g, B, Sq, Hq, D, r0, n);
+      p.lse_got = lse_rows_of(lse_g, B, Hq, Sq, r0, n);
+      p.dq_got = rows_of(dq_g, B, Sq, Hq, D, r0, n);
+      const auto gsub = rows_of(dout.val, B, Sq, Hq, D, r0, n);
+      std::vector<double> dk_tmp(k.size()), dv_tmp(v.size());
+      p.dq_ref.resize(qsub.size());
+      hcp::cpu::attention_backward<double>(p.dq_ref.data(), dk_tmp.data(), dv_tmp.data(),
+                                           gsub.data(), qsub.data(), k.val.data(), v.val.data(),
+                                           p.out_got.data(), p.lse_got.data(), sub, sc, c.causal,
+                                           c.q_pos0 + r0, c.k_pos0);
+    } else {
+      const auto [c0, n] = ks[pi - qs.size()];
+      hcp::cpu::AttentionShape sub{B, Sq, n, Hq, Hkv, D};
+      const auto ksub = rows_of(k.val, B, Sk, Hkv, D, c0, n);
+      const auto vsub = rows_of(v.val, B, Sk, Hkv, D, c0, n);
+      std::vector<double> dq_tmp(q.size());
+      p.dk_ref.resize(ksub.size());
+      p.dv_ref.resize(vsub.size());
+      hcp::cpu::attention_backward<double>(dq_tmp.data(), p.dk_ref.data(), p.dv_ref.data(),
+                                           dout.val.data(), q.val.data(), ksub.data(), vsub.data(),
+                                           out_g.data(), lse_g.data(), sub, sc, c.causal, c.q_pos0,
+                                           c.k_pos0 + c0);
+      p.dk_got = rows_of(dk_g, B, Sk, Hkv, D, c0, n);
+      p.dv_got = rows_of(dv_g, B, Sk, Hkv, D, c0, n);
+    }
+  });
+  const double ref_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+  std::printf("  (oracle %.1f s)\n", ref_s);
+  std::vector<double> og, orf, lg, lr, qg, qr, kg, kr, vg, vr;
+  auto append = [](std::vector<double>& a, const std::vector<double>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+  };
+  for (const Piece& p : pieces) {
+    append(og, p.out_got);
+    append(orf, p.out_ref);
+    append(lg, p.lse_got);
+    append(lr, p.lse_ref);
+    append(qg, p.dq_got);
+    append(qr, p.dq_ref);
+    append(kg, p.dk_got);
+    append(kr, p.dk_ref);
+    append(vg, p.dv_got);
+    append(vr, p.dv_ref);
+  }
+  report("out", compare(og, orf), kTolBf16);
+  report("lse", compare(lg, lr), kTolLse, true);
+  report("dq", compare(qg, qr), kTolBf16);
+  report("dk", compare(kg, kr), kTolBf16);
+  report("dv", compare(vg, vr), kTolBf16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing.
+double median_ms(int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; i++) fn(i);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; i++) {
+    CHECK_CUDA(cudaEventRecord(a));
+    fn(i);
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    CHECK_CUDA(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+}
+
+struct TimingRow {
+  std::string what;
+  double ms, tflops, anchor_ms;
+};
+std::vector<TimingRow> g_rows;
+
+void add_row(const std::string& what, double ms, double flop, double anchor_ms) {
+  g_rows.push_back({what, ms, flop / (ms * 1e-3) / 1e12, anchor_ms});
+  std::printf("  %-34s %9.3f ms  %6.1f TFLOP/s  anchor %8.3f ms  (%.2fx the anchor's speed)\n",
+              what.c_str(), ms, flop / (ms * 1e-3) / 1e12, anchor_ms, anchor_ms / ms);
+}
+
+// Fills a device buffer with pseudo-random bf16 / fp32 values on the host (chunked).
+void fill_random_bf16(DevBuf<bf16>& d, Rng& rng, double stddev) {
+  HostBf16 h = random_bf16(rng, d.n, stddev);
+  d.upload(h.bits);
+}
+
+void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
+  hcp::cuda::SsdShape s{1, seq, 48, 64, 1, 128, 256};
+  const size_t nx = seq * 48 * 64, nbc = seq * 128, nst = 48 * 64 * 128;
+  const size_t set_bytes = 2 * nx * 2 + 2 * nbc * 2 + seq * 48 * 4;
+  const int sets =
+      static_cast<int>(std::min<size_t>(4, std::max<size_t>(1, (240u << 20) / set_bytes + 1)));
+  struct Set {
+    DevBuf<bf16> x, Bm, Cm, dy;
+    DevBuf<float> dt;
+  };
+  std::vector<Set> in;
+  for (int i = 0; i < sets; i++) {
+    Set st{DevBuf<bf16>(nx), DevBuf<bf16>(nbc), DevBuf<bf16>(nbc), DevBuf<bf16>(nx),
+           DevBuf<float>(seq * 48)};
+    fill_random_bf16(st.x, rng, 1.0);
+    fill_random_bf16(st.Bm, rng, 0.5);
+    fill_random_bf16(st.Cm, rng, 0.5);
+    fill_random_bf16(st.dy, rng, 1.0);
+    std::vector<float> dt(seq * 48);
+    for (auto& v : dt)
+      v = static_cast<float>(std::exp(rng.uniform(std::log(1e-3), std::log(1e-1))));
+    st.dt.upload(dt);
+    in.push_back(std::move(st));
+  }
+  std::vector<float> A(48), D(48);
+  for (auto& v : A) v = static_cast<float>(-std::exp(rng.uniform(0.0, std::log(16.0))));
+  for (auto& v : D) v = static_cast<float>(rng.uniform(0.5, 1.5));
+  auto dA_in = upload_f32(A), dD_in = upload_f32(D);
+  DevBuf<bf16> y(nx), dx(nx), dB(nbc), dC(nbc);
+  DevBuf<float> fin(nst), ddt(seq * 48), dA(48), dD(48), dinit(nst);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_scan_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_scan_backward_workspace_bytes(s)));
+  hcp::cuda::Workspace w{ws.ptr, ws.n};
+  auto fwd = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, y.ptr, fin.ptr, st.x.ptr, st.dt.ptr, dA_in.ptr,
+                                         st.Bm.ptr, st.Cm.ptr, dD_in.ptr, nullptr, s, w));
+  };
+  auto fb = [&](int i) {
+    fwd(i);
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_scan_backward(
+        nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dC.ptr, dD.ptr, dinit.ptr, st.dy.ptr, nullptr,
+        st.x.ptr, st.dt.ptr, dA_in.ptr, st.Bm.ptr, st.Cm.ptr, dD_in.ptr, nullptr, s, w));
+  };
+  // FLOPs of the chunked algorithm (causal halves counted once): scores Q^2/2 N, intra Q^2/2 P,
+  // incoming state Q P N, chunk state Q P N, per head and chunk, 2 per multiply-add. The backward
+  // is counted as 2x the forward (the usual convention); the anchors are times, compare those.
+  const double nc = static_cast<double>((seq + 255) / 256);
+  const double fwd_flop =
+      2.0 * 48 * nc * (256.0 * 256 / 2 * 128 + 256.0 * 256 / 2 * 64 + 2 * 256.0 * 64 * 128);
+  const std::string tag = "SSD s=" + std::to_string(seq);
+  add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
+  add_row(tag + " fwd+bwd", median_ms(reps, fb), 3 * fwd_flop, anchor_fb);
+}
+
+void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
+  hcp::cuda::AttentionShape s{1, seq, seq, 12, 4, 128};
+  const size_t nq = seq * 12 * 128, nk = seq * 4 * 128;
+  const size_t set_bytes = (2 * nq + 2 * nk) * 2;
+  const int sets =
+      static_cast<int>(std::min<size_t>(4, std::max<size_t>(1, (240u << 20) / set_bytes + 1)));
+  struct Set {
+    DevBuf<bf16> q, k, v, dout;
+  };
+  std::vector<Set> in;
+  for (int i = 0; i < sets; i++) {
+    Set st{DevBuf<bf16>(nq), DevBuf<bf16>(nk), DevBuf<bf16>(nk), DevBuf<bf16>(nq)};
+    fill_random_bf16(st.q, rng, 1.0);
+    fill_random_bf16(st.k, rng, 1.0);
+    fill_random_bf16(st.v, rng, 1.0);
+    fill_random_bf16(st.dout, rng, 1.0);
+    in.push_back(std::move(st));
+  }
+  DevBuf<bf16> out(nq), dq(nq), dk(nk), dv(nk);
+  DevBuf<float> lse(12 * seq);
+  DevBuf<unsigned char> ws(hcp::cuda::attention_backward_workspace_bytes(s));
+  const float scale = 1.0f / 128.0f;  // granite's attention_multiplier
+  auto fwd = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, st.q.ptr, st.k.ptr, st.v.ptr,
+                                          s, scale, true, 0, 0));
+  };
+  auto fb = [&](int i) {
+    fwd(i);
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::attention_backward(nullptr, dq.ptr, dk.ptr, dv.ptr, st.dout.ptr, st.q.ptr,
+                                           st.k.ptr, st.v.ptr, out.ptr, lse.ptr, s, scale, true, 0,
+                                           0, {ws.ptr, ws.n}));
+  };
+  // Flash-attention convention: forward 4 S^2 D H / 2 (causal), backward 2.5x the forward.
+  const double fwd_flop = 4.0 * seq * seq * 128 * 12 / 2;
+  const std::string tag = "attn s=" + std::to_string(seq);
+  add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
+  add_row(tag + " fwd+bwd", median_ms(reps, fb), 3.5 * fwd_flop, anchor_fb);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t seed =
+      static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  bool timing = true, large = true;
+  std::string only;
+  int reps = 10;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--no-timing") {
+      timing = false;
+    } else if (a == "--no-large") {
+      large = false;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--seed N] [--no-timing] [--no-large] [--only ssd|attn] "
+                   "[--reps N]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  int dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, L2 %d MB, cc %d.%d; seed %llu (rerun with --seed %llu)\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor,
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  std::printf("host threads for the oracle: %u\n", std::thread::hardware_concurrency());
+
+  uint64_t case_seed = seed;
+  if (only.empty() || only == "ssd") {
+    const SsdCase cases[] = {
+        // name, B, S, H, P, G, D, init, final, dfinal, dinit
+        {"seq<chunk", 1, 100, 2, 64, 1, true, true, true, true, true},
+        {"partial-chunk,groups=2", 2, 300, 4, 64, 2, true, false, true, false, true},
+        {"groups=heads,P=32,no-D", 1, 549, 3, 32, 3, false, true, false, true, false},
+        {"4-chunks", 1, 1024, 6, 64, 2, true, true, true, true, true},
+        {"exact-chunk,no-states", 1, 256, 2, 64, 1, true, false, false, false, false},
+        {"tiny s=8192", 1, 8192, 48, 64, 1, true, true, true, true, true},
+    };
+    for (const auto& c : cases) {
+      if (!large && c.seq > 2048) continue;
+      run_ssd_case(c, case_seed++);
+    }
+  }
+  if (only.empty() || only == "attn") {
+    const AttnCase cases[] = {
+        // name, B, Sq, Sk, Hq, Hkv, D, causal, q_pos0, k_pos0, scale, sliced
+        {"causal 4/4 d64", 1, 100, 100, 4, 4, 64, true, 0, 0, 0, false},
+        {"causal GQA 12/4 d128 B=2", 2, 300, 300, 12, 4, 128, true, 0, 0, 0, false},
+        {"ring: block fully visible", 1, 256, 256, 12, 4, 128, true, 256, 0, 1.0 / 128, false},
+        {"ring: diagonal band off=100", 1, 200, 333, 12, 4, 128, true, 1000, 900, 0, false},
+        {"ring: rows that see nothing", 1, 130, 120, 4, 4, 128, true, 0, 50, 0, false},
+        {"ring: block fully masked", 1, 64, 64, 4, 2, 64, true, 0, 64, 0, false},
+        {"non-causal 12/4 d64", 1, 77, 190, 12, 4, 64, false, 0, 0, 0, false},
+        {"tiny s=8192 12/4 d128", 1, 8192, 8192, 12, 4, 128, true, 0, 0, 1.0 / 128, true},
+    };
+    for (const auto& c : cases) {
+      if (!large && c.q_len > 2048) continue;
+      run_attn_case(c, case_seed++);
+    }
+  }
+
+  if (timing) {
+    Rng rng(seed ^ 0x9e3779b97f4a7c15ull);
+    std::printf("timing (median of %d, after 3 warm-ups):\n", reps);
+    if (only.empty() || only == "ssd") {
+      time_ssd(8192, 0.746, 5.62, reps, rng);
+      time_ssd(65536, 2.05, 8.71, reps, rng);
+    }
+    if (only.empty() || only == "attn") {
+      time_attn(8192, 0.413, 1.584, reps, rng);
+      time_attn(65536, 22.1, 79.5, reps, rng);
+    }
+    std::printf("\n%-34s %10s %10s %12s %8s\n", "kernel", "ms", "TFLOP/s", "anchor ms", "speed");
+    for (const auto& r : g_rows) {
+      std::printf("%-34s %10.3f %10.1f %12.3f %7.2fx\n", r.what.c_str(), r.ms, r.tflops,
+                  r.anchor_ms, r.anchor_ms / r.ms);
+    }
+    std::printf("targets: SSD fwd+bwd s=65536 <= 8.71 ms; attention fwd+bwd s=65536 <= 99 ms\n");
+  }
+  std::printf("\n%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -595,10 +595,37 @@ void add_row(const std::string& what, double ms, double flop, double anchor_ms) 
               what.c_str(), ms, flop / (ms * 1e-3) / 1e12, anchor_ms, anchor_ms / ms);
 }
 
-// Fills a device buffer with pseudo-random bf16 / fp32 values on the host (chunked).
+// Device-side pseudo-random fills for the timing inputs (hundreds of MB: generating them on the
+// host would cost minutes of device time). Counter-based: splitmix64 -> Box-Muller.
+__device__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+__device__ float normal_at(uint64_t seed, size_t i) {
+  const uint64_t r = splitmix64(seed ^ splitmix64(i));
+  const float u1 = (static_cast<float>(r >> 40) + 1.f) * (1.f / 16777216.f);  // (0, 1]
+  const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.f / 16777216.f);
+  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+__global__ void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float stddev) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = __float2bfloat16(stddev * normal_at(seed, i));
+  }
+}
+// dt log-uniform in [1e-3, 1e-1].
+__global__ void fill_dt(float* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(splitmix64(seed ^ splitmix64(i)) >> 40) / 16777216.f;
+    p[i] = expf(logf(1e-3f) + u * (logf(1e-1f) - logf(1e-3f)));
+  }
+}
 void fill_random_bf16(DevBuf<bf16>& d, Rng& rng, double stddev) {
-  HostBf16 h = random_bf16(rng, d.n, stddev);
-  d.upload(h.bits);
+  fill_normal_bf16<<<1024, 256>>>(d.ptr, d.n, rng.gen(), static_cast<float>(stddev));
+  CHECK_CUDA(cudaGetLastError());
 }
 
 void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
@@ -619,10 +646,8 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
     fill_random_bf16(st.Bm, rng, 0.5);
     fill_random_bf16(st.Cm, rng, 0.5);
     fill_random_bf16(st.dy, rng, 1.0);
-    std::vector<float> dt(seq * 48);
-    for (auto& v : dt)
-      v = static_cast<float>(std::exp(rng.uniform(std::log(1e-3), std::log(1e-1))));
-    st.dt.upload(dt);
+    fill_dt<<<1024, 256>>>(st.dt.ptr, st.dt.n, rng.gen());
+    CHECK_CUDA(cudaGetLastError());
     in.push_back(std::move(st));
   }
   std::vector<float> A(48), D(48);

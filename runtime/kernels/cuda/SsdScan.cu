@@ -551,8 +551,8 @@ cudaError_t ssd_chunk_scan(cudaStream_t stream, int dir, const SsdScanArgs& args
 bool ssd_supported(const SsdShape& s) {
   return s.batch >= 1 && s.seq >= 1 && s.heads >= 1 && s.groups >= 1 && s.heads % s.groups == 0 &&
          s.chunk == seq_detail::kSsdChunk && s.state == seq_detail::kSsdState &&
-         (s.head_dim == 64 || s.head_dim == 32) && s.batch <= 65535 &&
-         seq_detail::ssd_num_chunks(s) <= 32767;
+         (s.head_dim == 64 || s.head_dim == 32) && s.batch * s.groups <= 65535 &&
+         s.heads <= 65535 && seq_detail::ssd_num_chunks(s) <= 32767;
 }
 
 size_t ssd_scan_forward_workspace_bytes(const SsdShape& s) {

@@ -464,18 +464,18 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
   const HostBf16 v = random_bf16(rng, B * Sk * Hkv * D, 1.0);
   const HostBf16 dout = random_bf16(rng, B * Sq * Hq * D, 1.0);
 
-  auto dq_ = upload_bf16(q), dk_ = upload_bf16(k), dv_ = upload_bf16(v), ddout = upload_bf16(dout);
+  auto q_d = upload_bf16(q), k_d = upload_bf16(k), v_d = upload_bf16(v), dout_d = upload_bf16(dout);
   DevBuf<bf16> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
   DevBuf<float> lse(B * Hq * Sq);
   DevBuf<unsigned char> ws(hcp::cuda::attention_backward_workspace_bytes(s));
   for (auto* b : {&out, &dq, &dk, &dv}) b->poison();
   lse.poison();
   ws.poison();
-  CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, dq_.ptr, dk_.ptr, dv_.ptr, s,
+  CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, q_d.ptr, k_d.ptr, v_d.ptr, s,
                                         static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0));
   CHECK_CUDA(cudaDeviceSynchronize());
   CHECK_OK(hcp::cuda::attention_backward(
-      nullptr, dq.ptr, dk.ptr, dv.ptr, ddout.ptr, dq_.ptr, dk_.ptr, dv_.ptr, out.ptr, lse.ptr, s,
+      nullptr, dq.ptr, dk.ptr, dv.ptr, dout_d.ptr, q_d.ptr, k_d.ptr, v_d.ptr, out.ptr, lse.ptr, s,
       static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}));
   CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<double> out_g = download_bf16(out), lse_g = download_f32(lse),

@@ -1,0 +1,140 @@
+#include "runtime/comm/NcclCommunicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
+#include "runtime/support/Status.h"
+
+namespace hcp::comm {
+namespace {
+
+absl::Status NcclStatus(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrFormat("NCCL %s failed: %s", what, ncclGetErrorString(result)));
+}
+
+absl::Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrFormat("CUDA %s failed: %s", what, cudaGetErrorString(error)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    Communicator& host, int device, std::chrono::seconds timeout) {
+  std::unique_ptr<NcclCommunicator> nccl(new NcclCommunicator(host, timeout));
+  absl::Status local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  // Rank 0 makes the id; everyone takes rank 0's copy out of an all-gather.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (local.ok() && host.world_rank() == 0)
+    local = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  std::vector<ncclUniqueId> ids(host.world_size());
+  host.AllGather(std::as_bytes(std::span(&id, 1)), std::as_writable_bytes(std::span(ids)),
+                 Group::kWorld);
+  // A rank without its GPU (or rank 0 without an id) stops everyone before NCCL's own collective
+  // initialisation, which would otherwise wait for it forever.
+  HCP_RETURN_IF_ERROR(AgreeOnStatus(host, local));
+  if (local.ok()) {
+    local =
+        NcclStatus(ncclCommInitRank(&nccl->world_, host.world_size(), ids[0], host.world_rank()),
+                   "ncclCommInitRank");
+  }
+  // The cp group: same dp_index, ordered by cp_index; the dp group: same cp_index.
+  if (local.ok()) {
+    local = NcclStatus(
+        ncclCommSplit(nccl->world_, host.dp_index(), host.cp_index(), &nccl->cp_, nullptr),
+        "ncclCommSplit (cp)");
+  }
+  if (local.ok()) {
+    local = NcclStatus(
+        ncclCommSplit(nccl->world_, host.cp_index(), host.dp_index(), &nccl->dp_, nullptr),
+        "ncclCommSplit (dp)");
+  }
+  if (!local.ok()) return local;
+  return nccl;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  for (ncclComm_t comm : {cp_, dp_, world_}) {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+}
+
+ncclComm_t NcclCommunicator::CommOf(Group group) const {
+  switch (group) {
+    case Group::kCp:
+      return cp_;
+    case Group::kDp:
+      return dp_;
+    default:
+      return world_;
+  }
+}
+
+void NcclCommunicator::Fail(const std::string& message) {
+  for (ncclComm_t comm : {cp_, dp_, world_}) {
+    if (comm != nullptr) ncclCommAbort(comm);
+  }
+  cp_ = dp_ = world_ = nullptr;
+  host_.Abort(absl::InternalError(message));
+  std::abort();  // Abort does not return; this tells the compiler so through the virtual call
+}
+
+void NcclCommunicator::AllReduceSum(void* data, size_t count, ncclDataType_t type, Group group,
+                                    cudaStream_t stream) {
+  ncclResult_t r = ncclAllReduce(data, data, count, type, ncclSum, CommOf(group), stream);
+  if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllReduce: %s", ncclGetErrorString(r)));
+}
+
+void NcclCommunicator::AllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                 Group group, cudaStream_t stream) {
+  ncclResult_t r = ncclAllGather(send, recv, count, type, CommOf(group), stream);
+  if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllGather: %s", ncclGetErrorString(r)));
+}
+
+void NcclCommunicator::SendRecv(const void* send, size_t send_count, int dest, void* recv,
+                                size_t recv_count, int source, ncclDataType_t type, Group group,
+                                cudaStream_t stream) {
+  ncclComm_t comm = CommOf(group);
+  // Grouped so that a ring of ranks that all send and receive cannot deadlock.
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess && dest != kNoRank) r = ncclSend(send, send_count, type, dest, comm, stream);
+  if (r == ncclSuccess && source != kNoRank)
+    r = ncclRecv(recv, recv_count, type, source, comm, stream);
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess) Fail(absl::StrFormat("ncclSend/ncclRecv: %s", ncclGetErrorString(r)));
+}
+
+void NcclCommunicator::Wait(cudaStream_t stream, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (true) {
+    cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) {
+      Fail(absl::StrFormat("rank %d: %s: %s", host_.world_rank(), what, cudaGetErrorString(state)));
+    }
+    for (ncclComm_t comm : {world_, cp_, dp_}) {
+      ncclResult_t async = ncclSuccess;
+      if (comm != nullptr && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress) {
+        Fail(absl::StrFormat("rank %d: %s: NCCL error %s", host_.world_rank(), what,
+                             ncclGetErrorString(async)));
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      Fail(absl::StrFormat("rank %d: %s did not finish within %d s: another rank failed or hangs",
+                           host_.world_rank(), what, static_cast<int>(timeout_.count())));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace hcp::comm

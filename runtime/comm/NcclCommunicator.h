@@ -1,0 +1,63 @@
+// Collectives on GPU buffers, through NCCL, one GPU per rank. The host Communicator (MPI, or one
+// local rank) bootstraps it: rank 0 of the world makes NCCL's unique id and shares it with an
+// all-gather, then the world communicator is split into the mesh's cp and dp groups, so a group
+// rank means the same here as in Communicator.h (kCp: cp_index, kDp: dp_index).
+//
+// Failure: every call is enqueued on a stream and returns at once. Wait() is where a rank
+// notices trouble: it polls the stream and NCCL's asynchronous error, and if NCCL failed or
+// the work did not finish within the timeout (a peer died or hangs), it aborts the NCCL
+// communicators and then the whole job through the host communicator, with a message naming the
+// rank and what it was waiting for, so no rank is left hanging.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/comm/Communicator.h"
+
+namespace hcp::comm {
+
+class NcclCommunicator {
+ public:
+  // Collective over the host world, whose mesh must be set. `device` is this rank's GPU.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(Communicator& host, int device,
+                                                                  std::chrono::seconds timeout);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  Communicator& host() const { return host_; }
+
+  // In place: data[i] = sum over the group of data[i].
+  void AllReduceSum(void* data, size_t count, ncclDataType_t type, Group group,
+                    cudaStream_t stream);
+  // recv = every group rank's `count` elements of send, in group rank order.
+  void AllGather(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
+                 cudaStream_t stream);
+  // Sends to group rank `dest` and receives from `source` at once (either may be kNoRank).
+  void SendRecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
+                int source, ncclDataType_t type, Group group, cudaStream_t stream);
+
+  // Waits for `stream` to drain; on an NCCL error or after the timeout, aborts the job with a
+  // message that says what was being waited for ("step 12 (ring_attention.forward)").
+  void Wait(cudaStream_t stream, const std::string& what);
+
+ private:
+  NcclCommunicator(Communicator& host, std::chrono::seconds timeout)
+      : host_(host), timeout_(timeout) {}
+  ncclComm_t CommOf(Group group) const;
+  [[noreturn]] void Fail(const std::string& message);
+
+  Communicator& host_;
+  std::chrono::seconds timeout_;
+  ncclComm_t world_ = nullptr;
+  ncclComm_t cp_ = nullptr;
+  ncclComm_t dp_ = nullptr;
+};
+
+}  // namespace hcp::comm

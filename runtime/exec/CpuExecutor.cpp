@@ -134,6 +134,18 @@ void CpuExecutor::SumGradientsOverRanks() {
   }
 }
 
+double CpuExecutor::GradientSquaredNorm() {
+  double replicated = 0, sharded = 0;
+  for (const plan::Parameter& p : plan_.parameters) {
+    double sum = 0;
+    for (float g : F32Buffer(p.gradient)) sum += static_cast<double>(g) * g;
+    (p.sharded() ? sharded : replicated) += sum;
+  }
+  // Every rank calls this, whether or not it holds sharded parameters (the plan is the same).
+  comm_->AllReduceSum(&sharded, 1, comm::Group::kEp);
+  return replicated + sharded;
+}
+
 CpuExecutor::ShardRange CpuExecutor::ShardOf(const plan::Parameter& p) const {
   const int64_t count = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
   if (!p.sharded()) return ShardRange{.begin = 0, .count = count, .full = count};

@@ -148,6 +148,13 @@ class CpuExecutor {
   // optimizer step, after gradient accumulation.
   void SumGradientsOverRanks();
 
+  // The squared L2 norm of the whole model's gradient (every parameter's whole tensor, counted
+  // once), after SumGradientsOverRanks: replicated gradients are the same on every rank and
+  // count as they are; sharded ones are summed over the ep group (each rank holds different
+  // rows). Computed in double; the same on every rank. Collective over the world (for gradient
+  // clipping).
+  double GradientSquaredNorm();
+
   // A parameter's value or gradient by checkpoint name (this rank's part: a sharded parameter's
   // rows only, see GatherFull); NotFound names the parameter.
   absl::StatusOr<std::span<float>> Parameter(std::string_view name);

@@ -485,6 +485,110 @@ TEST(CpuExecutor, CreateNeedsThePlansRanks) {
             "plan first");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Expert parallelism: a sharded parameter holds its rank's rows of the whole tensor, whether
+// initialised or loaded, and equals that slice of the unsharded run's values.
+
+// A plan on `mesh` with a replicated norm [6] and two sharded expert weights (checkpoint
+// shapes [8, 3, 2] and [8, 2]) split into mesh.ep shards; with ep = 1 they are whole.
+plan::Plan ShardedPlan(plan::Mesh mesh) {
+  plan::PlanBuilder b;
+  b.set_shape(1, 8).set_mesh(mesh);
+  b.AllocateInputs();
+  b.set_loss(b.Allocate("loss", plan::Arena::Activations, {1}));
+  b.AddParameter("model.norm.weight", {6}, plan::ParamInit::Ones);
+  if (mesh.ep == 1) {
+    b.AddParameter("experts.w_in", {8, 3, 2}, plan::ParamInit::Normal, 0.5);
+    b.AddParameter("experts.a_log", {8, 2}, plan::ParamInit::LogArange);
+  } else {
+    b.AddShardedParameter("experts.w_in", {8, 3, 2}, mesh.ep, plan::ParamInit::Normal, 0.5);
+    b.AddShardedParameter("experts.a_log", {8, 2}, mesh.ep, plan::ParamInit::LogArange);
+  }
+  absl::StatusOr<std::string> bytes = b.Finish();
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(*bytes, "sharded");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+TEST(CpuExecutor, ShardedParametersHoldTheirRowsOfTheWholeTensor) {
+  const plan::Plan whole = ShardedPlan(plan::Mesh{});
+  auto one = MakeExecutor(whole);
+  one->InitializeParameters(77);
+  const std::vector<float> w_in = Copy(*one->Parameter("experts.w_in"));
+  const std::vector<float> a_log = Copy(*one->Parameter("experts.a_log"));
+
+  // cp2 x dp2 with ep4: world rank r holds rows [2r, 2r + 2) of both expert tensors.
+  const plan::Mesh mesh{.cp = 2, .dp = 2, .ep = 4};
+  const plan::Plan sharded = ShardedPlan(mesh);
+  ASSERT_EQ(sharded.parameters[1].shards, 4);
+  EXPECT_EQ(sharded.FullShape(sharded.parameters[1]), (std::vector<int64_t>{8, 3, 2}));
+  EXPECT_EQ(sharded.buffers[sharded.parameters[1].buffer].shape, (std::vector<int64_t>{2, 3, 2}));
+
+  // A checkpoint of other values, for loading.
+  std::vector<float> w_in_ckpt(w_in.size()), a_log_ckpt(a_log.size()), norm_ckpt(6, 2.0f);
+  for (size_t i = 0; i < w_in_ckpt.size(); ++i) w_in_ckpt[i] = 0.5f * static_cast<float>(i);
+  for (size_t i = 0; i < a_log_ckpt.size(); ++i) a_log_ckpt[i] = -static_cast<float>(i);
+  ScratchDir dir;
+  ASSERT_TRUE(WriteCheckpoint(dir.path, {{"model.norm.weight", DType::F32, {6}, norm_ckpt, {}},
+                                         {"experts.w_in", DType::F32, {8, 3, 2}, w_in_ckpt, {}},
+                                         {"experts.a_log", DType::F32, {8, 2}, a_log_ckpt, {}}})
+                  .ok());
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir.path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+
+  for (int world_rank = 0; world_rank < 4; ++world_rank) {
+    SCOPED_TRACE(world_rank);
+    PretendRank rank(world_rank, 4);
+    ASSERT_TRUE(rank.SetMesh(mesh).ok());
+    EXPECT_EQ(rank.ep_index(), world_rank);
+    auto exec = CpuExecutor::Create(sharded, rank);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    const plan::Parameter& p = (*exec)->parameters()[1];
+    const CpuExecutor::ShardRange range = (*exec)->ShardOf(p);
+    EXPECT_EQ(range.begin, world_rank * 12);
+    EXPECT_EQ(range.count, 12);
+    EXPECT_EQ(range.full, 48);
+    EXPECT_EQ((*exec)->ShardOf((*exec)->parameters()[0]).count, 6);
+
+    (*exec)->InitializeParameters(77);
+    auto rows = [&](const std::vector<float>& full, int64_t per_rank) {
+      return std::vector<float>(full.begin() + world_rank * per_rank,
+                                full.begin() + (world_rank + 1) * per_rank);
+    };
+    EXPECT_EQ(Copy(*(*exec)->Parameter("experts.w_in")), rows(w_in, 12));
+    EXPECT_EQ(Copy(*(*exec)->Parameter("experts.a_log")), rows(a_log, 4));
+    const std::vector<float> local_part = Copy((*exec)->LocalPart(p, w_in));
+    EXPECT_EQ(local_part, rows(w_in, 12));
+
+    ASSERT_TRUE((*exec)->LoadParameters(*reader).ok());
+    EXPECT_EQ(Copy(*(*exec)->Parameter("experts.w_in")), rows(w_in_ckpt, 12));
+    EXPECT_EQ(Copy(*(*exec)->Parameter("experts.a_log")), rows(a_log_ckpt, 4));
+    EXPECT_EQ(Copy(*(*exec)->Parameter("model.norm.weight")), norm_ckpt);
+  }
+}
+
+TEST(CpuExecutor, ShardedParametersLoadTheCheckpointShape) {
+  const plan::Mesh mesh{.cp = 1, .dp = 2, .ep = 2};
+  const plan::Plan sharded = ShardedPlan(mesh);
+  std::vector<float> local(24, 1.0f), norm(6, 1.0f), a_log(16, 1.0f);
+  ScratchDir dir;
+  // The rank's [4, 3, 2] slice is not the checkpoint tensor: the whole [8, 3, 2] is expected.
+  ASSERT_TRUE(WriteCheckpoint(dir.path, {{"model.norm.weight", DType::F32, {6}, norm, {}},
+                                         {"experts.w_in", DType::F32, {4, 3, 2}, local, {}},
+                                         {"experts.a_log", DType::F32, {8, 2}, a_log, {}}})
+                  .ok());
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir.path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  PretendRank rank(1, 2);
+  ASSERT_TRUE(rank.SetMesh(mesh).ok());
+  auto exec = CpuExecutor::Create(sharded, rank);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  absl::Status status = (*exec)->LoadParameters(*reader);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("tensor 'experts.w_in' has shape [4, 3, 2], the plan expects [8, 3, 2]"));
+}
+
 TEST(CpuExecutor, CreateValidatesThePlanAgain) {
   plan::Plan plan = LoadTinyLm();
   plan.steps[1].ints[1] = H + 1;  // rms_norm dim

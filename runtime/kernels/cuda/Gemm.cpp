@@ -1,0 +1,266 @@
+// Row-major matrix products through cuBLASLt (bf16 operands, fp32 accumulation, bf16 or fp32 C).
+//
+// cuBLASLt is column-major. A row-major [r, c] matrix with row stride ld is the column-major
+// [c, r] matrix with the same ld, i.e. its transpose, so the row-major C = op(A) op(B) is computed
+// as the column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B, its "B" our A, M = n, N = m.
+//
+// The heuristic's choice is cached per problem (transposes, sizes, strides, C type, whether beta
+// is zero, alignments). A row-major leading dimension that varies from call to call (an MoE
+// expert's token count: m when A is not transposed, k when A is transposed and B is not) is
+// rounded up to a multiple of kBucket for the cache key and the heuristic query, so the experts'
+// GEMMs share entries; should cuBLASLt refuse the bucket's algorithm for the exact shape, the
+// exact shape is queried and used instead.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <unordered_map>
+
+#include "runtime/kernels/cuda/Kernels.h"
+
+namespace hcp::cuda {
+namespace {
+
+constexpr int64_t kBucket = 64;
+
+int64_t round_up_bucket(int64_t v) { return (v + kBucket - 1) / kBucket * kBucket; }
+
+using GemmKey = std::array<int64_t, 13>;
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& key) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : key) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+template <typename TC>
+constexpr cudaDataType_t c_type() {
+  return std::is_same_v<TC, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// The largest power of two <= 16 that divides both the address and the row stride in bytes.
+int64_t alignment(const void* p, int64_t ld, int64_t element_bytes) {
+  const uint64_t address = reinterpret_cast<uintptr_t>(p);
+  const uint64_t stride = static_cast<uint64_t>(ld * element_bytes);
+  int64_t align = 16;
+  while (align > 1 && ((address | stride) % static_cast<uint64_t>(align)) != 0) align /= 2;
+  return align;
+}
+
+Status lt_status(const char* where, cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? Status()
+                                         : Status(where, cublasLtGetStatusString(status));
+}
+
+// Owns the cuBLASLt descriptors of one call.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descriptors() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// The column-major problem for row-major (m, n, k): layouts of cuBLASLt's A (our b), B (our a)
+// and C.
+Status make_layouts(Descriptors& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype) {
+  const char* where = "gemm: layout";
+  if (Status s = lt_status(where, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, trans_b ? k : n,
+                                                             trans_b ? n : k, ldb));
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = lt_status(where, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, trans_a ? m : k,
+                                                             trans_a ? k : m, lda));
+      !s.ok()) {
+    return s;
+  }
+  return lt_status(where, cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc));
+}
+
+}  // namespace
+
+struct GemmContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
+};
+
+Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes) {
+  *ctx = nullptr;
+  auto* context = new GemmContext;
+  if (Status s = lt_status("gemm_context_create", cublasLtCreate(&context->handle)); !s.ok()) {
+    delete context;
+    return s;
+  }
+  if (workspace_bytes > 0) {
+    cudaError_t error = cudaMalloc(&context->workspace, workspace_bytes);
+    if (error != cudaSuccess) {
+      cublasLtDestroy(context->handle);
+      delete context;
+      return Status::Cuda("gemm_context_create", error);
+    }
+  }
+  context->workspace_bytes = workspace_bytes;
+  *ctx = context;
+  return Status();
+}
+
+void gemm_context_destroy(GemmContext* ctx) {
+  if (ctx == nullptr) return;
+  if (ctx->workspace != nullptr) cudaFree(ctx->workspace);
+  if (ctx->handle != nullptr) cublasLtDestroy(ctx->handle);
+  delete ctx;
+}
+
+namespace {
+
+// The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
+Status query_algo(GemmContext* ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+                  const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
+  const char* where = "gemm: heuristic";
+  Descriptors d;
+  if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      !s.ok()) {
+    return s;
+  }
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype); !s.ok()) {
+    return s;
+  }
+  if (Status s = lt_status(where, cublasLtMatmulPreferenceCreate(&d.pref)); !s.ok()) return s;
+  const uint64_t workspace = ctx->workspace_bytes;
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof(workspace));
+  // cuBLASLt's A is our b, its B our a; C and D are our c.
+  const uint32_t align_a = static_cast<uint32_t>(align[1]);
+  const uint32_t align_b = static_cast<uint32_t>(align[0]);
+  const uint32_t align_c = static_cast<uint32_t>(align[2]);
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                       sizeof(align_a));
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                       sizeof(align_b));
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                       sizeof(align_c));
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                       sizeof(align_c));
+  cublasLtMatmulHeuristicResult_t result;
+  std::memset(&result, 0, sizeof(result));
+  int found = 0;
+  if (Status s = lt_status(where, cublasLtMatmulAlgoGetHeuristic(ctx->handle, d.op, d.a, d.b, d.c,
+                                                                 d.c, d.pref, 1, &result, &found));
+      !s.ok()) {
+    return s;
+  }
+  if (found == 0) return Status(where, "cuBLASLt has no algorithm for this problem");
+  *algo = result.algo;
+  return Status();
+}
+
+template <typename TC>
+Status run(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
+           int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+           float beta, TC* c, int64_t ldc, const cublasLtMatmulAlgo_t& algo) {
+  const char* where = "gemm";
+  Descriptors d;
+  if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      !s.ok()) {
+    return s;
+  }
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>()); !s.ok()) {
+    return s;
+  }
+  return lt_status(
+      where, cublasLtMatmul(ctx->handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &algo,
+                            ctx->workspace, ctx->workspace_bytes, stream));
+}
+
+}  // namespace
+
+template <typename TC>
+Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
+            int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+            float beta, TC* c, int64_t ldc) {
+  const char* where = "gemm";
+  if (ctx == nullptr) return Status(where, "no GemmContext");
+  if (m < 0 || n < 0 || k < 0) return Status(where, "negative size");
+  if (lda < std::max<int64_t>(1, trans_a ? m : k) || ldb < std::max<int64_t>(1, trans_b ? k : n) ||
+      ldc < std::max<int64_t>(1, n)) {
+    return Status(where, "a row stride is smaller than its row");
+  }
+  if (m == 0 || n == 0) return Status();
+  if (k == 0) {
+    if (beta == 1.f) return Status();
+    if (beta != 0.f) return Status(where, "k == 0 with beta other than 0 or 1 is not supported");
+    cudaError_t error = cudaMemset2DAsync(c, sizeof(TC) * ldc, 0, sizeof(TC) * n, m, stream);
+    return error == cudaSuccess ? Status() : Status::Cuda(where, error);
+  }
+
+  const int64_t align[3] = {alignment(a, lda, 2), alignment(b, ldb, 2),
+                            alignment(c, ldc, sizeof(TC))};
+  const bool bucket_m = !trans_a;
+  const bool bucket_k = trans_a && !trans_b;
+  const int64_t m_key = bucket_m ? round_up_bucket(m) : m;
+  const int64_t k_key = bucket_k ? round_up_bucket(k) : k;
+  const GemmKey key = {
+      trans_a,     trans_b,  m_key,    n,       k_key, lda, ldb, ldc, std::is_same_v<TC, float>,
+      beta != 0.f, align[0], align[1], align[2]};
+  auto it = ctx->algos.find(key);
+  if (it == ctx->algos.end()) {
+    cublasLtMatmulAlgo_t algo;
+    if (Status s = query_algo(ctx, trans_a, trans_b, m_key, n, k_key, lda, ldb, ldc, c_type<TC>(),
+                              align, &algo);
+        !s.ok()) {
+      // The heuristic may have nothing for the bucket's shape yet something for the exact one.
+      if (m_key == m && k_key == k) return s;
+      if (Status exact =
+              query_algo(ctx, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), align, &algo);
+          !exact.ok()) {
+        return exact;
+      }
+    }
+    it = ctx->algos.emplace(key, algo).first;
+  }
+  Status status =
+      run(ctx, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, it->second);
+  if (status.ok() || (m_key == m && k_key == k)) return status;
+  // The cached algorithm came from the bucket's shape and does not run this one: use the exact
+  // shape's own (not cached, to keep the bucket's entry for the shapes it serves).
+  cublasLtMatmulAlgo_t exact;
+  if (Status s =
+          query_algo(ctx, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), align, &exact);
+      !s.ok()) {
+    return s;
+  }
+  return run(ctx, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, exact);
+}
+
+template Status gemm<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, float,
+                           const bf16*, int64_t, const bf16*, int64_t, float, bf16*, int64_t);
+template Status gemm<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
+                            float, const bf16*, int64_t, const bf16*, int64_t, float, float*,
+                            int64_t);
+
+}  // namespace hcp::cuda

@@ -1,0 +1,282 @@
+// CUDA kernels for the token-local ops of a GraniteMoeHybrid training step, forward and backward,
+// and the cuBLASLt matrix product. Each function computes exactly its namesake in
+// runtime/kernels/cpu/Kernels.h (the oracle): same layouts, same semantics, with the precision
+// differences listed here.
+//
+// Conventions, for every function below:
+//   - pointers are device pointers; tensors are dense and row-major, shapes as in the CPU header;
+//   - every output is OVERWRITTEN, except where a function says otherwise;
+//   - work is queued on `stream` and the function returns without waiting, except the MoE expert
+//     functions, which wait once for the per-expert token counts (cuBLASLt needs them on the host);
+//   - activations and weights are bf16; arithmetic is fp32; reductions accumulate in fp32 (or
+//     double where named) in a FIXED order, so every result is bit-reproducible run to run on one
+//     GPU model (no floating-point atomics anywhere);
+//   - per-row statistics (rstd, lse), losses, routing gates and optimizer state are fp32;
+//   - functions templated on T exist for T = float and T = bf16 (explicitly instantiated);
+//   - scratch memory comes from the caller: `Workspace` of at least the bytes the matching
+//     *_workspace_bytes function returns (16-byte aligned), used only until the queued work ends;
+//   - errors come back as a Status (bad arguments, launch and library failures). Bad DATA that
+//     only the device sees (a token id outside the vocabulary, a bad target) cannot be returned:
+//     where the CPU oracle returns InvalidArgument, these functions take `bad_position`, a
+//     nullable device int32 that the kernel lowers (atomicMin) to the first bad position; the
+//     caller sets it to INT32_MAX beforehand and reads it when convenient. The affected outputs
+//     are NaN so that a step using them is skipped by the training loop's NaN policy.
+// The header is plain C++ (no device code): the runtime includes it from .cpp files. It needs no
+// Abseil: Status is converted to absl::Status at the runtime's edge.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hcp::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Success, or where the first failure happened and the library's message (both static strings).
+class Status {
+ public:
+  Status() = default;
+  Status(const char* where, const char* message) : where_(where), message_(message) {}
+  static Status Cuda(const char* where, cudaError_t error) {
+    return Status(where, cudaGetErrorString(error));
+  }
+  bool ok() const { return where_ == nullptr; }
+  const char* where() const { return where_ == nullptr ? "" : where_; }
+  const char* message() const { return message_ == nullptr ? "" : message_; }
+
+ private:
+  const char* where_ = nullptr;
+  const char* message_ = nullptr;
+};
+
+// Caller-owned scratch memory.
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Matrix product through cuBLASLt (Gemm.cpp).
+// C[m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * C[m, n], row-major, op(X) = X or X^T, lda/ldb/
+// ldc the row strides as stored (the CPU gemm's contract). A and B are bf16; C is bf16 or fp32
+// (TC); the product accumulates in fp32. beta == 0 never reads C (it may hold NaN). k == 0 gives
+// C = beta * C for beta in {0, 1} (other betas with k == 0 are refused).
+// A GemmContext holds the cuBLASLt handle, a device workspace and a cache of the algorithm the
+// heuristic picked per problem; use one context per stream (the workspace is shared by its
+// launches). Shapes whose leading row-major dimension varies from call to call (MoE experts'
+// token counts) share cache entries by rounding that dimension up to a multiple of 64.
+struct GemmContext;
+Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32} << 20);
+void gemm_context_destroy(GemmContext* ctx);
+
+template <typename TC>
+Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
+            int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+            float beta, TC* c, int64_t ldc);
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise (Elementwise.cu), n elements unless said. In-place use (y == x) is allowed.
+template <typename T>
+Status fill(cudaStream_t stream, T* y, float value, int64_t n);
+template <typename T>
+Status copy(cudaStream_t stream, T* y, const T* x, int64_t n);
+// Conversions between the two element types (bf16 <- float rounds to nearest even).
+Status cast(cudaStream_t stream, bf16* y, const float* x, int64_t n);
+Status cast(cudaStream_t stream, float* y, const bf16* x, int64_t n);
+template <typename T>
+Status scale(cudaStream_t stream, T* y, const T* x, float factor, int64_t n);
+// y[i] = a[i] op b[i % rhs_n]: b broadcast over the leading dims (rhs_n == n: plain). rhs_n
+// must divide n. add with rhs_n = cols is the CPU bias_add_forward.
+enum class BinaryOp { kAdd, kMul, kDiv };
+template <typename T>
+Status binary(cudaStream_t stream, BinaryOp op, T* y, const T* a, const T* b, int64_t n,
+              int64_t rhs_n);
+template <typename T>
+Status silu_forward(cudaStream_t stream, T* y, const T* x, int64_t n);
+template <typename T>
+Status silu_backward(cudaStream_t stream, T* dx, const T* dy, const T* x, int64_t n);
+// softplus(x) = log(1 + exp(x)), x itself above 20.
+template <typename T>
+Status softplus_forward(cudaStream_t stream, T* y, const T* x, int64_t n);
+template <typename T>
+Status softplus_backward(cudaStream_t stream, T* dx, const T* dy, const T* x, int64_t n);
+// y = -exp(x); backward dx = dy * y (the saved output).
+template <typename T>
+Status neg_exp_forward(cudaStream_t stream, T* y, const T* x, int64_t n);
+template <typename T>
+Status neg_exp_backward(cudaStream_t stream, T* dx, const T* dy, const T* y, int64_t n);
+// x [rows, 2*inner] = [a | b]; y [rows, inner] = silu(a) * b.
+template <typename T>
+Status swiglu_forward(cudaStream_t stream, T* y, const T* x, int64_t rows, int64_t inner);
+template <typename T>
+Status swiglu_backward(cudaStream_t stream, T* dx, const T* dy, const T* x, int64_t rows,
+                       int64_t inner);
+// out [rows, width] = in[:, offset : offset + width], in [rows, in_cols].
+template <typename T>
+Status slice_columns(cudaStream_t stream, T* out, const T* in, int64_t rows, int64_t in_cols,
+                     int64_t offset, int64_t width);
+// out[:, offset : offset + width] = in [rows, width]; the other columns of out [rows, out_cols]
+// are left untouched (the CPU slice_columns_backward).
+template <typename T>
+Status insert_columns(cudaStream_t stream, T* out, const T* in, int64_t rows, int64_t out_cols,
+                      int64_t offset, int64_t width);
+// y [cols] = sum over rows of x [rows, cols] (the bias gradient; KernelTable's sum_leading), in
+// fp32 over fixed row chunks, the chunks summed in order.
+size_t column_sum_workspace_bytes(int64_t rows, int64_t cols);
+template <typename T>
+Status column_sum(cudaStream_t stream, T* y, const T* x, int64_t rows, int64_t cols,
+                  Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm over the last dim (Norms.cu). dim <= 32768. x, y [rows, dim] bf16; w [dim] bf16;
+// rstd [rows] fp32, nullable on the forward (not wanted) and on the backward (recomputed from x
+// with eps, as the CPU backend does). y = x * rstd * w rounded once (Hugging Face rounds
+// x * rstd to bf16 before the weight multiply; the difference is within one bf16 rounding).
+Status rms_norm_forward(cudaStream_t stream, bf16* y, float* rstd, const bf16* x, const bf16* w,
+                        int64_t rows, int64_t dim, float eps);
+size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t dim);
+Status rms_norm_backward(cudaStream_t stream, bf16* dx, bf16* dw, const bf16* dy, const bf16* x,
+                         const bf16* w, const float* rstd, int64_t rows, int64_t dim, float eps,
+                         Workspace workspace);
+// Gated RMSNorm (gate before norm): u = y * silu(z) in fp32; out = u * rstd(u) * w.
+Status gated_rms_norm_forward(cudaStream_t stream, bf16* out, float* rstd, const bf16* y,
+                              const bf16* z, const bf16* w, int64_t rows, int64_t dim, float eps);
+size_t gated_rms_norm_backward_workspace_bytes(int64_t rows, int64_t dim);
+Status gated_rms_norm_backward(cudaStream_t stream, bf16* dy, bf16* dz, bf16* dw, const bf16* dout,
+                               const bf16* y, const bf16* z, const bf16* w, const float* rstd,
+                               int64_t rows, int64_t dim, float eps, Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// Embedding (Embedding.cu). out [tokens, hidden] = table[ids] * multiplier. A bad id gives a
+// NaN row and is reported through bad_position (see the conventions).
+Status embedding_forward(cudaStream_t stream, bf16* out, const int32_t* ids, const bf16* table,
+                         int64_t tokens, int64_t vocab, int64_t hidden, float multiplier,
+                         int32_t* bad_position);
+// dtable [vocab, hidden]: every row written once, the rows of absent ids and padding_idx (< 0:
+// none) zero. Deterministic: a stable radix sort of the ids (CUB) groups the tokens of each id,
+// then one warp per vocabulary row sums its tokens' gradients in token order in fp32. Ids outside
+// the vocabulary are skipped.
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
+Status embedding_backward(cudaStream_t stream, bf16* dtable, const bf16* dout, const int32_t* ids,
+                          int64_t tokens, int64_t vocab, int64_t hidden, float multiplier,
+                          int64_t padding_idx, Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// Causal depthwise conv1d with bias (Conv.cu), 1 <= width <= 8. x, y [batch, seq, channels];
+// w [channels, width]; bias [channels] (nullable: zero); halo [batch, width-1, channels] nullable
+// (zeros): the rows that precede each sequence (context parallelism).
+Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const bf16* halo,
+                             const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
+                             int64_t channels, int64_t width);
+// dhalo nullable (not wanted). dw, dbias sum over batch and sequence in fp32 (fixed slabs).
+size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
+                                              int64_t width);
+Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
+                              const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
+                              int64_t batch, int64_t seq, int64_t channels, int64_t width,
+                              Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// Mixture of experts (Moe.cu).
+// Routing: top-k of the raw logits [tokens, experts] (descending, ties to the lower expert),
+// softmax over the k selected. T = float or bf16 logits; gates fp32 [tokens, k]; indices
+// [tokens, k]. experts <= 256, k <= 16.
+template <typename T>
+Status moe_route_forward(cudaStream_t stream, float* gates, int32_t* indices, const T* logits,
+                         int64_t tokens, int64_t experts, int64_t k);
+// dlogits [tokens, experts] (type T): softmax backward on the selected entries, zero elsewhere.
+template <typename T>
+Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, const float* gates,
+                          const int32_t* indices, int64_t tokens, int64_t experts, int64_t k);
+// Experts: out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b), [a | b] = W_in[e] x[t],
+// e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden]; w_out [E, hidden, inner].
+// The (token, slot) pairs are sorted by expert (stably), gathered, and each expert runs two
+// cuBLASLt GEMMs on its rows; the products and SwiGLU are rounded to bf16 between the GEMMs (as
+// a bf16 model does); the gate-weighted sum over a token's slots is fp32 in slot order. Waits
+// for the per-expert counts (a device-to-host copy of experts+1 ints): not graph-capturable.
+// Slots whose index is outside [0, experts) contribute nothing (and get dgates 0).
+size_t moe_experts_forward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
+                                           int64_t experts, int64_t k);
+Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, const bf16* x,
+                           const float* gates, const int32_t* indices, const bf16* w_in,
+                           const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                           int64_t experts, int64_t k, Workspace workspace);
+// Recomputes the expert activations (no saved state). dw_in, dw_out are every expert's full
+// gradient (zero for an expert no token reached).
+size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
+                                            int64_t experts, int64_t k);
+Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, float* dgates,
+                            bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
+                            const float* gates, const int32_t* indices, const bf16* w_in,
+                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                            int64_t experts, int64_t k, Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy with an ignore index (CrossEntropy.cu).
+// On given logits [tokens, vocab] (T = float or bf16): loss_sum [1] = sum over valid rows of
+// lse - logit[target] (summed in double, row order), valid_count [1], lse [tokens] (every row).
+// A bad target makes its row's loss NaN and is reported through bad_position.
+size_t cross_entropy_forward_workspace_bytes(int64_t tokens);
+template <typename T>
+Status cross_entropy_forward(cudaStream_t stream, float* loss_sum, float* valid_count, float* lse,
+                             const T* logits, const int32_t* targets, int64_t tokens, int64_t vocab,
+                             int64_t ignore_index, int32_t* bad_position, Workspace workspace);
+// dlogits = dloss_sum[0] * (softmax(logits) - onehot(target)); zero rows for ignored targets.
+template <typename T>
+Status cross_entropy_backward(cudaStream_t stream, T* dlogits, const float* dloss_sum,
+                              const T* logits, const float* lse, const int32_t* targets,
+                              int64_t tokens, int64_t vocab, int64_t ignore_index);
+
+// The vocabulary projection fused with the cross-entropy, chunk by chunk so that the logits of
+// the whole sequence never exist: logits = hidden [tokens, hid] @ table [vocab, hid]^T /
+// logits_scaling, computed for chunk_tokens rows at a time into a bf16 buffer (as a bf16 model's
+// logits are), then the cross-entropy above on that chunk. Same outputs as the forward above.
+size_t lm_head_cross_entropy_forward_workspace_bytes(int64_t tokens, int64_t vocab,
+                                                     int64_t chunk_tokens);
+Status lm_head_cross_entropy_forward(GemmContext* ctx, cudaStream_t stream, float* loss_sum,
+                                     float* valid_count, float* lse, const bf16* hidden,
+                                     const bf16* table, const int32_t* targets, int64_t tokens,
+                                     int64_t vocab, int64_t hid, float logits_scaling,
+                                     int64_t ignore_index, int64_t chunk_tokens,
+                                     int32_t* bad_position, Workspace workspace);
+// Recomputes each chunk's logits, turns them in place into dlogits (with lse from the forward,
+// and 1/logits_scaling folded in), then dhidden[chunk] = dlogits @ table and dtable +=
+// dlogits^T @ hidden[chunk]; dtable accumulates over chunks in an fp32 workspace buffer
+// [vocab, hid] and is rounded to bf16 once at the end.
+size_t lm_head_cross_entropy_backward_workspace_bytes(int64_t tokens, int64_t vocab, int64_t hid,
+                                                      int64_t chunk_tokens);
+Status lm_head_cross_entropy_backward(GemmContext* ctx, cudaStream_t stream, bf16* dhidden,
+                                      bf16* dtable, const float* dloss_sum, const bf16* hidden,
+                                      const bf16* table, const int32_t* targets, const float* lse,
+                                      int64_t tokens, int64_t vocab, int64_t hid,
+                                      float logits_scaling, int64_t ignore_index,
+                                      int64_t chunk_tokens, Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer (AdamW.cu): hcp::train::AdamWKernel on the GPU, element for element the same fp32
+// operations (no fused multiply-adds), so the results are bit-identical to the CPU's.
+// master, m, v: fp32 [n]; grad: fp32 or bf16 (G); param: the bf16 compute copy written back
+// from the updated master (nullable: not wanted).
+struct AdamWStep {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double clip_coef = 1;
+  int64_t t = 1;  // 1-based update number
+  bool decay = true;
+};
+template <typename G>
+Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* grad, float* m,
+                    float* v, int64_t n, const AdamWStep& step);
+// *out (device double) = sum of x^2, for the global gradient norm; fp32 squares per thread,
+// double across threads and blocks, fixed order.
+size_t sum_of_squares_workspace_bytes(int64_t n);
+template <typename T>
+Status sum_of_squares(cudaStream_t stream, double* out, const T* x, int64_t n, Workspace workspace);
+
+}  // namespace hcp::cuda

@@ -1,0 +1,485 @@
+// Mixture of experts: top-k routing with a softmax over the selected logits, and the experts'
+// SwiGLU MLPs (grouped by expert, through cuBLASLt) combined with the gates.
+//
+// Expert compute, forward:
+//   plan     sort the (token, slot) pairs by expert, stably: sorted_slot[p] is the slot at
+//            permuted row p, slot_pos[s] the permuted row of slot s, offsets[e] expert e's first
+//            row (one block per expert; deterministic, no atomics on the result);
+//   gather   xp[p] = x[token of sorted_slot[p]];
+//   experts  for each expert e with rows [offsets[e], offsets[e+1]): h = xp W_in[e]^T (GEMM),
+//            u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
+//   combine  out[t] = sum_j gates[t, j] y[slot_pos[t*k + j]], fp32, slot order.
+// The backward recomputes h, u, y the same way, then dgates[s] = dout[t] . y[p] and
+// dyp[p] = gate * dout[t]; du = dyp W_out[e], dW_out[e] = dyp^T u, dh = swiglu'(du),
+// dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j dxp[slot_pos[t*k + j]].
+#include <cfloat>
+#include <vector>
+
+#include "runtime/kernels/cuda/Common.cuh"
+
+namespace hcp::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int kMaxRouteExperts = 256;  // 8 logits per lane
+constexpr int kMaxK = 16;
+constexpr int kMaxPlanExperts = 4096;  // the plan's shared histogram
+constexpr int kPlanThreads = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Routing: one warp per token; lane l holds logits l, l + 32, ...
+
+template <typename T>
+__global__ void route_forward_kernel(float* gates, int32_t* indices, const T* logits,
+                                     int64_t tokens, int experts, int k) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t t = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); t < tokens;
+       t += warps) {
+    float val[kMaxRouteExperts / 32];
+#pragma unroll
+    for (int i = 0; i < kMaxRouteExperts / 32; i++) {
+      const int e = lane + 32 * i;
+      val[i] = e < experts ? to_float(logits[t * experts + e]) : -INFINITY;
+    }
+    unsigned taken = 0;  // bit i: logit lane + 32 i already selected
+    float max_logit = 0.f, sum = 0.f, my_val = 0.f;
+    int my_idx = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxK; j++) {
+      if (j >= k) break;
+      // This lane's best untaken logit (ties: lower expert), then the warp's.
+      float best = -INFINITY;
+      int best_e = INT32_MAX;
+#pragma unroll
+      for (int i = 0; i < kMaxRouteExperts / 32; i++) {
+        const int e = lane + 32 * i;
+        if (e < experts && !(taken & (1u << i)) && (val[i] > best || best_e == INT32_MAX)) {
+          best = val[i];
+          best_e = e;
+        }
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+        const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
+        if (other > best || (other == best && other_e < best_e) ||
+            (best_e == INT32_MAX && other_e != INT32_MAX)) {
+          best = other;
+          best_e = other_e;
+        }
+      }
+      if ((best_e & 31) == lane) taken |= 1u << (best_e >> 5);
+      if (j == 0) max_logit = best;
+      sum += expf(best - max_logit);
+      if (lane == j) {
+        my_val = best;
+        my_idx = best_e;
+      }
+    }
+    if (lane < k) {
+      gates[t * k + lane] = expf(my_val - max_logit) / sum;
+      indices[t * k + lane] = my_idx;
+    }
+  }
+}
+
+// dl_j = g_j (dg_j - sum_i g_i dg_i) on the selected logits, zero elsewhere.
+template <typename T>
+__global__ void route_backward_kernel(T* dlogits, const float* dgates, const float* gates,
+                                      const int32_t* indices, int64_t tokens, int experts, int k) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t t = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); t < tokens;
+       t += warps) {
+    float g = 0.f, dg = 0.f;
+    int idx = -1;
+    if (lane < k) {
+      g = gates[t * k + lane];
+      dg = dgates[t * k + lane];
+      idx = indices[t * k + lane];
+    }
+    const float dot = warp_sum(g * dg);
+    for (int e = lane; e < experts; e += 32) {
+      float value = 0.f;
+      for (int j = 0; j < k; j++) {
+        const int idx_j = __shfl_sync(0xffffffffu, idx, j);
+        const float g_j = __shfl_sync(0xffffffffu, g, j);
+        const float dg_j = __shfl_sync(0xffffffffu, dg, j);
+        if (idx_j == e) value = g_j * (dg_j - dot);
+      }
+      dlogits[t * experts + e] = from_float<T>(value);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The expert plan: one block per expert. Every block histograms all slots (shared memory), takes
+// its offset from the counts of the experts before it, then walks the slots in order and gives
+// each of its slots the next row (a block-wide stable compaction). Block 0 also writes the
+// offsets and marks slots with an index outside [0, experts) (slot_pos = -1).
+__global__ void __launch_bounds__(kPlanThreads)
+    plan_kernel(int32_t* sorted_slot, int32_t* slot_pos, int32_t* offsets, const int32_t* indices,
+                int64_t slots, int experts) {
+  extern __shared__ int32_t hist[];
+  __shared__ int32_t warp_counts[32];
+  __shared__ int32_t base_s;
+  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < experts; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x) {
+    const int32_t idx = indices[s];
+    if (idx >= 0 && idx < experts) atomicAdd(&hist[idx], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t offset = 0;
+    for (int i = 0; i < experts; i++) {
+      if (e == 0) offsets[i] = offset;
+      if (i == e) base_s = offset;
+      offset += hist[i];
+    }
+    if (e == 0) offsets[experts] = offset;
+  }
+  __syncthreads();
+  int32_t base = base_s;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int64_t start = 0; start < slots; start += blockDim.x) {
+    const int64_t s = start + threadIdx.x;
+    const int32_t idx = s < slots ? indices[s] : -1;
+    if (e == 0 && s < slots && (idx < 0 || idx >= experts)) slot_pos[s] = -1;
+    const bool mine = idx == e;
+    const unsigned mask = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_counts[warp] = __popc(mask);
+    __syncthreads();
+    int32_t before = 0, total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); w++) {
+      if (w < warp) before += warp_counts[w];
+      total += warp_counts[w];
+    }
+    if (mine) {
+      const int32_t pos = base + before + __popc(mask & lanes_below);
+      sorted_slot[pos] = static_cast<int32_t>(s);
+      slot_pos[s] = pos;
+    }
+    base += total;
+    __syncthreads();
+  }
+}
+
+// xp[p] = x[sorted_slot[p] / k]: one warp per permuted row.
+__global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* sorted_slot, int64_t rows,
+                              int64_t hidden, int k, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
+       p += warps) {
+    const int64_t t = sorted_slot[p] / k;
+    for (int64_t c = lane * 8; c < hidden; c += 256) {
+      const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
+      float v[8];
+      load8_any(v, x + t * hidden + c, valid, vec);
+      store8_any(xp + p * hidden + c, v, valid, vec);
+    }
+  }
+}
+
+// out[t] = sum_j w_j rows[slot_pos[t*k + j]] with w_j = gates[t*k + j] (or 1 when gates is
+// null), fp32 in slot order; slots outside the plan contribute nothing. When dgates is given, it
+// is zeroed for those slots (the backward's combine).
+__global__ void combine_kernel(bf16* out, const bf16* rows, const float* gates,
+                               const int32_t* slot_pos, float* dgates, int64_t tokens,
+                               int64_t hidden, int k, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t t = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); t < tokens;
+       t += warps) {
+    if (dgates != nullptr && lane < k && slot_pos[t * k + lane] < 0) dgates[t * k + lane] = 0.f;
+    for (int64_t c = lane * 8; c < hidden; c += 256) {
+      const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
+      float acc[8] = {};
+      for (int j = 0; j < k; j++) {
+        const int32_t p = slot_pos[t * k + j];
+        if (p < 0) continue;
+        const float w = gates != nullptr ? gates[t * k + j] : 1.f;
+        float v[8];
+        load8_any(v, rows + int64_t{p} * hidden + c, valid, vec);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] += w * v[e];
+      }
+      store8_any(out + t * hidden + c, acc, valid, vec);
+    }
+  }
+}
+
+// dgates[s] = dout[t] . y[p] and dyp[p] = gates[s] * dout[t], one warp per permuted row p.
+__global__ void expert_output_grad_kernel(bf16* dyp, float* dgates, const bf16* dout, const bf16* y,
+                                          const float* gates, const int32_t* sorted_slot,
+                                          int64_t rows, int64_t hidden, int k, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
+       p += warps) {
+    const int64_t s = sorted_slot[p], t = s / k;
+    const float gate = gates[s];
+    float dot = 0.f;
+    for (int64_t c = lane * 8; c < hidden; c += 256) {
+      const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
+      float g[8], v[8];
+      load8_any(g, dout + t * hidden + c, valid, vec);
+      load8_any(v, y + p * hidden + c, valid, vec);
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        dot += g[e] * v[e];
+        g[e] *= gate;
+      }
+      store8_any(dyp + p * hidden + c, g, valid, vec);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) dgates[s] = dot;
+  }
+}
+
+unsigned warp_grid(int64_t items) { return grid_for(items, kWarpsPerBlock); }
+
+Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int64_t inner,
+                           int64_t experts, int64_t k) {
+  if (tokens < 0 || hidden <= 0 || inner <= 0 || experts <= 0 || k <= 0) {
+    return Status(name, "bad shape");
+  }
+  if (experts > kMaxPlanExperts) return Status(name, "more than 4096 experts");
+  if (k > kMaxK) return Status(name, "k above 16");
+  if (tokens * k > INT32_MAX) return Status(name, "too many (token, slot) pairs");
+  return Status();
+}
+
+// The plan and the activations both passes need, carved from the workspace.
+struct ExpertBuffers {
+  int32_t* sorted_slot;
+  int32_t* slot_pos;
+  int32_t* offsets;
+  bf16* xp;  // [S, hidden]
+  bf16* h;   // [S, 2*inner]
+  bf16* u;   // [S, inner]
+  bf16* y;   // [S, hidden]; the backward reuses it for dxp
+  // Backward only.
+  bf16* dyp;  // [S, hidden]
+  bf16* du;   // [S, inner]
+  bf16* dh;   // [S, 2*inner]
+};
+
+ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int64_t inner,
+                    int64_t experts, int64_t k, bool backward) {
+  const int64_t slots = tokens * k;
+  ExpertBuffers b{};
+  b.sorted_slot = carver.take<int32_t>(slots);
+  b.slot_pos = carver.take<int32_t>(slots);
+  b.offsets = carver.take<int32_t>(experts + 1);
+  b.xp = carver.take<bf16>(slots * hidden);
+  b.h = carver.take<bf16>(slots * 2 * inner);
+  b.u = carver.take<bf16>(slots * inner);
+  b.y = carver.take<bf16>(slots * hidden);
+  if (backward) {
+    b.dyp = carver.take<bf16>(slots * hidden);
+    b.du = carver.take<bf16>(slots * inner);
+    b.dh = carver.take<bf16>(slots * 2 * inner);
+  }
+  return b;
+}
+
+// Plan, gather, the expert MLPs (h, u, y); returns the experts' row offsets on the host.
+Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* name,
+                           const ExpertBuffers& b, std::vector<int32_t>& offsets, const bf16* x,
+                           const int32_t* indices, const bf16* w_in, const bf16* w_out,
+                           int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
+                           int64_t k) {
+  const int64_t slots = tokens * k;
+  const int e_count = static_cast<int>(experts);
+  plan_kernel<<<e_count, kPlanThreads, sizeof(int32_t) * experts, stream>>>(
+      b.sorted_slot, b.slot_pos, b.offsets, indices, slots, e_count);
+  if (Status s = launch_status(name); !s.ok()) return s;
+  offsets.assign(experts + 1, 0);
+  cudaError_t error = cudaMemcpyAsync(offsets.data(), b.offsets, sizeof(int32_t) * (experts + 1),
+                                      cudaMemcpyDeviceToHost, stream);
+  if (error != cudaSuccess) return Status::Cuda(name, error);
+  // The one wait: cuBLASLt takes each expert's row count from the host.
+  error = cudaStreamSynchronize(stream);
+  if (error != cudaSuccess) return Status::Cuda(name, error);
+  const int64_t routed = offsets[experts];
+  const bool vec = hidden % 8 == 0 && aligned16(x);
+  if (routed > 0) {
+    gather_kernel<<<warp_grid(routed), kThreads, 0, stream>>>(b.xp, x, b.sorted_slot, routed,
+                                                              hidden, static_cast<int>(k), vec);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  for (int64_t e = 0; e < experts; e++) {
+    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
+    if (n_e == 0) continue;
+    if (Status s =
+            gemm(ctx, stream, false, true, n_e, 2 * inner, hidden, 1.f, b.xp + r0 * hidden, hidden,
+                 w_in + e * 2 * inner * hidden, hidden, 0.f, b.h + r0 * 2 * inner, 2 * inner);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (routed > 0) {
+    if (Status s = swiglu_forward(stream, b.u, b.h, routed, inner); !s.ok()) return s;
+  }
+  for (int64_t e = 0; e < experts; e++) {
+    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
+    if (n_e == 0) continue;
+    if (Status s = gemm(ctx, stream, false, true, n_e, hidden, inner, 1.f, b.u + r0 * inner, inner,
+                        w_out + e * hidden * inner, inner, 0.f, b.y + r0 * hidden, hidden);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+template <typename T>
+Status moe_route_forward(cudaStream_t stream, float* gates, int32_t* indices, const T* logits,
+                         int64_t tokens, int64_t experts, int64_t k) {
+  const char* name = "moe_route.forward";
+  if (tokens < 0 || experts <= 0 || experts > kMaxRouteExperts || k <= 0 || k > kMaxK ||
+      k > experts) {
+    return Status(name, "need 0 < k <= experts <= 256 and k <= 16");
+  }
+  if (tokens == 0) return Status();
+  route_forward_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+      gates, indices, logits, tokens, static_cast<int>(experts), static_cast<int>(k));
+  return launch_status(name);
+}
+
+template <typename T>
+Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, const float* gates,
+                          const int32_t* indices, int64_t tokens, int64_t experts, int64_t k) {
+  const char* name = "moe_route.backward";
+  if (tokens < 0 || experts <= 0 || k <= 0 || k > 32) return Status(name, "bad shape");
+  if (tokens == 0) return Status();
+  route_backward_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+      dlogits, dgates, gates, indices, tokens, static_cast<int>(experts), static_cast<int>(k));
+  return launch_status(name);
+}
+
+template Status moe_route_forward<float>(cudaStream_t, float*, int32_t*, const float*, int64_t,
+                                         int64_t, int64_t);
+template Status moe_route_forward<bf16>(cudaStream_t, float*, int32_t*, const bf16*, int64_t,
+                                        int64_t, int64_t);
+template Status moe_route_backward<float>(cudaStream_t, float*, const float*, const float*,
+                                          const int32_t*, int64_t, int64_t, int64_t);
+template Status moe_route_backward<bf16>(cudaStream_t, bf16*, const float*, const float*,
+                                         const int32_t*, int64_t, int64_t, int64_t);
+
+size_t moe_experts_forward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
+                                           int64_t experts, int64_t k) {
+  WorkspaceCarver carver(Workspace{});
+  carve(carver, tokens, hidden, inner, experts, k, false);
+  return carver.used();
+}
+
+size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
+                                            int64_t experts, int64_t k) {
+  WorkspaceCarver carver(Workspace{});
+  carve(carver, tokens, hidden, inner, experts, k, true);
+  return carver.used();
+}
+
+Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, const bf16* x,
+                           const float* gates, const int32_t* indices, const bf16* w_in,
+                           const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                           int64_t experts, int64_t k, Workspace workspace) {
+  const char* name = "moe_experts.forward";
+  if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
+  if (tokens == 0) return Status();
+  WorkspaceCarver carver(workspace);
+  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, false);
+  if (!carver.fits()) return Status(name, "workspace too small");
+  std::vector<int32_t> offsets;
+  if (Status s = expert_forward_pass(ctx, stream, name, b, offsets, x, indices, w_in, w_out, tokens,
+                                     hidden, inner, experts, k);
+      !s.ok()) {
+    return s;
+  }
+  const bool vec = hidden % 8 == 0 && aligned16(out);
+  combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+      out, b.y, gates, b.slot_pos, nullptr, tokens, hidden, static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, float* dgates,
+                            bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
+                            const float* gates, const int32_t* indices, const bf16* w_in,
+                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                            int64_t experts, int64_t k, Workspace workspace) {
+  const char* name = "moe_experts.backward";
+  if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
+  if (tokens == 0) {
+    if (Status s = fill(stream, dw_in, 0.f, experts * 2 * inner * hidden); !s.ok()) return s;
+    return fill(stream, dw_out, 0.f, experts * hidden * inner);
+  }
+  WorkspaceCarver carver(workspace);
+  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, true);
+  if (!carver.fits()) return Status(name, "workspace too small");
+  std::vector<int32_t> offsets;
+  if (Status s = expert_forward_pass(ctx, stream, name, b, offsets, x, indices, w_in, w_out, tokens,
+                                     hidden, inner, experts, k);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t routed = offsets[experts];
+  const bool vec = hidden % 8 == 0 && aligned16(dout) && aligned16(dx);
+  if (routed > 0) {
+    expert_output_grad_kernel<<<warp_grid(routed), kThreads, 0, stream>>>(
+        b.dyp, dgates, dout, b.y, gates, b.sorted_slot, routed, hidden, static_cast<int>(k), vec);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows).
+  for (int64_t e = 0; e < experts; e++) {
+    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
+    if (n_e > 0) {
+      if (Status s = gemm(ctx, stream, false, false, n_e, inner, hidden, 1.f, b.dyp + r0 * hidden,
+                          hidden, w_out + e * hidden * inner, inner, 0.f, b.du + r0 * inner, inner);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (Status s = gemm(ctx, stream, true, false, hidden, inner, n_e, 1.f, b.dyp + r0 * hidden,
+                        hidden, b.u + r0 * inner, inner, 0.f, dw_out + e * hidden * inner, inner);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (routed > 0) {
+    if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, routed, inner); !s.ok()) return s;
+  }
+  // Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp.
+  bf16* dxp = b.y;
+  for (int64_t e = 0; e < experts; e++) {
+    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
+    if (n_e > 0) {
+      if (Status s = gemm(ctx, stream, false, false, n_e, hidden, 2 * inner, 1.f,
+                          b.dh + r0 * 2 * inner, 2 * inner, w_in + e * 2 * inner * hidden, hidden,
+                          0.f, dxp + r0 * hidden, hidden);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (Status s = gemm(ctx, stream, true, false, 2 * inner, hidden, n_e, 1.f,
+                        b.dh + r0 * 2 * inner, 2 * inner, b.xp + r0 * hidden, hidden, 0.f,
+                        dw_in + e * 2 * inner * hidden, hidden);
+        !s.ok()) {
+      return s;
+    }
+  }
+  combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+      dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+}  // namespace hcp::cuda

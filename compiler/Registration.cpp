@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "passes/autodiff/Passes.h"
 #include "passes/context_parallel/Passes.h"
+#include "passes/expert_parallel/Passes.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -21,6 +22,7 @@ void registerHybridcpDialects(mlir::DialectRegistry& registry) {
 void registerHybridcpPasses() {
   registerAutodiffPasses();
   registerContextParallelPasses();
+  registerExpertParallelPasses();
   registerLoweringPasses();
   registerTrainingPipeline();
 }

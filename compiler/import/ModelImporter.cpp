@@ -53,7 +53,8 @@ class ModelBuilder {
     FloatAttr std = init == model::ParamInit::Normal ? b_.getF64FloatAttr(config_.initializer_range)
                                                      : FloatAttr();
     return model::ParamOp::create(b_, Loc(name), Act(shape), b_.getStringAttr(name),
-                                  model::ParamInitAttr::get(b_.getContext(), init), std);
+                                  model::ParamInitAttr::get(b_.getContext(), init), std,
+                                  /*shards=*/IntegerAttr());
   }
   Value Weight(const std::string& name, ArrayRef<int64_t> shape) {
     return Param(name, shape, model::ParamInit::Normal);

@@ -4,6 +4,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "passes/autodiff/Passes.h"
 #include "passes/context_parallel/Passes.h"
+#include "passes/expert_parallel/Passes.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -13,10 +14,8 @@ bool isSplit(const TrainingPipelineOptions& options) {
   return options.cp > 1 || options.layout != "contiguous";
 }
 
-}  // namespace
-
-void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
-  if (!isSplit(options)) return;
+// Context parallelism: the sequence split over cp ranks and what crosses shard edges.
+void addSequenceSharding(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
   ShardSequenceOptions shard;
   shard.cp = options.cp;
   shard.layout = options.layout;
@@ -28,6 +27,26 @@ void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelin
   pm.addPass(createInsertRingAttention());
   pm.addPass(createReduceLoss());
   pm.addPass(createVerifyContextParallel());
+}
+
+}  // namespace
+
+void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
+  // The mesh whenever there is more than one rank (the runtime checks the world against it) or
+  // experts to split.
+  if (options.cp * options.dp > 1 || options.ep > 1) {
+    SetMeshOptions mesh;
+    mesh.cp = options.cp;
+    mesh.dp = options.dp;
+    mesh.ep = options.ep;
+    pm.addPass(createSetMesh(mesh));
+  }
+  if (isSplit(options)) addSequenceSharding(pm, options);
+  if (options.ep > 1) {
+    InsertExpertParallelOptions experts;
+    experts.ep = options.ep;
+    pm.addPass(createInsertExpertParallel(experts));
+  }
 }
 
 void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
@@ -45,7 +64,8 @@ void registerTrainingPipeline() {
       buildTrainingPipeline);
   mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "hcp-context-parallel-pipeline",
-      "model module -> the forward per-rank program with its collectives",
+      "model module -> the forward per-rank program with its collectives (mesh, context and "
+      "expert parallelism)",
       buildContextParallelPipeline);
 }
 

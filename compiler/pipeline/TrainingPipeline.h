@@ -12,20 +12,27 @@ namespace hcp {
 
 struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptions> {
   Option<int64_t> cp{*this, "cp", llvm::cl::desc("context-parallel ranks"), llvm::cl::init(1)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("data-parallel groups of cp ranks"),
+                     llvm::cl::init(1)};
+  Option<int64_t> ep{*this, "ep",
+                     llvm::cl::desc("ranks the experts are split over (divides cp * dp)"),
+                     llvm::cl::init(1)};
   Option<std::string> layout{*this, "layout", llvm::cl::desc("contiguous or zigzag"),
                              llvm::cl::init("contiguous")};
   Option<std::string> stateScan{*this, "state-scan", llvm::cl::desc("allgather, chain or auto"),
                                 llvm::cl::init("auto")};
 };
 
-// [context parallelism: shard the sequence, halo exchange, state scan, ring attention, loss
-// over ranks, verify] -> autodiff -> lower to exec kernels -> plan memory. The bracketed stages
-// run only for a split program (cp > 1 or zigzag). The pass manager verifies the module after
-// every pass. Parameter gradients stay per rank: the runtime sums each over the ranks that hold
-// a copy once per optimizer step, after gradient accumulation.
+// [the mesh (cp x dp, ep)] -> [context parallelism: shard the sequence, halo exchange, state
+// scan, ring attention, loss over ranks, verify] -> [expert parallelism] -> autodiff -> lower
+// to exec kernels -> plan memory. The bracketed stages run only where they have work: the mesh
+// when cp * dp > 1 or ep > 1, context parallelism for a split sequence (cp > 1 or zigzag),
+// expert parallelism for ep > 1. The pass manager verifies the module after every pass.
+// Parameter gradients stay per rank: the runtime sums each over the ranks that hold a copy
+// once per optimizer step, after gradient accumulation.
 void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options);
 
-// The forward per-rank program: the context-parallel stages only.
+// The forward per-rank program: the mesh, context- and expert-parallel stages only.
 void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options);
 
 // Registers `hcp-training-pipeline` and `hcp-context-parallel-pipeline` for hybridcp-opt.

@@ -46,13 +46,17 @@ class Writer {
     auto arenaBytes = module->getAttrOfType<DenseI64ArrayAttr>(kArenaBytesAttr);
     if (!arenaBytes || arenaBytes.size() != plan::kNumArenas)
       return absl::FailedPreconditionError("run hcp-plan-memory before writing the plan");
-    // A split program records its mesh; every rank runs the same plan.
+    // A program for several ranks (or with its experts split) records its mesh; every rank
+    // runs the same plan. Without a sequence layout the sequence is whole on each rank.
     auto mesh = module->getAttrOfType<dist::MeshAttr>(kMeshAttr);
     auto sequence = module->getAttrOfType<dist::SequenceLayoutAttr>(kSequenceAttr);
-    if (mesh && sequence) {
-      bool zigzag = sequence.getKind() == dist::LayoutKind::Zigzag;
-      builder_.set_mesh({mesh.getCp(), mesh.getDp(),
-                         zigzag ? plan::SequenceLayout::Zigzag : plan::SequenceLayout::Contiguous});
+    if (mesh) {
+      bool zigzag = sequence && sequence.getKind() == dist::LayoutKind::Zigzag;
+      builder_.set_mesh(plan::Mesh{
+          .cp = mesh.getCp(),
+          .dp = mesh.getDp(),
+          .layout = zigzag ? plan::SequenceLayout::Zigzag : plan::SequenceLayout::Contiguous,
+          .ep = mesh.getEp()});
     }
     for (int arena = 0; arena < plan::kNumArenas; ++arena)
       builder_.SetArenaBytes(static_cast<plan::Arena>(arena), arenaBytes[arena]);
@@ -68,8 +72,17 @@ class Writer {
       if (gradient == gradients_.end())
         return absl::FailedPreconditionError(
             absl::StrCat("parameter '", name.str(), "' has no gradient"));
-      builder_.AddParameter(
-          {name.str(), value.first, gradient->second, value.second.first, value.second.second});
+      // The checkpoint shape: the buffer's, with dim 0 times the shards.
+      const int64_t shards = shardsOf_.lookup(name);
+      std::vector<int64_t> full = builder_.buffer(value.first).shape;
+      if (shards > 1) full[0] *= shards;
+      builder_.AddParameter(plan::Parameter{.name = name.str(),
+                                            .buffer = value.first,
+                                            .gradient = gradient->second,
+                                            .init = value.second.first,
+                                            .std = value.second.second,
+                                            .shards = shards > 1 ? shards : 1,
+                                            .full_shape = std::move(full)});
     }
     for (const char* input : {"input_ids", "targets"}) {
       if (!inputs_.count(input))
@@ -128,6 +141,8 @@ class Writer {
     if (arena == plan::Arena::Parameters) {
       double std = buffer.getStd() ? buffer.getStd()->convertToDouble() : 0.0;
       parameters_[buffer.getName()] = {index, {initOf(*buffer.getInit()), std}};
+      if (std::optional<uint64_t> shards = buffer.getShards())
+        shardsOf_[buffer.getName()] = static_cast<int64_t>(*shards);
     } else if (arena == plan::Arena::Gradients) {
       gradients_[name] = index;
     } else if (arena == plan::Arena::Inputs) {
@@ -141,6 +156,7 @@ class Writer {
   // name -> (buffer, (init, std)), in program order of first appearance.
   llvm::MapVector<StringRef, std::pair<uint32_t, std::pair<plan::ParamInit, double>>> parameters_;
   llvm::StringMap<uint32_t> gradients_;
+  llvm::StringMap<int64_t> shardsOf_;  // expert-parallel parameters
   std::map<std::string, uint32_t> inputs_;
 };
 

@@ -23,9 +23,13 @@ void DistDialect::initialize() {
 }
 
 mlir::LogicalResult MeshAttr::verify(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
-                                     int64_t cp, int64_t dp) {
+                                     int64_t cp, int64_t dp, int64_t ep) {
   if (cp < 1 || dp < 1)
     return emitError() << "cp and dp must be at least 1, got cp=" << cp << " dp=" << dp;
+  if (ep < 1) return emitError() << "ep must be at least 1, got ep=" << ep;
+  if ((cp * dp) % ep != 0)
+    return emitError() << "ep=" << ep << " does not divide the " << cp * dp << " ranks of cp=" << cp
+                       << " x dp=" << dp << ": an ep group is ep consecutive ranks";
   return mlir::success();
 }
 

@@ -61,9 +61,21 @@ class Dist_Attr<string name, string mnemonicName> : AttrDef<Dist_Dialect, name> 
 
 def Dist_MeshAttr : Dist_Attr<"Mesh", "mesh"> {
   let summary = "the ranks: cp x dp (ep groups live inside them)";
-  let parameters = (ins "int64_t":$cp, "int64_t":$dp);
+  let description = [{
+    `#dist.mesh<cp = 4, dp = 2, ep = 8>`: cp * dp ranks; world rank = dp_index * cp + cp_index.
+    Expert parallelism cuts the world into groups of `ep` consecutive world ranks, each holding
+    1/ep of every MoE layer's experts (expert index = world rank % ep); `ep` (1 when absent:
+    every rank holds every expert) divides cp * dp.
+  }];
+  let parameters = (ins "int64_t":$cp, "int64_t":$dp, DefaultValuedParameter<"int64_t", "1">:$ep);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins "int64_t":$cp, "int64_t":$dp), [{ return $_get($_ctxt, cp, dp, 1); }]>
+  ];
+  let extraClassDeclaration = [{
+    int64_t world() const { return getCp() * getDp(); }
+  }];
 }
 
 def Dist_SequenceLayoutAttr : Dist_Attr<"SequenceLayout", "sequence"> {
@@ -87,5 +99,6 @@ def Dist_SequenceLayoutAttr : Dist_Attr<"SequenceLayout", "sequence"> {
 class Dist_Op<string mnemonic, list<Trait> traits = []> : Op<Dist_Dialect, mnemonic, traits>;
 
 def Dist_FloatTensor : RankedTensorOf<[F32, BF16]>;
+def Dist_IndexTensor : RankedTensorOf<[I32]>;
 
 #endif  // HYBRIDCP_DIST_DIALECT_TD

@@ -101,6 +101,52 @@ LogicalResult RingAttentionGradOp::verify() {
   return verifyRingAttention(*this, getLayout(), getQ(), getK());
 }
 
+// The experts split: weights of this rank's E/ep experts, tokens routed among all E.
+static LogicalResult verifyMoeExperts(Operation* op, Value x, Value gates, Value experts, Value win,
+                                      Value wout, int64_t numExperts, int64_t ep) {
+  if (ep < 1) return op->emitOpError() << "ep must be at least 1, got " << ep;
+  if (numExperts < 1 || numExperts % ep != 0)
+    return op->emitOpError() << numExperts << " experts cannot be split over ep=" << ep << " ranks";
+  const int64_t local = numExperts / ep;
+  ArrayRef<int64_t> xs = shapeOf(x), w = shapeOf(win), g = shapeOf(gates);
+  if (xs.empty()) return op->emitOpError() << "x must be [tokens..., hidden]";
+  const int64_t hidden = xs.back();
+  if (w.size() != 3 || w[0] != local || w[1] % 2 != 0 || w[2] != hidden)
+    return op->emitOpError() << "expert input weight must be [" << local << ", 2*width, " << hidden
+                             << "]: this rank's " << numExperts << "/" << ep << " experts";
+  if (shapeOf(wout) != ArrayRef<int64_t>({local, hidden, w[1] / 2}))
+    return op->emitOpError() << "expert output weight must be [" << local << ", " << hidden << ", "
+                             << w[1] / 2 << "]";
+  if (g.size() != xs.size() || g.drop_back() != xs.drop_back())
+    return op->emitOpError() << "gates must be [tokens..., k] for the tokens of x";
+  if (g.back() < 1 || g.back() > numExperts)
+    return op->emitOpError() << "each token picks " << g.back() << " experts but there are "
+                             << numExperts;
+  if (shapeOf(experts) != g)
+    return op->emitOpError() << "expert indices must have the shape of the gates";
+  return success();
+}
+
+LogicalResult MoeExpertsOp::verify() {
+  if (failed(verifyMoeExperts(*this, getX(), getGates(), getExperts(), getInputWeight(),
+                              getOutputWeight(), getNumExperts(), getEp())))
+    return failure();
+  return checkSameShape(*this, getResult(), getX(), "expert output", "x");
+}
+
+LogicalResult MoeExpertsGradOp::verify() {
+  if (failed(verifyMoeExperts(*this, getX(), getGates(), getExperts(), getWIn(), getWOut(),
+                              getNumExperts(), getEp())) ||
+      failed(checkSameShape(*this, getDout(), getX(), "output gradient", "x")) ||
+      failed(checkSameShape(*this, getDx(), getX(), "x gradient", "x")) ||
+      failed(checkSameShape(*this, getDgates(), getGates(), "gates gradient", "gates")) ||
+      failed(checkSameShape(*this, getDwIn(), getWIn(), "input weight gradient", "input weight")) ||
+      failed(
+          checkSameShape(*this, getDwOut(), getWOut(), "output weight gradient", "output weight")))
+    return failure();
+  return success();
+}
+
 // --- transposes --------------------------------------------------------------------------------
 
 LogicalResult HaloExchangeOp::buildBackward(OpBuilder& b, ArrayRef<Value> dy,
@@ -128,6 +174,20 @@ LogicalResult RingAttentionOp::buildBackward(OpBuilder& b, ArrayRef<Value> dy,
   grads[0] = grad.getDq();
   grads[1] = grad.getDk();
   grads[2] = grad.getDv();
+  return success();
+}
+
+LogicalResult MoeExpertsOp::buildBackward(OpBuilder& b, ArrayRef<Value> dy,
+                                          SmallVectorImpl<Value>& grads) {
+  auto grad = MoeExpertsGradOp::create(b, getLoc(), getX().getType(), getGates().getType(),
+                                       getInputWeight().getType(), getOutputWeight().getType(),
+                                       dy[0], getX(), getGates(), getExperts(), getInputWeight(),
+                                       getOutputWeight(), getNumExpertsAttr(), getEpAttr());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDgates();
+  // experts (operand 2): integer indices, no gradient.
+  grads[3] = grad.getDwIn();
+  grads[4] = grad.getDwOut();
   return success();
 }
 

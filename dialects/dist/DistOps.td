@@ -107,4 +107,52 @@ def Dist_AllReduceOp : Dist_Op<"all_reduce", [Dist_Collective, AllTypesMatch<["x
   let assemblyFormat = "$x $group attr-dict `:` type($x)";
 }
 
+//===------------------------------------------------------------------------------------------===//
+// Expert parallelism
+//===------------------------------------------------------------------------------------------===//
+
+def Dist_MoeExpertsOp : Dist_Op<"moe_experts", [Dist_Collective,
+    DeclareOpInterfaceMethods<DifferentiableOpInterface>]> {
+  let summary = "routed expert MLPs with the experts split over the ep group";
+  let description = [{
+    model.moe_experts where this rank holds only experts [i * E/ep, (i + 1) * E/ep) of the
+    `experts` = E (global count), i = its expert index (world rank % ep; the ep group is the
+    ep consecutive world ranks of the mesh). x [tokens..., hidden], gates and the routed expert
+    ids (global, from model.moe_route) [tokens..., k] are the rank's own tokens; input_weight
+    [E/ep, 2*width, hidden] and output_weight [E/ep, hidden, width] are its experts. Each (token,
+    slot) travels to the rank owning its expert (all-to-all: counts, then payloads), the local
+    experts run on what arrived, the outputs come back and are combined with the gates:
+    the result equals model.moe_experts over all E experts.
+  }];
+  let arguments = (ins Dist_FloatTensor:$x, Dist_FloatTensor:$gates, Dist_IndexTensor:$experts,
+                       Dist_FloatTensor:$input_weight, Dist_FloatTensor:$output_weight,
+                       I64Attr:$num_experts, I64Attr:$ep);
+  let results = (outs Dist_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $gates `,` $experts `,` $input_weight `,` $output_weight attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dist_MoeExpertsGradOp : Dist_Op<"moe_experts_grad", [Dist_Collective]> {
+  let summary = "transpose of moe_experts: dout travels to the experts, dx and dgates come back";
+  let description = [{
+    dout [tokens..., hidden] and the forward's operands -> dx, dgates (this rank's tokens) and
+    dw_in, dw_out (this rank's experts, summed over every token of the ep group that reached
+    them; the runtime then sums them over the ranks holding the same experts). Each slot's
+    dout, gate and x go to the expert's rank; (dgate, the slot's share of dx) return.
+  }];
+  let arguments = (ins Dist_FloatTensor:$dout, Dist_FloatTensor:$x, Dist_FloatTensor:$gates,
+                       Dist_IndexTensor:$experts, Dist_FloatTensor:$w_in,
+                       Dist_FloatTensor:$w_out, I64Attr:$num_experts, I64Attr:$ep);
+  let results = (outs Dist_FloatTensor:$dx, Dist_FloatTensor:$dgates, Dist_FloatTensor:$dw_in,
+                      Dist_FloatTensor:$dw_out);
+  let assemblyFormat = [{
+    $dout `,` $x `,` $gates `,` $experts `,` $w_in `,` $w_out attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif  // HYBRIDCP_DIST_OPS_TD

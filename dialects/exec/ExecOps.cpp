@@ -51,6 +51,14 @@ LogicalResult BufferOp::verify() {
     if ((*init == "normal") != getStd().has_value())
       return emitOpError() << "parameter '" << getName() << "': std goes with normal init only";
   }
+  if (std::optional<uint64_t> shards = getShards()) {
+    if (getArena() != Arena::Parameters && getArena() != Arena::Gradients)
+      return emitOpError() << "buffer '" << getName()
+                           << "': only parameters and their gradients are split into shards";
+    if (static_cast<int64_t>(*shards) < 1 || type.getRank() == 0)
+      return emitOpError() << "buffer '" << getName()
+                           << "' needs at least 1 shard along a first dimension";
+  }
   if (auto offset = getOffset(); offset && *offset < 0)
     return emitOpError() << "buffer '" << getName() << "' has a negative offset";
   return success();

@@ -11,9 +11,13 @@ def Exec_BufferOp : Exec_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
     Parameters carry their checkpoint name and initialiser (`init`: normal, zeros, ones,
     log_arange; `std` for normal); gradients carry the parameter's name; inputs are named
     "input_ids" and "targets"; activations get an `offset` in bytes from hcp-plan-memory.
+    The value and gradient of an expert-parallel parameter carry `shards` (the mesh's ep): the
+    buffer is the rank's rows [i*R/shards, (i+1)*R/shards) along dim 0 of the checkpoint tensor,
+    whose shape is the buffer's with dim 0 times shards.
   }];
   let arguments = (ins Exec_Arena:$arena, StrAttr:$name, OptionalAttr<I64Attr>:$offset,
-                       OptionalAttr<StrAttr>:$init, OptionalAttr<F64Attr>:$std);
+                       OptionalAttr<StrAttr>:$init, OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<I64Attr>:$shards);
   let results = (outs Exec_Buffer:$result);
   let assemblyFormat = "$arena $name (`offset` $offset^)? attr-dict `:` type($result)";
   let hasVerifier = 1;

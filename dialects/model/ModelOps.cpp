@@ -73,6 +73,14 @@ LogicalResult ParamOp::verify() {
     return emitOpError() << "parameter '" << getName() << "': std only applies to normal init";
   if (getInit() == ParamInit::LogArange && getResult().getType().getRank() != 1)
     return emitOpError() << "parameter '" << getName() << "': log_arange init needs rank 1";
+  if (std::optional<uint64_t> shards = getShards()) {
+    if (static_cast<int64_t>(*shards) < 1)
+      return emitOpError() << "parameter '" << getName() << "' must have at least 1 shard, got "
+                           << static_cast<int64_t>(*shards);
+    if (getResult().getType().getRank() == 0)
+      return emitOpError() << "parameter '" << getName()
+                           << "' is a scalar: only a tensor splits into shards (along dim 0)";
+  }
   return success();
 }
 

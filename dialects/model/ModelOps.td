@@ -17,11 +17,30 @@ def Model_ParamOp : Model_Op<"param", [Pure]> {
     `%w = model.param "model.layers.0.mamba.in_proj.weight" normal(0.02) : tensor<6448x1536xf32>`
     The name is the Hugging Face checkpoint name; the shape is the checkpoint's shape. `init` says
     how the runtime initialises it when no checkpoint is loaded (`std` for `normal` only).
+
+    `shards N` (expert parallelism): the value is this rank's part of the checkpoint tensor,
+    rows [i * R / N, (i + 1) * R / N) along dim 0 for the rank's expert index i, so the
+    checkpoint shape is the result's with dim 0 multiplied by N (`fullShape()`). Initialised
+    and loaded so that the values are those rows of the unsharded tensor.
+      `%w = model.param "...experts.input_linear.weight" normal(0.02) shards 4 : tensor<16x1024x1536xf32>`
   }];
-  let arguments = (ins StrAttr:$name, Model_ParamInit:$init, OptionalAttr<F64Attr>:$std);
+  let arguments = (ins StrAttr:$name, Model_ParamInit:$init, OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<I64Attr>:$shards);
   let results = (outs Model_FloatTensor:$result);
-  let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
+  let assemblyFormat = [{
+    $name $init (`(` $std^ `)`)? (`shards` $shards^)? attr-dict `:` type($result)
+  }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // The number of parts the checkpoint tensor is split into (1: the whole tensor).
+    int64_t numShards() { return getShards() ? *getShards() : 1; }
+    // The checkpoint tensor's shape.
+    ::llvm::SmallVector<int64_t> fullShape() {
+      ::llvm::SmallVector<int64_t> shape(getResult().getType().getShape());
+      if (!shape.empty()) shape[0] *= numShards();
+      return shape;
+    }
+  }];
 }
 
 //===------------------------------------------------------------------------------------------===//

@@ -6,10 +6,30 @@
 
 include "mlir/Pass/PassBase.td"
 
+def SetMesh : Pass<"hcp-set-mesh", "mlir::ModuleOp"> {
+  let summary = "record the ranks the program runs on: cp x dp, with ep groups";
+  let description = [{
+    Sets the module's `dist.mesh` to `#dist.mesh<cp, dp, ep>`, the one record of the world the
+    plan runs on (the runtime checks the number of ranks against it): cp ranks share a sequence,
+    dp groups of them run different micro-batches, and every ep consecutive ranks split the
+    experts of each MoE layer. The training pipeline runs it first whenever cp * dp > 1 or
+    ep > 1. Fails, in the user's terms, on an ep that does not divide cp * dp (whether the
+    experts split is hcp-insert-expert-parallel's to check).
+  }];
+  let options = [
+    Option<"cp", "cp", "int64_t", /*default=*/"1", "context-parallel ranks">,
+    Option<"dp", "dp", "int64_t", /*default=*/"1", "data-parallel groups of cp ranks">,
+    Option<"ep", "ep", "int64_t", /*default=*/"1",
+           "expert-parallel ranks (consecutive world ranks) the experts are split over">
+  ];
+  let dependentDialects = ["::hcp::dist::DistDialect"];
+}
+
 def ShardSequence : Pass<"hcp-shard-sequence", "mlir::ModuleOp"> {
   let summary = "give every activation its per-rank sequence length";
   let description = [{
-    Records the mesh (`dist.mesh`) and the sequence layout (`dist.sequence`) on the module and
+    Records the sequence layout (`dist.sequence`) and, unless hcp-set-mesh did, the mesh
+    (`dist.mesh`, cp ranks) on the module and
     retypes the training step to local shapes: token ids, targets and every activation get
     seq / cp tokens; parameters and per-sequence states keep their shapes. Token-local ops
     (projections, norms, MoE, elementwise, embedding, the vocabulary projection) are then

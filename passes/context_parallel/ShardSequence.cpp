@@ -105,10 +105,17 @@ struct ShardSequencePass : impl::ShardSequenceBase<ShardSequencePass> {
     // The layout's verifier says, in the user's terms, when the sequence does not split.
     auto diagnose = [&]() { return module.emitError(); };
     if (failed(dist::SequenceLayoutAttr::verify(diagnose, *kind, cp, seq)) ||
-        failed(dist::MeshAttr::verify(diagnose, cp, 1)))
+        failed(dist::MeshAttr::verify(diagnose, cp, 1, 1)))
       return signalPassFailure();
+    // The mesh of hcp-set-mesh (with dp and ep), or cp ranks alone.
+    auto mesh = module->getAttrOfType<dist::MeshAttr>(kMeshAttr);
+    if (mesh && mesh.getCp() != cp) {
+      module.emitError() << "the module's mesh has cp=" << mesh.getCp()
+                         << ", but the sequence is split over cp=" << cp;
+      return signalPassFailure();
+    }
     auto sequence = dist::SequenceLayoutAttr::get(context, *kind, cp, seq);
-    module->setAttr(kMeshAttr, dist::MeshAttr::get(context, cp, 1));
+    if (!mesh) module->setAttr(kMeshAttr, dist::MeshAttr::get(context, cp, 1));
     module->setAttr(kSequenceAttr, sequence);
 
     int64_t local = sequence.localLength();

@@ -60,15 +60,19 @@ class Lowering {
  private:
   // --- buffers ----------------------------------------------------------------------------------
   Value buffer(exec::Arena arena, StringRef name, Type tensorType, StringAttr init = {},
-               FloatAttr std = {}) {
+               FloatAttr std = {}, IntegerAttr shards = {}) {
     auto tensor = cast<RankedTensorType>(tensorType);
     auto type = MemRefType::get(tensor.getShape(), tensor.getElementType());
     return exec::BufferOp::create(b_, loc_, type, exec::ArenaAttr::get(b_.getContext(), arena),
-                                  b_.getStringAttr(name), IntegerAttr(), init, std);
+                                  b_.getStringAttr(name), IntegerAttr(), init, std, shards);
   }
 
-  // A parameter's gradient is written straight into its gradient buffer.
+  // A parameter's gradient is written straight into its gradient buffer, which is split like
+  // the parameter.
   void collectGradientSinks() {
+    source_.walk([&](model::ParamOp param) {
+      if (param.getShards()) shardsOf_[param.getName()] = param.getShardsAttr();
+    });
     source_.walk([&](Operation* op) {
       if (op->getName().getStringRef() != "model.param_grad") return;
       auto name = op->getAttrOfType<StringAttr>("name");
@@ -95,7 +99,7 @@ class Lowering {
   Value gradientBuffer(const std::string& name, Type type) {
     auto it = gradients_.find(name);
     if (it != gradients_.end()) return it->second;
-    Value memref = buffer(exec::Arena::Gradients, name, type);
+    Value memref = buffer(exec::Arena::Gradients, name, type, {}, {}, shardsOf_.lookup(name));
     gradients_[name] = memref;
     return memref;
   }
@@ -129,9 +133,9 @@ class Lowering {
     StringRef name = op->getName().getStringRef();
     if (auto param = dyn_cast<model::ParamOp>(op)) {
       FloatAttr std = param.getStdAttr();
-      buffers_[param.getResult()] =
-          buffer(exec::Arena::Parameters, param.getName(), param.getType(),
-                 b_.getStringAttr(model::stringifyParamInit(param.getInit())), std);
+      buffers_[param.getResult()] = buffer(
+          exec::Arena::Parameters, param.getName(), param.getType(),
+          b_.getStringAttr(model::stringifyParamInit(param.getInit())), std, param.getShardsAttr());
       return success();
     }
     if (isa<func::ReturnOp>(op)) {
@@ -172,6 +176,7 @@ class Lowering {
   DenseMap<Value, Value> buffers_;
   DenseMap<Value, std::string> gradientOf_;
   llvm::StringMap<Value> gradients_;
+  llvm::StringMap<IntegerAttr> shardsOf_;  // sharded parameters by checkpoint name
   int64_t nextActivation_ = 0;
 };
 
@@ -342,6 +347,19 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
     };
     r["model.moe_experts"] = experts("moe_experts.forward");
     r["model.moe_experts_grad"] = experts("moe_experts.backward");
+    // Expert parallelism: ints tokens, hidden, inner, experts (global), k, ep.
+    auto expertsEp = [](StringRef kernel) {
+      return [kernel](Lowering& l, Operation* op) {
+        int first = kernel == "moe_experts_ep.forward" ? 0 : 1;
+        Value x = op->getOperand(first), gates = op->getOperand(first + 1);
+        ArrayRef<int64_t> w = shapeOf(op->getOperand(first + 3));
+        l.direct(op, kernel,
+                 {rowsOf(x), lastDim(x), w[1] / 2, i64Attr(op, "num_experts"), lastDim(gates),
+                  i64Attr(op, "ep")});
+      };
+    };
+    r["dist.moe_experts"] = expertsEp("moe_experts_ep.forward");
+    r["dist.moe_experts_grad"] = expertsEp("moe_experts_ep.backward");
     r["model.cross_entropy"] = [](Lowering& l, Operation* op) {
       Value logits = op->getOperand(0);
       l.direct(op, "cross_entropy.forward",

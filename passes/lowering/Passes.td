@@ -26,8 +26,11 @@ def PlanMemory : Pass<"hcp-plan-memory", "mlir::ModuleOp"> {
   let description = [{
     Gives every activation buffer a byte offset so that buffers whose lifetimes overlap never
     share bytes (lifetimes run from the first to the last launch that touches the buffer or a
-    view of it), placing the largest buffers first, each at the lowest free offset. Parameters, gradients and inputs
-    are laid out one after another. Records the bytes of each arena as the module attribute
+    view of it), placing the largest buffers first, each at the lowest free offset. Parameters,
+    gradients and inputs are laid out one after another in program order, expert-parallel
+    (`shards`) parameters and gradients after all the others, so that the runtime sums the
+    replicated gradients (over every rank) and the sharded ones (over the ranks holding the same
+    experts) with one all-reduce of a contiguous range each. Records the bytes of each arena as the module attribute
     `exec.arena_bytes` = [parameters, gradients, activations, inputs]; the activation figure is
     the step's peak activation memory.
   }];

@@ -87,14 +87,12 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
     Builder builder(&getContext());
     std::vector<Lifetime> lifetimes;
     DenseMap<Value, size_t> lifetimeOf;  // activation buffer (or a view of one) -> lifetime
+    std::vector<exec::BufferOp> persistent, sharded;
     int64_t index = 0;
     func.walk([&](Operation* op) {
       if (auto buffer = dyn_cast<exec::BufferOp>(op)) {
         if (buffer.getArena() != exec::Arena::Activations) {
-          // Persistent arenas: one buffer after another, in program order.
-          int64_t& size = arenaBytes[static_cast<int>(buffer.getArena())];
-          buffer.setOffsetAttr(builder.getI64IntegerAttr(size));
-          size += alignUp(bytesOf(buffer), alignment);
+          (buffer.getShards() ? sharded : persistent).push_back(buffer);
           return;
         }
         lifetimeOf[buffer.getResult()] = lifetimes.size();
@@ -116,6 +114,16 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
       }
       ++index;
     });
+    // Persistent arenas: one buffer after another, in program order, the expert-parallel
+    // (sharded) parameters and gradients after all others. The runtime sums replicated gradients
+    // over every rank and sharded ones over the ranks holding the same experts: this way each
+    // sum is one all-reduce of a contiguous range of the gradients arena.
+    persistent.insert(persistent.end(), sharded.begin(), sharded.end());
+    for (exec::BufferOp buffer : persistent) {
+      int64_t& size = arenaBytes[static_cast<int>(buffer.getArena())];
+      buffer.setOffsetAttr(builder.getI64IntegerAttr(size));
+      size += alignUp(bytesOf(buffer), alignment);
+    }
     for (Lifetime& lifetime : lifetimes) {
       if (lifetime.first < 0) lifetime.first = lifetime.last = 0;  // never touched: any place
     }

@@ -68,8 +68,29 @@ absl::Status Compile(const Args& args) {
   HCP_ASSIGN_OR_RETURN(ImportOptions options, ReadImportOptions(args));
   HCP_ASSIGN_OR_RETURN(int64_t cp, args.GetInt("cp", 1));
   if (cp < 1) return absl::InvalidArgumentError("--cp must be at least 1");
+  HCP_ASSIGN_OR_RETURN(int64_t dp, args.GetInt("dp", 1));
+  if (dp < 1) return absl::InvalidArgumentError("--dp must be at least 1");
+  HCP_ASSIGN_OR_RETURN(int64_t ep, args.GetInt("ep", 1));
+  if (ep < 1) return absl::InvalidArgumentError("--ep must be at least 1");
+  if ((cp * dp) % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--ep %d does not divide the cp*dp = %d ranks: an ep group is ep consecutive ranks", ep,
+        cp * dp));
+  }
+  if (ep > 1 && !config.has_experts()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--ep %d splits the experts of a mixture-of-experts model, but %s has none (it is "
+        "dense): leave --ep at 1",
+        ep, config.source));
+  }
+  if (ep > 1 && config.num_experts % ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d experts cannot be split over ep=%d ranks", config.num_experts, ep));
+  }
   TrainingPipelineOptions pipeline;
   pipeline.cp = cp;
+  pipeline.dp = dp;
+  pipeline.ep = ep;
   pipeline.layout = args.Get("layout").value_or("contiguous");
   pipeline.stateScan = args.Get("state-scan").value_or("auto");
   if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
@@ -130,13 +151,19 @@ Command MakeCompileCommand() {
       "compile",
       "compile a model config into a training-step plan (or print its IR)",
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
-      "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto] "
+      "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto] [--dp N] [--ep N] "
       "(-o FILE.plan | --emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
        {"micro-batch", "N", "sequences per micro-batch (default 1)"},
        {"dtype", "TYPE", "activation and parameter dtype: f32 (default) or bf16"},
        {"cp", "N", "context-parallel ranks the sequence is split over (default 1)"},
+       {"dp", "N",
+        "data-parallel groups of cp ranks, each on its own micro-batch (default 1); the plan "
+        "runs on cp*dp ranks"},
+       {"ep", "N",
+        "expert-parallel ranks: every ep consecutive ranks split each MoE layer's experts "
+        "(divides cp*dp and the experts; default 1)"},
        {"layout", "KIND", "contiguous (default) or zigzag (2*cp pieces, balanced attention)"},
        {"state-scan", "HOW", "Mamba state passing: allgather, chain or auto (default)"},
        {"emit", "STAGE",

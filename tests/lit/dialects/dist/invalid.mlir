@@ -13,6 +13,48 @@ module attributes {dist.mesh = #dist.mesh<cp = 0, dp = 1>} {}
 
 // -----
 
+// An ep group is ep consecutive ranks of the world: ep divides cp * dp.
+// expected-error @+1 {{ep=3 does not divide the 4 ranks of cp=2 x dp=2: an ep group is ep consecutive ranks}}
+module attributes {dist.mesh = #dist.mesh<cp = 2, dp = 2, ep = 3>} {}
+
+// -----
+
+// The experts split evenly over the ep group.
+func.func @uneven_experts(%x: tensor<6x4xf32>, %g: tensor<6x2xf32>, %i: tensor<6x2xi32>, %win: tensor<2x10x4xf32>, %wout: tensor<2x4x5xf32>) -> tensor<6x4xf32> {
+  // expected-error @+1 {{64 experts cannot be split over ep=5 ranks}}
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 64 : i64, ep = 5 : i64} : (tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> tensor<6x4xf32>
+  return %y : tensor<6x4xf32>
+}
+
+// -----
+
+// The weights are this rank's experts: 8 / 4 = 2 of them, not 8.
+func.func @whole_weights(%x: tensor<6x4xf32>, %g: tensor<6x2xf32>, %i: tensor<6x2xi32>, %win: tensor<8x10x4xf32>, %wout: tensor<8x4x5xf32>) -> tensor<6x4xf32> {
+  // expected-error @+1 {{expert input weight must be [2, 2*width, 4]: this rank's 8/4 experts}}
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 8 : i64, ep = 4 : i64} : (tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi32>, tensor<8x10x4xf32>, tensor<8x4x5xf32>) -> tensor<6x4xf32>
+  return %y : tensor<6x4xf32>
+}
+
+// -----
+
+// A token picks among the global experts: at most num_experts of them.
+func.func @too_many_picks(%x: tensor<6x4xf32>, %g: tensor<6x3xf32>, %i: tensor<6x3xi32>, %win: tensor<1x10x4xf32>, %wout: tensor<1x4x5xf32>) -> tensor<6x4xf32> {
+  // expected-error @+1 {{each token picks 3 experts but there are 2}}
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 2 : i64, ep = 2 : i64} : (tensor<6x4xf32>, tensor<6x3xf32>, tensor<6x3xi32>, tensor<1x10x4xf32>, tensor<1x4x5xf32>) -> tensor<6x4xf32>
+  return %y : tensor<6x4xf32>
+}
+
+// -----
+
+// The transpose's gradients have their operands' shapes.
+func.func @grad_shapes(%x: tensor<6x4xf32>, %g: tensor<6x2xf32>, %i: tensor<6x2xi32>, %win: tensor<2x10x4xf32>, %wout: tensor<2x4x5xf32>) -> tensor<8x10x4xf32> {
+  // expected-error @+1 {{input weight gradient and input weight must have the same shape}}
+  %dx, %dg, %dwin, %dwout = dist.moe_experts_grad %x, %x, %g, %i, %win, %wout {num_experts = 8 : i64, ep = 4 : i64} : (tensor<6x4xf32>, tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> (tensor<6x4xf32>, tensor<6x2xf32>, tensor<8x10x4xf32>, tensor<2x4x5xf32>)
+  return %dwin : tensor<8x10x4xf32>
+}
+
+// -----
+
 // A piece shorter than the conv halo (d_conv - 1) cannot feed the next piece.
 func.func @short_piece(%x: tensor<2x2x10xf32>) -> tensor<2x3x10xf32> {
   // expected-error @+1 {{pieces of 2 tokens are shorter than the conv halo of 3 tokens (d_conv - 1)}}

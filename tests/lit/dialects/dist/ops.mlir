@@ -38,4 +38,21 @@ func.func @attention(%q: tensor<1x12x4x8xf32>, %k: tensor<1x12x2x8xf32>, %loss: 
   %c = dist.all_reduce %b <dp> : tensor<f32>
   return %dq, %c : tensor<1x12x4x8xf32>, tensor<f32>
 }
+
+// The experts split over ep = 4 ranks: this rank's 2 of 8 experts (hidden 4, width 5), tokens
+// routed among all 8; and the transpose.
+// CHECK-LABEL: func.func @experts
+func.func @experts(%x: tensor<1x6x4xf32>, %g: tensor<1x6x2xf32>, %i: tensor<1x6x2xi32>, %win: tensor<2x10x4xf32>, %wout: tensor<2x4x5xf32>) -> (tensor<1x6x4xf32>, tensor<2x10x4xf32>) {
+  // CHECK: %[[Y:.+]] = dist.moe_experts %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {ep = 4 : i64, num_experts = 8 : i64} : (tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<1x6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> tensor<1x6x4xf32>
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 8 : i64, ep = 4 : i64} : (tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<1x6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> tensor<1x6x4xf32>
+  // CHECK: dist.moe_experts_grad %[[Y]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {ep = 4 : i64, num_experts = 8 : i64} : (tensor<1x6x4xf32>, tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<1x6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> (tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>)
+  %dx, %dg, %dwin, %dwout = dist.moe_experts_grad %y, %x, %g, %i, %win, %wout {num_experts = 8 : i64, ep = 4 : i64} : (tensor<1x6x4xf32>, tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<1x6x2xi32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>) -> (tensor<1x6x4xf32>, tensor<1x6x2xf32>, tensor<2x10x4xf32>, tensor<2x4x5xf32>)
+  return %dx, %dwin : tensor<1x6x4xf32>, tensor<2x10x4xf32>
+}
+
+// Meshes with data and expert parallelism (on nested modules); ep = 1 is not printed.
+// CHECK: module attributes {dist.mesh = #dist.mesh<cp = 2, dp = 4, ep = 8>}
+module attributes {dist.mesh = #dist.mesh<cp = 2, dp = 4, ep = 8>} {}
+// CHECK: module attributes {dist.mesh = #dist.mesh<cp = 1, dp = 4>}
+module attributes {dist.mesh = #dist.mesh<cp = 1, dp = 4, ep = 1>} {}
 }

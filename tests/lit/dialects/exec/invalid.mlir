@@ -61,3 +61,12 @@ func.func @bad_view(%a: memref<4x2xf32>) {
   %0 = exec.view %a : memref<4x2xf32> to memref<6xf32>
   return
 }
+
+// -----
+
+// Only parameters and their gradients are split into shards (expert parallelism).
+func.func @shards_on_activation() {
+  // expected-error @+1 {{buffer 'act.0': only parameters and their gradients are split into shards}}
+  %0 = exec.buffer activations "act.0" {shards = 2 : i64} : memref<4xf32>
+  return
+}

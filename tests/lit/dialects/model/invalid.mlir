@@ -37,6 +37,24 @@ func.func @log_arange_rank() -> tensor<4x2xf32> {
 
 // -----
 
+// A parameter splits into at least one shard.
+func.func @zero_shards() -> tensor<4x2xf32> {
+  // expected-error @+1 {{parameter 'w' must have at least 1 shard, got 0}}
+  %0 = model.param "w" normal(0.5) shards 0 : tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+// Shards are rows along dim 0: a scalar has none.
+func.func @scalar_shards() -> tensor<f32> {
+  // expected-error @+1 {{parameter 's' is a scalar: only a tensor splits into shards (along dim 0)}}
+  %0 = model.param "s" ones shards 2 : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
 // The embedding output is [batch, seq, hidden].
 func.func @embedding_shape(%t: tensor<8x4xf32>, %ids: tensor<2x5xi32>) -> tensor<2x5x3xf32> {
   // expected-error @+1 {{embedding output must have shape [2, 5, 4], got [2, 5, 3]}}

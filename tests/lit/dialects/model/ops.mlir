@@ -19,6 +19,14 @@ func.func @params() -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<3
   return %0, %1, %2, %3 : tensor<8x4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<3xf32>
 }
 
+// An expert-parallel parameter: this rank's 2 of the checkpoint tensor's 8 experts (4 shards).
+// CHECK-LABEL: func.func @sharded_param
+func.func @sharded_param() -> tensor<2x10x4xf32> {
+  // CHECK: model.param "model.layers.0.block_sparse_moe.input_linear.weight" normal(2.000000e-02) shards 4 : tensor<2x10x4xf32>
+  %0 = model.param "model.layers.0.block_sparse_moe.input_linear.weight" normal(0.02) shards 4 : tensor<2x10x4xf32>
+  return %0 : tensor<2x10x4xf32>
+}
+
 // Token-local ops: embedding, norms, linear, elementwise, split/reshape, SwiGLU.
 // CHECK-LABEL: func.func @token_local
 func.func @token_local(%ids: tensor<2x5xi32>, %table: tensor<8x4xf32>, %w: tensor<4xf32>,

@@ -65,3 +65,28 @@ func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
   return %r : tensor<f32>
 }
 }
+
+// -----
+
+// moe_experts (experts split over ep = 2) -> moe_experts_grad: dx and dgates for this rank's
+// tokens, and this rank's experts' weight gradients, which go to the sharded parameters.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[WIN:.+]] = model.param "w_in" normal(1.000000e+00) shards 2 : tensor<2x6x4xf32>
+// CHECK: %[[WOUT:.+]] = model.param "w_out" normal(1.000000e+00) shards 2 : tensor<2x4x3xf32>
+// CHECK: %[[DX:.+]], %[[DG:.+]], %[[DWIN:.+]], %[[DWOUT:.+]] = dist.moe_experts_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[WIN]], %[[WOUT]] {ep = 2 : i64, num_experts = 4 : i64}
+// CHECK-DAG: model.param_grad "w_in", %[[DWIN]] : tensor<2x6x4xf32>
+// CHECK-DAG: model.param_grad "w_out", %[[DWOUT]] : tensor<2x4x3xf32>
+// CHECK-DAG: model.moe_route_grad %[[DG]]
+module attributes {dist.mesh = #dist.mesh<cp = 2, dp = 1, ep = 2>} {
+func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
+  %x = model.param "x" normal(1.0) : tensor<1x8x4xf32>
+  %router = model.param "router" normal(1.0) : tensor<4x4xf32>
+  %logits = model.linear %x, %router : (tensor<1x8x4xf32>, tensor<4x4xf32>) -> tensor<1x8x4xf32>
+  %g, %i = model.moe_route %logits {top_k = 2 : i64} : tensor<1x8x4xf32> -> tensor<1x8x2xf32>, tensor<1x8x2xi32>
+  %win = model.param "w_in" normal(1.0) shards 2 : tensor<2x6x4xf32>
+  %wout = model.param "w_out" normal(1.0) shards 2 : tensor<2x4x3xf32>
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 4 : i64, ep = 2 : i64} : (tensor<1x8x4xf32>, tensor<1x8x2xf32>, tensor<1x8x2xi32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>) -> tensor<1x8x4xf32>
+  %s, %c = model.cross_entropy %y, %targets {ignore_index = -100 : i64} : (tensor<1x8x4xf32>, tensor<1x8xi32>) -> (tensor<f32>, tensor<f32>)
+  return %s : tensor<f32>
+}
+}

@@ -87,3 +87,27 @@ func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %other:
   %loss = model.fill 0.0 : tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Expert parallelism: dist.moe_experts(_grad) launch the moe_experts_ep kernels (ints tokens,
+// hidden, inner, experts (global), k, ep) on this rank's experts; the sharded parameters'
+// buffers and gradient buffers carry their shards.
+// CHECK-LABEL: func.func @train_step()
+// CHECK-DAG: %[[WIN:.+]] = exec.buffer parameters "w_in" {init = "normal", shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x6x4xf32>
+// CHECK-DAG: %[[WOUT:.+]] = exec.buffer parameters "w_out" {init = "normal", shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x4x3xf32>
+// CHECK: exec.launch "moe_experts_ep.forward" ins(%{{.+}}, %{{.+}}, %{{.+}}, %[[WIN]], %[[WOUT]] : {{.+}}) outs(%{{.+}} : memref<1x8x4xf32>) {floats = array<f64>, ints = array<i64: 8, 4, 3, 4, 2, 2>}
+// CHECK-DAG: %[[DWIN:.+]] = exec.buffer gradients "w_in" {shards = 2 : i64} : memref<2x6x4xf32>
+// CHECK-DAG: %[[DWOUT:.+]] = exec.buffer gradients "w_out" {shards = 2 : i64} : memref<2x4x3xf32>
+// CHECK: exec.launch "moe_experts_ep.backward" {{.+}} outs(%{{.+}}, %{{.+}}, %[[DWIN]], %[[DWOUT]] : {{.+}}) {floats = array<f64>, ints = array<i64: 8, 4, 3, 4, 2, 2>}
+module attributes {dist.mesh = #dist.mesh<cp = 2, dp = 1, ep = 2>} {
+func.func @train_step(%x: tensor<1x8x4xf32> {model.input = "x"}, %g: tensor<1x8x2xf32> {model.input = "gates"}, %i: tensor<1x8x2xi32> {model.input = "experts"}, %dy: tensor<1x8x4xf32> {model.input = "dy"}) -> tensor<1x8x4xf32> {
+  %win = model.param "w_in" normal(1.0) shards 2 : tensor<2x6x4xf32>
+  %wout = model.param "w_out" normal(1.0) shards 2 : tensor<2x4x3xf32>
+  %y = dist.moe_experts %x, %g, %i, %win, %wout {num_experts = 4 : i64, ep = 2 : i64} : (tensor<1x8x4xf32>, tensor<1x8x2xf32>, tensor<1x8x2xi32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>) -> tensor<1x8x4xf32>
+  %dx, %dg, %dwin, %dwout = dist.moe_experts_grad %dy, %x, %g, %i, %win, %wout {num_experts = 4 : i64, ep = 2 : i64} : (tensor<1x8x4xf32>, tensor<1x8x4xf32>, tensor<1x8x2xf32>, tensor<1x8x2xi32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>) -> (tensor<1x8x4xf32>, tensor<1x8x2xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>)
+  model.param_grad "w_in", %dwin : tensor<2x6x4xf32>
+  model.param_grad "w_out", %dwout : tensor<2x4x3xf32>
+  return %y : tensor<1x8x4xf32>
+}
+}

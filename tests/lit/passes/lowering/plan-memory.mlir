@@ -64,3 +64,27 @@ func.func @arenas() {
   exec.result "loss", %a : memref<4xf32>
   return
 }
+
+// -----
+
+// Expert-parallel (sharded) parameters and gradients come after all the others, whatever the
+// program order, so each gradient sum of the runtime is one contiguous range: replicated
+// gradients [0, 1024), sharded [1024, 1536).
+// CHECK: module attributes {exec.arena_bytes = array<i64: 1536, 1536, 1024, 0>}
+// CHECK-LABEL: func.func @sharded_last
+// CHECK: exec.buffer parameters "experts" offset 1024 {init = "normal", shards = 4 : i64, std = 1.000000e+00 : f64} : memref<2x64xf32>
+// CHECK: exec.buffer parameters "w" offset 0 {init = "ones"} : memref<256xf32>
+// CHECK: exec.buffer gradients "experts" offset 1024 {shards = 4 : i64} : memref<2x64xf32>
+// CHECK: exec.buffer gradients "w" offset 0 : memref<256xf32>
+func.func @sharded_last() {
+  %e = exec.buffer parameters "experts" {init = "normal", std = 1.0 : f64, shards = 4 : i64} : memref<2x64xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %ge = exec.buffer gradients "experts" {shards = 4 : i64} : memref<2x64xf32>
+  %gw = exec.buffer gradients "w" : memref<256xf32>
+  %a = exec.buffer activations "a" : memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%a : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%e : memref<2x64xf32>) outs(%ge : memref<2x64xf32>) {ints = array<i64: 128>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%a : memref<256xf32>) outs(%gw : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  exec.result "loss", %a : memref<256xf32>
+  return
+}

@@ -472,6 +472,78 @@ TEST(Validate, AllReduceGroup) {
   EXPECT_EQ(p.Error(), "(loaded)");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Expert parallelism.
+
+TEST(Validate, MeshEp) {
+  auto error = [](Mesh mesh) { return OneStepPlan(8, mesh).Error(); };
+  EXPECT_EQ(error(Mesh{.cp = 2, .dp = 2, .ep = 4}), "(loaded)");
+  EXPECT_EQ(error(Mesh{.cp = 1, .dp = 4, .ep = 2}), "(loaded)");
+  EXPECT_THAT(error(Mesh{.cp = 2, .dp = 2, .ep = 3}),
+              HasSubstr("mesh ep=3 must be positive and divide the cp*dp = 4 ranks"));
+  EXPECT_THAT(error(Mesh{.cp = 2, .ep = 0}), HasSubstr("mesh ep=0 must be positive"));
+}
+
+TEST(Validate, ShardedParameters) {
+  // Two ranks splitting 4 experts: this rank's [2, 3] of a [4, 3] checkpoint tensor.
+  auto build = [](const std::function<void(PlanBuilder&)>& edit) {
+    OneStepPlan p(8, Mesh{.cp = 2, .ep = 2});
+    p.b.AddParameter("norm", {3}, ParamInit::Ones);
+    p.b.AddShardedParameter("experts", {4, 3}, 2, ParamInit::Normal, 0.1);
+    edit(p.b);
+    return p.Error();
+  };
+  EXPECT_EQ(build([](PlanBuilder&) {}), "(loaded)");
+  EXPECT_THAT(build([](PlanBuilder& b) { b.parameter(1).shards = 4; }),
+              HasSubstr("parameter 1 'experts' is split into 4 shards, but the mesh has ep=2"));
+  EXPECT_THAT(build([](PlanBuilder& b) {
+                b.parameter(1).full_shape = {6, 3};
+              }),
+              HasSubstr("parameter 1 'experts': value buffer 6 'experts' has shape [2, 3], but 2 "
+                        "shards of checkpoint shape [6, 3] are [3, 3]"));
+  EXPECT_THAT(build([](PlanBuilder& b) {
+                b.parameter(1).full_shape = {5, 3};
+              }),
+              HasSubstr("5 rows of its checkpoint shape [5, 3] cannot be split into 2 shards"));
+  EXPECT_THAT(build([](PlanBuilder& b) { b.parameter(1).full_shape.clear(); }),
+              HasSubstr("is split into 2 shards but has no checkpoint shape"));
+  EXPECT_THAT(build([](PlanBuilder& b) { b.parameter(1).shards = 0; }),
+              HasSubstr("has 0 shards, expected at least 1"));
+  // A replicated parameter's checkpoint shape is its buffer's.
+  EXPECT_THAT(build([](PlanBuilder& b) { b.parameter(0).full_shape = {4}; }),
+              HasSubstr("value buffer 4 'norm' has shape [3], but 1 shard of checkpoint shape [4] "
+                        "is [4]"));
+}
+
+TEST(Validate, ShardedGradientsComeLast) {
+  OneStepPlan p(8, Mesh{.cp = 2, .ep = 2});
+  p.b.AddShardedParameter("experts", {4, 3}, 2, ParamInit::Normal, 0.1);
+  p.b.AddParameter("norm", {3}, ParamInit::Ones);
+  EXPECT_THAT(p.Error(), HasSubstr("parameter 1 'norm': its gradient buffer 7 'norm.grad' ends at "
+                                   "byte 76, after the sharded parameters' gradients start (byte "
+                                   "0): replicated gradients must come first"));
+}
+
+TEST(Validate, MoeExpertsEp) {
+  // 4 tokens of hidden 3, top 2 of 4 experts over ep = 2: 2 experts of width 2 on this rank.
+  const int64_t T = 4, Hd = 3, I = 2, E = 4, K = 2;
+  auto build = [&](int64_t ep_int, int64_t local_experts, int64_t experts_int) {
+    OneStepPlan p(8, Mesh{.cp = 2, .ep = 2});
+    p.b.AddStep("moe_experts_ep.forward",
+                {p.Act({T, Hd}), p.Act({T, K}), p.Act({T, K}, DType::I32),
+                 p.Act({local_experts, 2 * I, Hd}), p.Act({local_experts, Hd, I})},
+                {p.Act({T, Hd})}, {T, Hd, I, experts_int, K, ep_int});
+    return p.Error();
+  };
+  EXPECT_EQ(build(2, 2, E), "(loaded)");
+  EXPECT_THAT(build(4, 1, E), HasSubstr("step 0 (moe_experts_ep.forward): int 5 (ep) is 4, but "
+                                        "the plan's mesh has ep=2"));
+  EXPECT_THAT(build(2, 2, 5), HasSubstr("5 experts cannot be split over ep=2 ranks"));
+  // The weights are this rank's experts only.
+  EXPECT_THAT(build(2, 4, E), HasSubstr("input 3 't8' has 48 elements, expected 2*2*inner*hidden "
+                                        "= 24"));
+}
+
 TEST(Validate, PlanBuiltInMemoryIsCheckedToo) {
   TinyLm lm;
   absl::StatusOr<Plan> plan = ParsePlan(lm.Bytes(), "tiny");

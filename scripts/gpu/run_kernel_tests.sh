@@ -18,7 +18,10 @@
 #     --filter NAME     only kernels whose name contains NAME (e.g. gemm, moe_experts, rms_norm)
 #     --seed N          repeat a run's random data (each run prints its seed)
 #
-# Environment: BUILD_DIR (default build-kernel-tests), JOBS (default nproc).
+# Environment: BUILD_DIR (default build-kernel-tests), JOBS (default nproc), TEST_BIN: run this
+# prebuilt binary instead of building (e.g. build-kernel-tests/bin/test_kernels_cuda built on the
+# development machine with the same standalone project and carried: it needs only libcudart and
+# libcublasLt from /usr/local/cuda, which the GPU machines have; saves the build's device time).
 # Output: the whole report goes to $OUT/kernel_tests.log when $OUT is set (the device runner's
 # output folder), else to the build directory; stdout ends with a summary: the header, every
 # FAIL line, every timed line, the totals. Exit status: the test's (0 iff every line passed).
@@ -33,24 +36,42 @@ export PATH="/usr/local/cuda/bin:$PATH"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
 
-echo "== build ($(nvcc --version | tail -1))"
-if ! cmake -S "$ROOT/tests/cuda/standalone" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  >"$LOGS/kernel_tests_configure.log" 2>&1; then
-  tail -n 30 "$LOGS/kernel_tests_configure.log"
-  echo "configure failed"
-  exit 2
+# Configures (once) and builds the standalone project into $BUILD.
+build() {
+  echo "== build ($(nvcc --version | tail -1))"
+  # A build directory configured elsewhere (another checkout path) cannot be reused.
+  if [ -f "$BUILD/CMakeCache.txt" ] &&
+    ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT/tests/cuda/standalone\$" "$BUILD/CMakeCache.txt"; then
+    rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
+  fi
+  if ! cmake -S "$ROOT/tests/cuda/standalone" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    >"$LOGS/kernel_tests_configure.log" 2>&1; then
+    tail -n 30 "$LOGS/kernel_tests_configure.log"
+    echo "configure failed"
+    exit 2
+  fi
+  if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda \
+    >"$LOGS/kernel_tests_build.log" 2>&1; then
+    grep -E "error|Error" "$LOGS/kernel_tests_build.log" | head -n 40 ||
+      tail -n 40 "$LOGS/kernel_tests_build.log"
+    echo "build failed"
+    exit 2
+  fi
+  grep -E "warning" "$LOGS/kernel_tests_build.log" | head -n 20 || true
+}
+
+if [ -n "${TEST_BIN:-}" ]; then
+  BIN=$TEST_BIN
+  echo "== prebuilt $BIN"
+else
+  build
+  BIN=$BUILD/bin/test_kernels_cuda
 fi
-if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$LOGS/kernel_tests_build.log" 2>&1; then
-  grep -E "error|Error" "$LOGS/kernel_tests_build.log" | head -n 40 || tail -n 40 "$LOGS/kernel_tests_build.log"
-  echo "build failed"
-  exit 2
-fi
-grep -E "warning" "$LOGS/kernel_tests_build.log" | head -n 20 || true
 
 echo "== test_kernels_cuda $*"
 LOG="$LOGS/kernel_tests.log"
 set +e
-"$BUILD/bin/test_kernels_cuda" "$@" >"$LOG" 2>&1
+"$BIN" "$@" >"$LOG" 2>&1
 status=$?
 set -e
 # The summary: header lines, failures, timed lines, totals (the full report is in $LOG).

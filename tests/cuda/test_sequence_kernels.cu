@@ -3,6 +3,11 @@
 // the CPU oracle (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
 //
 //   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|attn] [--reps N]
+//                         [--impl hopper|hopper-det|fa2]
+//
+// --impl sets HCP_ATTN_IMPL (which attention kernels the library runs: the Hopper wgmma kernels
+// with atomic dq, the Hopper kernels with the deterministic dq kernel, or the mma.sync kernels;
+// unset = the library's default). The attention timing rows are tagged with it.
 //
 // Correctness: fresh random inputs every run (the seed is printed; --seed repeats a run), every
 // output poisoned with NaN (all bytes 0xFF) before each launch, so an unwritten element shows up
@@ -481,6 +486,26 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
   const std::vector<double> out_g = download_bf16(out), lse_g = download_f32(lse),
                             dq_g = download_bf16(dq), dk_g = download_bf16(dk),
                             dv_g = download_bf16(dv);
+  {
+    // Run-to-run reproducibility of the backward (information only: the atomic-dq Hopper path
+    // is not bit-reproducible by design).
+    CHECK_OK(hcp::cuda::attention_backward(
+        nullptr, dq.ptr, dk.ptr, dv.ptr, dout_d.ptr, q_d.ptr, k_d.ptr, v_d.ptr, out.ptr, lse.ptr, s,
+        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const std::vector<double> dq2 = download_bf16(dq), dk2 = download_bf16(dk);
+    size_t ndiff = 0;
+    double maxd = 0;
+    for (size_t i = 0; i < dq2.size(); i++) {
+      if (dq2[i] != dq_g[i]) ndiff++;
+      maxd = std::max(maxd, std::fabs(dq2[i] - dq_g[i]));
+    }
+    for (size_t i = 0; i < dk2.size(); i++) {
+      if (dk2[i] != dk_g[i]) ndiff++;
+    }
+    std::printf("  (backward run twice: %zu elements of dq/dk differ, max |dq diff| %.3e)\n", ndiff,
+                maxd);
+  }
 
   const auto t_ref = std::chrono::steady_clock::now();
   // Query-row slices (out, lse, dq) and key-row slices (dk, dv).
@@ -588,6 +613,7 @@ struct TimingRow {
   double ms, tflops, anchor_ms;
 };
 std::vector<TimingRow> g_rows;
+std::string g_impl_tag;  // " [impl]" when --impl was given
 
 void add_row(const std::string& what, double ms, double flop, double anchor_ms) {
   g_rows.push_back({what, ms, flop / (ms * 1e-3) / 1e12, anchor_ms});
@@ -709,17 +735,22 @@ void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& 
     CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, st.q.ptr, st.k.ptr, st.v.ptr,
                                           s, scale, true, 0, 0));
   };
-  auto fb = [&](int i) {
-    fwd(i);
+  auto bwd = [&](int i) {
     const Set& st = in[i % sets];
     CHECK_OK(hcp::cuda::attention_backward(nullptr, dq.ptr, dk.ptr, dv.ptr, st.dout.ptr, st.q.ptr,
                                            st.k.ptr, st.v.ptr, out.ptr, lse.ptr, s, scale, true, 0,
                                            0, {ws.ptr, ws.n}));
   };
+  auto fb = [&](int i) {
+    fwd(i);
+    bwd(i);
+  };
   // Flash-attention convention: forward 4 S^2 D H / 2 (causal), backward 2.5x the forward.
   const double fwd_flop = 4.0 * seq * seq * 128 * 12 / 2;
-  const std::string tag = "attn s=" + std::to_string(seq);
+  const std::string tag = "attn" + g_impl_tag + " s=" + std::to_string(seq);
   add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
+  fwd(0);  // out / lse for the backward-only timing (inputs of set 0; the timing is what counts)
+  add_row(tag + " bwd", median_ms(reps, bwd), 2.5 * fwd_flop, anchor_fb - anchor_fwd);
   add_row(tag + " fwd+bwd", median_ms(reps, fb), 3.5 * fwd_flop, anchor_fb);
 }
 
@@ -743,10 +774,14 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--impl" && i + 1 < argc) {
+      const std::string impl = argv[++i];
+      setenv("HCP_ATTN_IMPL", impl.c_str(), 1);
+      g_impl_tag = " [" + impl + "]";
     } else {
       std::fprintf(stderr,
                    "usage: %s [--seed N] [--no-timing] [--no-large] [--only ssd|attn] "
-                   "[--reps N]\n",
+                   "[--reps N] [--impl hopper|hopper-det|fa2]\n",
                    argv[0]);
       return 2;
     }
@@ -759,6 +794,11 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor,
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
   std::printf("host threads for the oracle: %u\n", std::thread::hardware_concurrency());
+  {
+    const char* impl = std::getenv("HCP_ATTN_IMPL");
+    std::printf("attention implementation (HCP_ATTN_IMPL): %s\n",
+                impl != nullptr ? impl : "(unset: library default)");
+  }
 
   uint64_t case_seed = seed;
   if (only.empty() || only == "ssd") {
@@ -786,6 +826,10 @@ int main(int argc, char** argv) {
         {"ring: rows that see nothing", 1, 130, 120, 4, 4, 128, true, 0, 50, 0, false},
         {"ring: block fully masked", 1, 64, 64, 4, 2, 64, true, 0, 64, 0, false},
         {"non-causal 12/4 d64", 1, 77, 190, 12, 4, 64, false, 0, 0, 0, false},
+        {"non-causal 12/4 d128", 1, 77, 190, 12, 4, 128, false, 0, 0, 0, false},
+        {"causal 6/2 d128 s=1000 B=2", 2, 1000, 1000, 6, 2, 128, true, 0, 0, 1.0 / 128, false},
+        {"ring: first rows see nothing off=-300", 1, 500, 900, 4, 2, 128, true, 0, 300, 0, false},
+        {"ring: band off=37, Sq > Sk", 1, 450, 200, 4, 1, 128, true, 537, 500, 0, false},
         {"tiny s=8192 12/4 d128", 1, 8192, 8192, 12, 4, 128, true, 0, 0, 1.0 / 128, true},
     };
     for (const auto& c : cases) {

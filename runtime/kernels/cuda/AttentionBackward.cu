@@ -242,9 +242,9 @@ template <int D>
 __global__ void __launch_bounds__(128, 2)
     attn_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
                    const bf16* __restrict__ k, const bf16* __restrict__ v,
-                   const float* __restrict__ lse, const float* __restrict__ delta, int64_t Sq,
-                   int64_t Sk, int Hq, int Hkv, float scale, float scale_log2, bool causal,
-                   int64_t off) {
+                   const float* __restrict__ lse, const float* __restrict__ delta,
+                   int64_t delta_stride, int64_t Sq, int64_t Sk, int Hq, int Hkv, float scale,
+                   float scale_log2, bool causal, int64_t off) {
   using Sm = DqSmem<D>;
   constexpr int kLd = Sm::kLd, kKd = D / 16, kDt = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -292,8 +292,9 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t lo = (static_cast<int64_t>(b) * Hq + h) * Sq;
   const float L_a = row_a < Sq ? lse_log2(lse[lo + row_a]) : INFINITY;
   const float L_b = row_b < Sq ? lse_log2(lse[lo + row_b]) : INFINITY;
-  const float E_a = row_a < Sq ? delta[lo + row_a] : 0.f;
-  const float E_b = row_b < Sq ? delta[lo + row_b] : 0.f;
+  const int64_t lo_d = (static_cast<int64_t>(b) * Hq + h) * delta_stride;
+  const float E_a = row_a < Sq ? delta[lo_d + row_a] : 0.f;
+  const float E_b = row_b < Sq ? delta[lo_d + row_b] : 0.f;
 
   float acc[kDt][4] = {};
   for (int64_t kb = 0; kb < nkb; kb++) {
@@ -367,6 +368,24 @@ __global__ void __launch_bounds__(128, 2)
 }
 
 template <int D>
+cudaError_t launch_dq(cudaStream_t stream, bf16* dq, const bf16* dout, const bf16* q,
+                      const bf16* k, const bf16* v, const float* lse, const float* delta,
+                      int64_t delta_stride, const AttentionShape& s, float scale, bool causal,
+                      int64_t off) {
+  const int Hq = static_cast<int>(s.q_heads), Hkv = static_cast<int>(s.kv_heads);
+  const size_t smem = DqSmem<D>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(
+      attn_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  dim3 grid(static_cast<unsigned>((s.q_len + kB - 1) / kB), static_cast<unsigned>(Hq),
+            static_cast<unsigned>(s.batch));
+  attn_dq_kernel<D><<<grid, 128, smem, stream>>>(dq, dout, q, k, v, lse, delta, delta_stride,
+                                                 s.q_len, s.kv_len, Hq, Hkv, scale,
+                                                 scale * kLog2e, causal, off);
+  return cudaGetLastError();
+}
+
+template <int D>
 cudaError_t launch_bwd(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v, const bf16* out,
                        const float* lse, float* delta, const AttentionShape& s, float scale,
@@ -390,22 +409,23 @@ cudaError_t launch_bwd(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const 
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  const size_t smem = DqSmem<D>::kBytes;
-  err = cudaFuncSetAttribute(attn_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  dim3 grid(static_cast<unsigned>((s.q_len + kB - 1) / kB), static_cast<unsigned>(Hq),
-            static_cast<unsigned>(s.batch));
-  attn_dq_kernel<D><<<grid, 128, smem, stream>>>(dq, dout, q, k, v, lse, delta, s.q_len, s.kv_len,
-                                                 Hq, Hkv, scale, scale * kLog2e, causal, off);
-  return cudaGetLastError();
+  return launch_dq<D>(stream, dq, dout, q, k, v, lse, delta, s.q_len, s, scale, causal, off);
 }
 
 }  // namespace
 }  // namespace seq_detail
 
 size_t attention_backward_workspace_bytes(const AttentionShape& s) {
-  return seq_detail::align_up(static_cast<size_t>(s.batch * s.q_heads * s.q_len) * sizeof(float));
+  size_t bytes =
+      seq_detail::align_up(static_cast<size_t>(s.batch * s.q_heads * s.q_len) * sizeof(float));
+  const seq_detail::AttnImpl impl = seq_detail::attn_impl();
+  if (impl != seq_detail::AttnImpl::kFa2 && s.head_dim == 128) {
+    const size_t hb =
+        seq_detail::attn_hopper_bwd_buffers(s, impl == seq_detail::AttnImpl::kHopper, nullptr)
+            .bytes;
+    if (hb > bytes) bytes = hb;
+  }
+  return bytes;
 }
 
 Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
@@ -421,6 +441,22 @@ Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, con
   }
   float* delta = static_cast<float*>(workspace.ptr);
   const int64_t off = q_pos0 - k_pos0;
+  if (seq_detail::attn_hopper_usable(s, scale) && seq_detail::attn_aligned16(q) &&
+      seq_detail::attn_aligned16(k) && seq_detail::attn_aligned16(v) &&
+      seq_detail::attn_aligned16(dout) && seq_detail::attn_aligned16(workspace.ptr)) {
+    const bool det = seq_detail::attn_impl() == seq_detail::AttnImpl::kHopperDeterministic;
+    const seq_detail::AttnHopperBwdBuffers buf =
+        seq_detail::attn_hopper_bwd_buffers(s, !det, workspace.ptr);
+    if (workspace.bytes < buf.bytes) return Status("attention_backward", "workspace too small");
+    cudaError_t err = seq_detail::attn_hopper_backward(stream, dq, dk, dv, dout, q, k, v, out, lse,
+                                                       s, scale, causal, off, buf);
+    if (err == cudaSuccess && det) {
+      err = seq_detail::launch_dq<128>(stream, dq, dout, q, k, v, lse, buf.delta, buf.sq_pad, s,
+                                       scale, causal, off);
+    }
+    if (err != cudaSuccess) return Status::Cuda("attention_backward", err);
+    return Status();
+  }
   const cudaError_t err = s.head_dim == 128
                               ? seq_detail::launch_bwd<128>(stream, dq, dk, dv, dout, q, k, v, out,
                                                             lse, delta, s, scale, causal, off)

@@ -209,6 +209,38 @@ __host__ __device__ inline int attn_diag(int64_t i0, int64_t j0, int64_t off) {
   return static_cast<int>(d < -128 ? -128 : (d > 128 ? 128 : d));
 }
 
+// The Hopper attention path (AttentionHopper.cu: wgmma + TMA, head_dim 128, sm_90a builds).
+// Which implementation attention_forward / attention_backward use is read from the environment
+// at every call: HCP_ATTN_IMPL = hopper (default: Hopper kernels, dq through fp32 additions in
+// a workspace, not bit-reproducible) | hopper-det (Hopper forward and dk/dv, dq from the
+// deterministic mma.sync kernel) | fa2 (the mma.sync kernels only). Shapes or devices the Hopper
+// kernels do not take (head_dim 64, not an sm_90 device) always use the mma.sync kernels.
+enum class AttnImpl { kFa2, kHopper, kHopperDeterministic };
+AttnImpl attn_impl();
+// Device is sm_90, head_dim 128, scale > 0, lengths < 2^30, and attn_impl() is not kFa2.
+bool attn_hopper_usable(const AttentionShape& s, float scale);
+// The copy engine needs 16-byte aligned tensors.
+inline bool attn_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+cudaError_t attn_hopper_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* q,
+                                const bf16* k, const bf16* v, const AttentionShape& s, float scale,
+                                bool causal, int64_t off);
+// The backward's workspace: Delta and lse * log2(e) per row [B, Hq, sq_pad] (sq_pad = q_len
+// rounded up to 64), and with_dq the fp32 dq accumulator [B, Hq, sq_pad, 128].
+struct AttnHopperBwdBuffers {
+  float* delta;
+  float* lse2;
+  float* dq_acc;  // null: dq is not computed (deterministic mode)
+  size_t bytes;
+  int64_t sq_pad;
+};
+AttnHopperBwdBuffers attn_hopper_bwd_buffers(const AttentionShape& s, bool with_dq, void* base);
+// dk, dv (and dq when buf.dq_acc is set); fills buf.delta (stride sq_pad per (b, h)).
+cudaError_t attn_hopper_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv,
+                                 const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                 const bf16* out, const float* lse, const AttentionShape& s,
+                                 float scale, bool causal, int64_t off,
+                                 const AttnHopperBwdBuffers& buf);
+
 inline int64_t ssd_num_chunks(const SsdShape& s) { return (s.seq + s.chunk - 1) / s.chunk; }
 inline size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
 

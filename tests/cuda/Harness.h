@@ -37,6 +37,14 @@ inline float round_bf16(float value) { return bf16_value(bf16_bits(value)); }
 // ---------------------------------------------------------------------------------------------
 // A device array of T (float, bf16, int32_t, double, uint8_t), uploaded from and downloaded to
 // host vectors of float (float, bf16) or of T itself.
+//
+// Every transfer and the poison are complete, device-wide, when the call returns, and a download
+// waits for all work already queued: cudaMemset and cudaMemcpy run on the legacy default stream,
+// which does not order against the context's non-blocking stream, and both may return before the
+// device has finished them (a memset of device memory, and an upload from pageable memory). Without
+// the waits, a poison could land after the kernel under test has written its output (the NaN then
+// reads as an unwritten element: the first H200 run's fill.bf16 8192x3072, y inf), or a kernel
+// could read an input not yet uploaded.
 template <typename T>
 class Dev {
  public:
@@ -63,7 +71,10 @@ class Dev {
   Workspace workspace() const { return Workspace{ptr_, bytes()}; }
 
   // Every byte 0xFF: NaN for float and bf16, -1 for int32.
-  void poison() { check_cuda(cudaMemset(ptr_, 0xFF, bytes()), "cudaMemset"); }
+  void poison() {
+    check_cuda(cudaMemset(ptr_, 0xFF, bytes()), "cudaMemset");
+    check_cuda(cudaDeviceSynchronize(), "cudaMemset (wait)");
+  }
 
   void upload(const std::vector<float>& host) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>);
@@ -75,13 +86,16 @@ class Dev {
       for (size_t i = 0; i < host.size(); i++) bits[i] = bf16_bits(host[i]);
       check_cuda(cudaMemcpy(ptr_, bits.data(), bytes(), cudaMemcpyHostToDevice), "upload");
     }
+    check_cuda(cudaDeviceSynchronize(), "upload (wait)");
   }
   void upload_raw(const std::vector<T>& host) {
     if (static_cast<int64_t>(host.size()) != n_) die("upload: size mismatch");
     check_cuda(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "upload");
+    check_cuda(cudaDeviceSynchronize(), "upload (wait)");
   }
   std::vector<float> download() const {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>);
+    check_cuda(cudaDeviceSynchronize(), "download (wait)");
     std::vector<float> host(n_);
     if constexpr (std::is_same_v<T, float>) {
       check_cuda(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "download");
@@ -93,6 +107,7 @@ class Dev {
     return host;
   }
   std::vector<T> download_raw() const {
+    check_cuda(cudaDeviceSynchronize(), "download (wait)");
     std::vector<T> host(n_);
     check_cuda(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "download");
     return host;

@@ -103,7 +103,12 @@ __global__ void route_backward_kernel(T* dlogits, const float* dgates, const flo
       idx = indices[t * k + lane];
     }
     const float dot = warp_sum(g * dg);
-    for (int e = lane; e < experts; e += 32) {
+    // Every lane runs every pass, since the shuffles need the whole warp; a lane past the last
+    // expert only skips its store. (A bound of e < experts per lane left lanes >= experts % 32
+    // out of the last pass's full-mask shuffles, which is undefined: slots j >= experts % 32
+    // came back wrong, e.g. 72 experts top-10.)
+    for (int base = 0; base < experts; base += 32) {
+      const int e = base + lane;
       float value = 0.f;
       for (int j = 0; j < k; j++) {
         const int idx_j = __shfl_sync(0xffffffffu, idx, j);
@@ -111,7 +116,7 @@ __global__ void route_backward_kernel(T* dlogits, const float* dgates, const flo
         const float dg_j = __shfl_sync(0xffffffffu, dg, j);
         if (idx_j == e) value = g_j * (dg_j - dot);
       }
-      dlogits[t * experts + e] = from_float<T>(value);
+      if (e < experts) dlogits[t * experts + e] = from_float<T>(value);
     }
   }
 }

@@ -81,6 +81,7 @@ class Loop {
   absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
 
   absl::Status ResumeFrom(const std::string& checkpoint);
+  absl::Status LoadMoments(const TrainStateReader& state);
   absl::Status Step(int64_t step, MetricsRecord& record);
   void CopyGradients(bool accumulate);
   void WriteBackGradients();
@@ -100,7 +101,9 @@ class Loop {
   std::optional<AdamW> optimizer_;
   std::optional<MetricsWriter> metrics_;
   std::vector<float> gradients_;  // flat, layout order: accumulation and the update's input
-  int64_t first_step_ = 0;        // 0, or the step a resumed run continues from
+  // A checkpoint's whole tensors, per parameter (expert shards gathered), while it is written.
+  std::vector<std::vector<float>> full_values_, full_exp_avg_, full_exp_avg_sq_;
+  int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
 };
 
 absl::Status Loop::Setup() {
@@ -123,8 +126,15 @@ absl::Status Loop::Setup() {
   batcher_ = std::move(*batcher);
 
   std::optional<FlatRange> owned;
-  if (options_.shard_optimizer)
+  if (options_.shard_optimizer) {
+    // The optimizer's slices cut the flat parameters, which must be the same on every rank:
+    // expert shards are not.
+    if (plan_.mesh.ep > 1) {
+      return absl::UnimplementedError(
+          "--shard-optimizer with expert parallelism (ep > 1) is not supported yet");
+    }
     owned = ShardRange(layout_->total(), comm_.world_rank(), comm_.world_size());
+  }
   HCP_ASSIGN_OR_RETURN(AdamW optimizer, AdamW::Create(*layout_, options_.adamw, owned));
   optimizer_ = std::move(optimizer);
   gradients_.assign(layout_->total(), 0.0f);
@@ -163,11 +173,16 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
   HCP_RETURN_IF_ERROR(Agree(weights.status()));
   HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
-  absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, layout_->params());
+  // The checkpoint holds every parameter's whole tensor (an expert parameter's all shards).
+  std::vector<ParamSpec> full;
+  for (const plan::Parameter& p : plan_.parameters) {
+    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan_.FullShape(p)));
+  }
+  absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, full);
   HCP_RETURN_IF_ERROR(Agree(state.status()));
   // The saved run's optimizer and schedule, so that it continues exactly.
   const TrainState& saved = state->state();
-  absl::Status loaded = state->LoadInto(*optimizer_);
+  absl::Status loaded = LoadMoments(*state);
   if (loaded.ok()) loaded = batcher_->Restore(saved.data);
   if (loaded.ok() && saved.step >= options_.steps) {
     loaded = absl::InvalidArgumentError(
@@ -181,6 +196,21 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   if (root())
     std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
                 static_cast<long long>(saved.step));
+  return absl::OkStatus();
+}
+
+// The optimizer's moments from a checkpoint: a sharded optimizer takes its flat slice; otherwise
+// each parameter reads the rows this rank holds (all of them unless it is an expert shard).
+absl::Status Loop::LoadMoments(const TrainStateReader& state) {
+  if (!optimizer_->owns_all()) return state.LoadInto(*optimizer_);
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    const plan::Parameter& p = plan_.parameters[i];
+    CpuExecutor::ShardRange shard = executor_->ShardOf(p);
+    HCP_RETURN_IF_ERROR(state.ReadMomentsRange(
+        p.name, shard.begin, shard.count, optimizer_->exp_avg().data() + layout_->offset(i),
+        optimizer_->exp_avg_sq().data() + layout_->offset(i)));
+  }
+  optimizer_->set_updates(state.state().optimizer_updates);
   return absl::OkStatus();
 }
 
@@ -248,7 +278,8 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   executor_->SumGradientsOverRanks();
   CopyGradients(/*accumulate=*/false);
 
-  double norm = std::sqrt(SumOfSquares(gradients_));
+  // The whole model's gradient norm: expert shards are summed over their ep group.
+  double norm = std::sqrt(executor_->GradientSquaredNorm());
   StepDecision decision = DecideStep(loss, norm, options_.adamw.max_grad_norm);
   double lr = LearningRate(options_.schedule, step);
   if (decision.applied()) {
@@ -312,6 +343,19 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
     AllGatherSlices(comm_, exp_avg);
     AllGatherSlices(comm_, exp_avg_sq);
   }
+  // Every rank: the whole tensors of every parameter and moment (expert shards gathered over
+  // their ep group: collective, so all ranks take part although rank 0 alone writes).
+  full_values_.clear();
+  full_exp_avg_.clear();
+  full_exp_avg_sq_.clear();
+  for (size_t i = 0; i < layout_->size(); ++i) {
+    const plan::Parameter& p = plan_.parameters[i];
+    std::span<const float> m(exp_avg.data() + layout_->offset(i), layout_->numel(i));
+    std::span<const float> v(exp_avg_sq.data() + layout_->offset(i), layout_->numel(i));
+    full_values_.push_back(executor_->GatherFull(p, *executor_->Parameter(p.name)));
+    full_exp_avg_.push_back(executor_->GatherFull(p, m));
+    full_exp_avg_sq_.push_back(executor_->GatherFull(p, v));
+  }
   absl::Status written = absl::OkStatus();
   if (root()) {
     std::string name = CheckpointName(steps_done);
@@ -360,12 +404,10 @@ absl::Status Loop::WriteCheckpointFiles(const std::string& dir, int64_t steps_do
   std::vector<TensorToWrite> weights;
   std::vector<MomentsToWrite> moments;
   for (size_t i = 0; i < layout_->size(); ++i) {
-    const ParamSpec& p = layout_->param(i);
-    std::span<const float> value = *executor_->Parameter(p.name);
-    weights.push_back({p.name, DType::F32, p.shape, value, {}});
-    std::span<const float> m(exp_avg.data() + layout_->offset(i), layout_->numel(i));
-    std::span<const float> v(exp_avg_sq.data() + layout_->offset(i), layout_->numel(i));
-    moments.push_back({p.name, p.shape, m, v});
+    const std::string& name = layout_->param(i).name;
+    std::vector<int64_t> shape = plan_.FullShape(plan_.parameters[i]);
+    weights.push_back({name, DType::F32, shape, full_values_[i], {}});
+    moments.push_back({name, shape, full_exp_avg_[i], full_exp_avg_sq_[i]});
   }
   HCP_RETURN_IF_ERROR(WriteCheckpoint(dir, weights));
   if (!options_.model_config.empty()) {

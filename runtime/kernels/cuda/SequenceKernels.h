@@ -8,7 +8,9 @@
 //   - x, B, C, y (SSD) and q, k, v, out (attention) and their gradients are bf16; dt, A, D, the
 //     SSD states and their gradients, and lse are fp32. Products run on the tensor cores with bf16
 //     operands and fp32 accumulation; dt, its cumulative sums, the decays and all states stay fp32.
-//   - no floating-point atomics: every result is bit-reproducible run to run on one GPU model.
+//   - bit-reproducible run to run on one GPU model, with one exception: the default Hopper
+//     attention backward (HCP_ATTN_IMPL=hopper) adds dq's pieces with the copy engine's fp32
+//     reduction, whose order varies; HCP_ATTN_IMPL=hopper-det (slower) or fa2 are reproducible.
 //   - supported shapes (anything else returns an error Status, never computes garbage):
 //       SSD: chunk == 256, head_dim in {32, 64}, state == 128, heads % groups == 0; any batch,
 //            any seq >= 1 (a partial last chunk is padded with dt = 0 internally);

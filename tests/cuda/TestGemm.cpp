@@ -1,4 +1,5 @@
 // gemm (cuBLASLt) against hcp::cpu::gemm.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -30,8 +31,9 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
   const std::string name = std::string(std::is_same_v<TC, float> ? "gemm.f32c" : "gemm") +
                            (g.label.empty() ? "" : " " + g.label);
   if (!ctx.wants("gemm")) return;
-  const int64_t lda = (g.ta ? g.m : g.k) + g.pad, ldb = (g.tb ? g.k : g.n) + g.pad,
-                ldc = g.n + g.pad;
+  // A row stride is at least 1 even for an empty row (k == 0), as cuBLASLt requires.
+  const int64_t lda = std::max<int64_t>(1, g.ta ? g.m : g.k) + g.pad,
+                ldb = std::max<int64_t>(1, g.tb ? g.k : g.n) + g.pad, ldc = g.n + g.pad;
   const int64_t a_rows = g.ta ? g.k : g.m, b_rows = g.tb ? g.n : g.k;
   const std::vector<float> a = randn(a_rows * lda, ctx.seed(), 1.f);
   const std::vector<float> b = randn(b_rows * ldb, ctx.seed(), 1.f);

@@ -49,10 +49,13 @@ class ModelBuilder {
   }
   Location Loc(const std::string& name) { return NameLoc::get(b_.getStringAttr(name)); }
 
-  Value Param(const std::string& name, ArrayRef<int64_t> shape, model::ParamInit init) {
+  // A parameter stored in the activation type, or (f32 = true) always in f32.
+  Value Param(const std::string& name, ArrayRef<int64_t> shape, model::ParamInit init,
+              bool f32 = false) {
     FloatAttr std = init == model::ParamInit::Normal ? b_.getF64FloatAttr(config_.initializer_range)
                                                      : FloatAttr();
-    return model::ParamOp::create(b_, Loc(name), Act(shape), b_.getStringAttr(name),
+    return model::ParamOp::create(b_, Loc(name), f32 ? F32(shape) : Act(shape),
+                                  b_.getStringAttr(name),
                                   model::ParamInitAttr::get(b_.getContext(), init), std,
                                   /*shards=*/IntegerAttr());
   }
@@ -151,11 +154,17 @@ class ModelBuilder {
     Value B = Reshape(parts[1], {batch_, seq_, groups, state});
     Value C = Reshape(parts[2], {batch_, seq_, groups, state});
 
-    dt = Add(dt, Param(p + "dt_bias", {heads}, model::ParamInit::Ones));
+    // Mixed precision: dt, its bias, A and D stay f32 whatever the activation type (dt's
+    // cumulative sums and the decays exp(dt A) lose too much in bf16).
+    const bool f32 = true;
+    if (act_ != b_.getF32Type())
+      dt =
+          model::CastOp::create(b_, loc_, F32(cast<RankedTensorType>(dt.getType()).getShape()), dt);
+    dt = Add(dt, Param(p + "dt_bias", {heads}, model::ParamInit::Ones, f32));
     dt = model::SoftplusOp::create(b_, loc_, dt);
-    Value A =
-        model::NegExpOp::create(b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange));
-    Value D = Param(p + "D", {heads}, model::ParamInit::Ones);
+    Value A = model::NegExpOp::create(
+        b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange, f32));
+    Value D = Param(p + "D", {heads}, model::ParamInit::Ones, f32);
     auto scan =
         model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
                                  F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
@@ -195,8 +204,9 @@ class ModelBuilder {
     const GraniteConfig& c = config_;
     const int64_t h = c.hidden_size, e = c.num_experts, k = c.experts_per_token, w = c.expert_width;
     Value logits = Linear(x, Weight(p + "router.layer.weight", {e, h}));
+    // The gates are f32 whatever the activation type (they weigh the experts' outputs).
     auto route = model::MoeRouteOp::create(
-        b_, loc_, Act({batch_, seq_, k}), RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
+        b_, loc_, F32({batch_, seq_, k}), RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
         logits, b_.getI64IntegerAttr(k));
     // Separate statements: argument evaluation order would make the IR order compiler-dependent.
     Value input_weight = Weight(p + "input_linear.weight", {e, 2 * w, h});

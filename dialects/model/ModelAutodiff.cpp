@@ -81,6 +81,12 @@ LogicalResult backward(NegExpOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gra
   return success();
 }
 
+// The gradient travels back in the input's type.
+LogicalResult backward(CastOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = CastOp::create(b, op.getLoc(), op.getX().getType(), dy[0]);
+  return success();
+}
+
 LogicalResult backward(SwigluOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
   grads[0] = SwigluGradOp::create(b, op.getLoc(), op.getX().getType(), dy[0], op.getX());
   return success();
@@ -256,7 +262,7 @@ void attach(MLIRContext* context) {
 
 void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
   registry.addExtension(+[](MLIRContext* context, ModelDialect*) {
-    attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp,
+    attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp, CastOp,
            SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
            SsdLogDecayOp, GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(
         context);

@@ -161,6 +161,10 @@ LogicalResult ReshapeOp::verify() {
   return success();
 }
 
+LogicalResult CastOp::verify() {
+  return expectShape(*this, getResult(), shapeOf(getX()), "cast result");
+}
+
 LogicalResult SwigluOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getX());
   if (x.empty() || x.back() % 2 != 0)

@@ -89,6 +89,19 @@ def Model_SiluOp : Model_UnaryOp<"silu", "x * sigmoid(x)">;
 def Model_SoftplusOp : Model_UnaryOp<"softplus", "log(1 + exp(x)); x itself above 20">;
 def Model_NegExpOp : Model_UnaryOp<"neg_exp", "-exp(x): Mamba2's decay rates A from A_log">;
 
+def Model_CastOp : Model_Op<"cast", [Pure]> {
+  let summary = "the same tensor in another float type (bf16 <-> f32)";
+  let description = [{
+    `%y = model.cast %x : tensor<2x8x4xbf16> to tensor<2x8x4xf32>`. Mixed-precision graphs
+    (`--dtype bf16`) store tensors in bf16 and keep the SSD's dt, A and D in f32: the cast sits
+    where a bf16 value enters that f32 chain. f32 -> bf16 rounds to nearest even.
+  }];
+  let arguments = (ins Model_FloatTensor:$x);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `to` type($result)";
+  let hasVerifier = 1;
+}
+
 def Model_ScaleOp : Model_Op<"scale", [Pure, SameOperandsAndResultType]> {
   let summary = "multiplication by a constant (residual, logits and embedding multipliers)";
   let arguments = (ins Model_FloatTensor:$x, F64Attr:$factor);

@@ -36,6 +36,9 @@ void retype(Operation* op, int64_t globalSeq, int64_t localSeq) {
             model::AddOp, model::MulOp, model::DivOp, model::CausalConv1dOp, model::GatedRmsNormOp,
             model::MoeExpertsOp>(
           [&](Operation* op) { setFrom(op->getResult(0), tensorType(op->getOperand(0))); })
+      .Case([&](model::CastOp op) {
+        setFrom(op.getResult(), withShape(op.getResult(), tensorType(op.getX()).getShape()));
+      })
       .Case([&](model::EmbeddingOp op) {
         SmallVector<int64_t> shape(tensorType(op.getIds()).getShape());
         shape.push_back(tensorType(op.getTable()).getShape()[1]);

@@ -125,11 +125,6 @@ class Lowering {
   // --- ops --------------------------------------------------------------------------------------
   LogicalResult lower(Operation* op) {
     loc_ = op->getLoc();
-    for (Type type : op->getResultTypes()) {
-      auto tensor = dyn_cast<RankedTensorType>(type);
-      if (tensor && tensor.getElementType().isBF16())
-        return op->emitError() << "the CPU kernels run f32 programs; compile with --dtype f32";
-    }
     StringRef name = op->getName().getStringRef();
     if (auto param = dyn_cast<model::ParamOp>(op)) {
       FloatAttr std = param.getStdAttr();
@@ -229,6 +224,7 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
     r["model.silu_grad"] = elementwise("silu.backward");
     r["model.softplus"] = elementwise("softplus.forward");
     r["model.softplus_grad"] = elementwise("softplus.backward");
+    r["model.cast"] = elementwise("cast");
     r["model.neg_exp"] = elementwise("neg_exp.forward");
     r["model.neg_exp_grad"] = elementwise("neg_exp.backward");
     r["model.scale"] = [](Lowering& l, Operation* op) {

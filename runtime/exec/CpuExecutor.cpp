@@ -56,6 +56,14 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
                                                                            comm::Communicator& comm,
                                                                            Options options) {
   HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
+  for (const plan::Buffer& b : plan.buffers) {
+    if (b.dtype == plan::DType::BF16) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the plan stores '%s' in bf16 (it was compiled with --dtype bf16 for the CUDA "
+          "backend); the CPU backend runs f32 plans: compile with --dtype f32",
+          b.name));
+    }
+  }
   const plan::Mesh& mesh = plan.mesh;
   if (!comm.has_mesh()) {
     return absl::FailedPreconditionError(

@@ -226,15 +226,20 @@ absl::Status CheckParameters(const Plan& plan) {
                             part.index, plan.buffers.size()));
       }
       const Buffer& b = plan.buffers[part.index];
-      if (b.arena != part.arena || b.dtype != DType::F32) {
+      if (b.arena != part.arena || b.dtype == DType::I32) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("%s: %s %s is %s in the %s arena, expected f32 in the %s arena", label,
-                            part.role, BufferLabel(plan, part.index), DTypeName(b.dtype),
+            absl::StrFormat("%s: %s %s is %s in the %s arena, expected f32 or bf16 in the %s arena",
+                            label, part.role, BufferLabel(plan, part.index), DTypeName(b.dtype),
                             ArenaName(b.arena), ArenaName(part.arena)));
       }
     }
     const Buffer& value = plan.buffers[p.buffer];
     const Buffer& gradient = plan.buffers[p.gradient];
+    if (value.dtype != gradient.dtype) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: value %s is %s but gradient %s is %s", label, BufferLabel(plan, p.buffer),
+          DTypeName(value.dtype), BufferLabel(plan, p.gradient), DTypeName(gradient.dtype)));
+    }
     if (value.elements != gradient.elements) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: value %s has %d elements but gradient %s has %d", label, BufferLabel(plan, p.buffer),
@@ -456,23 +461,40 @@ class StepChecker {
     }
   }
 
-  // Input/output `arg` is an f32 (or i32) buffer of exactly (or at least) product(factors)
-  // elements.
-  void In(int arg, std::initializer_list<Factor> f) { Tensor("input", arg, DType::F32, f, false); }
-  void InI32(int arg, std::initializer_list<Factor> f) {
-    Tensor("input", arg, DType::I32, f, false);
-  }
+  // Input/output `arg` is a buffer of exactly (or at least) product(factors) elements: In/Out a
+  // float one (f32 or bf16: the plan's storage type for tensors), InF32/OutF32 one that is f32
+  // whatever the plan's precision (SSD dt, A, D and states, log-sum-exps, routing gates,
+  // losses), InI32/OutI32 an int32 one.
+  void In(int arg, std::initializer_list<Factor> f) { Tensor("input", arg, kFloat, f, false); }
+  void InF32(int arg, std::initializer_list<Factor> f) { Tensor("input", arg, kF32, f, false); }
+  void InI32(int arg, std::initializer_list<Factor> f) { Tensor("input", arg, kI32, f, false); }
   void InAtLeast(int arg, std::initializer_list<Factor> f) {
-    Tensor("input", arg, DType::F32, f, true);
+    Tensor("input", arg, kFloat, f, true);
   }
-  void Out(int arg, std::initializer_list<Factor> f) {
-    Tensor("output", arg, DType::F32, f, false);
-  }
-  void OutI32(int arg, std::initializer_list<Factor> f) {
-    Tensor("output", arg, DType::I32, f, false);
-  }
+  void Out(int arg, std::initializer_list<Factor> f) { Tensor("output", arg, kFloat, f, false); }
+  void OutF32(int arg, std::initializer_list<Factor> f) { Tensor("output", arg, kF32, f, false); }
+  void OutI32(int arg, std::initializer_list<Factor> f) { Tensor("output", arg, kI32, f, false); }
   void OutAtLeast(int arg, std::initializer_list<Factor> f) {
-    Tensor("output", arg, DType::F32, f, true);
+    Tensor("output", arg, kFloat, f, true);
+  }
+
+  // Elementwise kernels compute in one type: every buffer of the step has the same dtype.
+  void SameDType() {
+    if (!ok()) return;
+    const Buffer& first = plan_.buffers[step_.outs[0]];
+    for (const auto& [list, role] :
+         {std::pair{&step_.ins, "input"}, std::pair{&step_.outs, "output"}}) {
+      for (size_t i = 0; i < list->size(); ++i) {
+        const Buffer& b = plan_.buffers[(*list)[i]];
+        if (b.dtype != first.dtype) {
+          Fail(absl::StrFormat(
+              "%s %d '%s' is %s but output 0 '%s' is %s (an elementwise kernel "
+              "computes in one type; convert with a cast step)",
+              role, i, b.name, DTypeName(b.dtype), first.name, DTypeName(first.dtype)));
+          return;
+        }
+      }
+    }
   }
 
  private:
@@ -483,7 +505,23 @@ class StepChecker {
     return std::string(name);
   }
 
-  void Tensor(std::string_view role, int arg, DType dtype, std::initializer_list<Factor> factors,
+  enum DTypeRule { kFloat, kF32, kI32 };
+  static bool Allows(DTypeRule rule, DType dtype) {
+    switch (rule) {
+      case kFloat:
+        return dtype == DType::F32 || dtype == DType::BF16;
+      case kF32:
+        return dtype == DType::F32;
+      case kI32:
+        return dtype == DType::I32;
+    }
+    return false;
+  }
+  static std::string_view RuleName(DTypeRule rule) {
+    return rule == kFloat ? "f32 or bf16" : rule == kF32 ? "f32" : "i32";
+  }
+
+  void Tensor(std::string_view role, int arg, DTypeRule rule, std::initializer_list<Factor> factors,
               bool at_least) {
     if (!ok()) return;
     const std::vector<uint32_t>& list = role == "input" ? step_.ins : step_.outs;
@@ -494,8 +532,8 @@ class StepChecker {
     const uint32_t index = list[arg];
     const Buffer& b = plan_.buffers[index];
     const std::string what = absl::StrFormat("%s %d '%s'", role, arg, b.name);
-    if (b.dtype != dtype) {
-      Fail(absl::StrFormat("%s is %s, expected %s", what, DTypeName(b.dtype), DTypeName(dtype)));
+    if (!Allows(rule, b.dtype)) {
+      Fail(absl::StrFormat("%s is %s, expected %s", what, DTypeName(b.dtype), RuleName(rule)));
       return;
     }
     std::vector<int64_t> values;
@@ -608,6 +646,13 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.Sizes({"n"});
       c.In(0, {"n"});
       c.Out(0, {"n"});
+      c.SameDType();
+      return;
+    case KernelId::Cast:
+      c.Ints({"n"});
+      c.Sizes({"n"});
+      c.In(0, {"n"});
+      c.Out(0, {"n"});
       return;
     case KernelId::SiluBackward:
     case KernelId::SoftplusBackward:
@@ -617,12 +662,14 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.In(0, {"n"});
       c.In(1, {"n"});
       c.Out(0, {"n"});
+      c.SameDType();
       return;
     case KernelId::SwigluForward:
       c.Ints({"rows", "inner"});
       c.Sizes({"rows", "inner"});
       c.In(0, {"rows", 2, "inner"});
       c.Out(0, {"rows", "inner"});
+      c.SameDType();
       return;
     case KernelId::SwigluBackward:
       c.Ints({"rows", "inner"});
@@ -630,6 +677,7 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.In(0, {"rows", "inner"});
       c.In(1, {"rows", 2, "inner"});
       c.Out(0, {"rows", 2, "inner"});
+      c.SameDType();
       return;
     case KernelId::Add:
     case KernelId::Mul:
@@ -640,12 +688,14 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.In(0, {"n"});
       c.In(1, {"rhs_n"});
       c.Out(0, {"n"});
+      c.SameDType();
       return;
     case KernelId::SumLeading:
       c.Ints({"rows", "cols"});
       c.Sizes({"rows", "cols"});
       c.In(0, {"rows", "cols"});
       c.Out(0, {"cols"});
+      c.SameDType();
       return;
     case KernelId::Fill:
       c.Ints({"n"});
@@ -658,6 +708,7 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.InRange("offset", 0, SaturatingSub(c.Int("in_cols"), c.Int("width")), "in_cols-width");
       c.In(0, {"rows", "in_cols"});
       c.Out(0, {"rows", "width"});
+      c.SameDType();
       return;
     case KernelId::InsertColumns:
       c.Ints({"rows", "out_cols", "offset", "width"});
@@ -665,6 +716,7 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.InRange("offset", 0, SaturatingSub(c.Int("out_cols"), c.Int("width")), "out_cols-width");
       c.In(0, {"rows", "width"});
       c.Out(0, {"rows", "out_cols"});
+      c.SameDType();
       return;
     case KernelId::CausalConv1dForward:
       c.Ints({"batch", "seq", "channels", "width", "has_halo"});
@@ -707,43 +759,43 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       const int first = backward ? 1 : 0;
       if (backward) c.In(0, {"batch", "seq", "heads", "head_dim"});  // dy
       c.In(first + 0, {"batch", "seq", "heads", "head_dim"});        // x
-      c.In(first + 1, {"batch", "seq", "heads"});                    // dt
-      c.In(first + 2, {"heads"});                                    // A
+      c.InF32(first + 1, {"batch", "seq", "heads"});                 // dt
+      c.InF32(first + 2, {"heads"});                                 // A
       c.In(first + 3, {"batch", "seq", "groups", "state"});          // B
       c.In(first + 4, {"batch", "seq", "groups", "state"});          // C
-      c.In(first + 5, {"heads"});                                    // D
+      c.InF32(first + 5, {"heads"});                                 // D
       int next = first + 6;
-      if (c.Int("has_init") == 1) c.In(next++, {"batch", "heads", "head_dim", "state"});
+      if (c.Int("has_init") == 1) c.InF32(next++, {"batch", "heads", "head_dim", "state"});
       if (!backward) {
-        c.Out(0, {"batch", "seq", "heads", "head_dim"});    // y
-        c.Out(1, {"batch", "heads", "head_dim", "state"});  // final_state
+        c.Out(0, {"batch", "seq", "heads", "head_dim"});       // y
+        c.OutF32(1, {"batch", "heads", "head_dim", "state"});  // final_state
         return;
       }
-      if (c.Int("has_dfinal") == 1) c.In(next++, {"batch", "heads", "head_dim", "state"});
+      if (c.Int("has_dfinal") == 1) c.InF32(next++, {"batch", "heads", "head_dim", "state"});
       c.Out(0, {"batch", "seq", "heads", "head_dim"});  // dx
-      c.Out(1, {"batch", "seq", "heads"});              // ddt
-      c.Out(2, {"heads"});                              // dA
+      c.OutF32(1, {"batch", "seq", "heads"});           // ddt
+      c.OutF32(2, {"heads"});                           // dA
       c.Out(3, {"batch", "seq", "groups", "state"});    // dB
       c.Out(4, {"batch", "seq", "groups", "state"});    // dC
-      c.Out(5, {"heads"});                              // dD
-      if (c.Int("has_init") == 1) c.Out(6, {"batch", "heads", "head_dim", "state"});
+      c.OutF32(5, {"heads"});                           // dD
+      if (c.Int("has_init") == 1) c.OutF32(6, {"batch", "heads", "head_dim", "state"});
       return;
     }
     case KernelId::SsdLogDecayForward:
       c.Ints({"batch", "seq", "heads"});
       c.Sizes({"batch", "seq", "heads"});
-      c.In(0, {"batch", "seq", "heads"});  // dt
-      c.In(1, {"heads"});                  // A
-      c.Out(0, {"batch", "heads"});        // g
+      c.InF32(0, {"batch", "seq", "heads"});  // dt
+      c.InF32(1, {"heads"});                  // A
+      c.OutF32(0, {"batch", "heads"});        // g
       return;
     case KernelId::SsdLogDecayBackward:
       c.Ints({"batch", "seq", "heads"});
       c.Sizes({"batch", "seq", "heads"});
-      c.In(0, {"batch", "heads"});          // dg
-      c.In(1, {"batch", "seq", "heads"});   // dt
-      c.In(2, {"heads"});                   // A
-      c.Out(0, {"batch", "seq", "heads"});  // ddt
-      c.Out(1, {"heads"});                  // dA
+      c.InF32(0, {"batch", "heads"});          // dg
+      c.InF32(1, {"batch", "seq", "heads"});   // dt
+      c.InF32(2, {"heads"});                   // A
+      c.OutF32(0, {"batch", "seq", "heads"});  // ddt
+      c.OutF32(1, {"heads"});                  // dA
       return;
     case KernelId::HaloExchangeForward:
     case KernelId::HaloExchangeBackward: {
@@ -771,15 +823,15 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       const std::initializer_list<StepChecker::Factor> s = {"batch", "segs", "heads", "head_dim",
                                                             "state"};
       if (kernel == KernelId::StateScanForward) {
-        c.In(0, g);
-        c.In(1, s);
-        c.Out(0, s);  // s_in
+        c.InF32(0, g);
+        c.InF32(1, s);
+        c.OutF32(0, s);  // s_in
       } else {
-        c.In(0, s);  // ds_in
-        c.In(1, g);
-        c.In(2, s);  // s_in
-        c.Out(0, g);
-        c.Out(1, s);
+        c.InF32(0, s);  // ds_in
+        c.InF32(1, g);
+        c.InF32(2, s);  // s_in
+        c.OutF32(0, g);
+        c.OutF32(1, s);
       }
       return;
     }
@@ -812,14 +864,14 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
         c.In(1, kv);
         c.In(2, kv);
         c.Out(0, q);
-        c.Out(1, lse);
+        c.OutF32(1, lse);
       } else {
         c.In(0, q);  // dout
         c.In(1, q);
         c.In(2, kv);
         c.In(3, kv);
         c.In(4, q);  // out
-        c.In(5, lse);
+        c.InF32(5, lse);
         c.Out(0, q);
         c.Out(1, kv);
         c.Out(2, kv);
@@ -833,15 +885,15 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.InRange("experts", 1, std::numeric_limits<int32_t>::max(), "2^31-1");
       c.InRange("k", 1, c.Int("experts"), "experts");
       c.In(0, {"tokens", "experts"});
-      c.Out(0, {"tokens", "k"});
+      c.OutF32(0, {"tokens", "k"});  // gates
       c.OutI32(1, {"tokens", "k"});
       return;
     case KernelId::MoeRouteBackward:
       c.Ints({"tokens", "experts", "k"});
       c.Sizes({"tokens", "experts", "k"});
       c.InRange("k", 1, c.Int("experts"), "experts");
-      c.In(0, {"tokens", "k"});
-      c.In(1, {"tokens", "k"});
+      c.InF32(0, {"tokens", "k"});  // dgates
+      c.InF32(1, {"tokens", "k"});  // gates
       c.InI32(2, {"tokens", "k"});
       c.Out(0, {"tokens", "experts"});
       return;
@@ -853,13 +905,13 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       const int first = kernel == KernelId::MoeExpertsBackward ? 1 : 0;
       if (first == 1) c.In(0, {"tokens", "hidden"});       // dout
       c.In(first + 0, {"tokens", "hidden"});               // x
-      c.In(first + 1, {"tokens", "k"});                    // gates
+      c.InF32(first + 1, {"tokens", "k"});                 // gates
       c.InI32(first + 2, {"tokens", "k"});                 // experts
       c.In(first + 3, {"experts", 2, "inner", "hidden"});  // w_in
       c.In(first + 4, {"experts", "hidden", "inner"});     // w_out
       c.Out(0, {"tokens", "hidden"});                      // out, or dx
       if (first == 1) {
-        c.Out(1, {"tokens", "k"});
+        c.OutF32(1, {"tokens", "k"});  // dgates
         c.Out(2, {"experts", 2, "inner", "hidden"});
         c.Out(3, {"experts", "hidden", "inner"});
       }
@@ -880,13 +932,13 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       const int first = kernel == KernelId::MoeExpertsEpBackward ? 1 : 0;
       if (first == 1) c.In(0, {"tokens", "hidden"});   // dout
       c.In(first + 0, {"tokens", "hidden"});           // x
-      c.In(first + 1, {"tokens", "k"});                // gates
+      c.InF32(first + 1, {"tokens", "k"});             // gates
       c.InI32(first + 2, {"tokens", "k"});             // experts (global ids)
       c.In(first + 3, {local, 2, "inner", "hidden"});  // w_in
       c.In(first + 4, {local, "hidden", "inner"});     // w_out
       c.Out(0, {"tokens", "hidden"});                  // out, or dx
       if (first == 1) {
-        c.Out(1, {"tokens", "k"});
+        c.OutF32(1, {"tokens", "k"});  // dgates
         c.Out(2, {local, 2, "inner", "hidden"});
         c.Out(3, {local, "hidden", "inner"});
       }
@@ -897,13 +949,13 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.Sizes({"tokens", "vocab"});
       c.In(0, {"tokens", "vocab"});
       c.InI32(1, {"tokens"});
-      c.Out(0, {1});
-      c.Out(1, {1});
+      c.OutF32(0, {1});  // loss_sum
+      c.OutF32(1, {1});  // valid_count
       return;
     case KernelId::CrossEntropyBackward:
       c.Ints({"tokens", "vocab", "ignore_index"});
       c.Sizes({"tokens", "vocab"});
-      c.In(0, {1});
+      c.InF32(0, {1});  // dloss_sum
       c.In(1, {"tokens", "vocab"});
       c.InI32(2, {"tokens"});
       c.Out(0, {"tokens", "vocab"});

@@ -212,6 +212,9 @@ absl::Status RunCopy(const Args& a) {
   return absl::OkStatus();
 }
 
+// ins: x. outs: y. ints: n. CPU plans are f32 throughout (CpuExecutor refuses others): a copy.
+absl::Status RunCast(const Args& a) { return RunCopy(a); }
+
 // ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo. Without a
 // halo every sequence starts at position 0 (zeros before it).
 absl::Status RunCausalConv1dForward(const Args& a) {

@@ -64,6 +64,16 @@ void LoadAndMaybeRun(const std::string& bytes, int64_t vocab, int mutation, Coun
     return;
   }
   if (plan->total_arena_bytes() > kMaxExecutedArenaBytes) return;
+  // A valid mixed-precision plan (a buffer mutated to bf16): the CPU backend refuses it, cleanly.
+  for (const plan::Buffer& b : plan->buffers) {
+    if (b.dtype == DType::BF16) {
+      absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::Create(*plan);
+      ASSERT_FALSE(exec.ok()) << "mutation " << mutation;
+      EXPECT_NE(exec.status().message().find("the CPU backend runs f32 plans"), std::string::npos)
+          << exec.status();
+      return;
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<CpuExecutor>> exec =
       CpuExecutor::Create(*plan, CpuExecutor::Options{.poison_activations = true});
@@ -161,6 +171,7 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("slice_columns", {x}, {A({T, 2})}, {T, H, 1, 2});
   b.AddStep("insert_columns", {P({T, 2})}, {A({T, H})}, {T, H, 2, 2});
   b.AddStep("copy", {x}, {A({T, H})}, {T * H});
+  b.AddStep("cast", {x}, {A({T, H})}, {T * H});
   const uint32_t conv_w = P({H, 3}), halo = P({1, 2, H});
   b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w}, {A({1, T, H}), A({H, 3}), A({H})},

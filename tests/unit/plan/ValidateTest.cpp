@@ -91,8 +91,9 @@ TEST(Validate, OffsetAlignedToElementSize) {
 TEST(Validate, Parameters) {
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = lm.h; }),
               HasSubstr("parameter 1 'model.norm.weight': value buffer"));
-  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = lm.h; }),
-              HasSubstr("is f32 in the activations arena, expected f32 in the parameters arena"));
+  EXPECT_THAT(
+      ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).buffer = lm.h; }),
+      HasSubstr("is f32 in the activations arena, expected f32 or bf16 in the parameters arena"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).gradient = lm.norm; }),
               HasSubstr("gradient buffer 2 'model.norm.weight' is f32 in the parameters arena"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.parameter(1).gradient = lm.dtable; }),
@@ -165,9 +166,21 @@ TEST(Validate, WrongDType) {
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.embedding_step).ins[1] = lm.h; }),
               HasSubstr("step 0 (embedding.forward): input 1 'act.h' is f32, expected i32"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).ins[0] = lm.ids; }),
-              HasSubstr("step 1 (rms_norm.forward): input 0 'input_ids' is i32, expected f32"));
-  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.h).dtype = DType::BF16; }),
-              HasSubstr("output 0 'act.h' is bf16, expected f32"));
+              HasSubstr("step 1 (rms_norm.forward): input 0 'input_ids' is i32, expected f32 or "
+                        "bf16"));
+  // Losses stay f32 in a bf16 plan.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.loss_sum).dtype = DType::BF16; }),
+              HasSubstr("step 4 (cross_entropy.forward): output 0 'act.loss_sum' is bf16, "
+                        "expected f32"));
+  // An elementwise kernel computes in one type.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.logits).dtype = DType::BF16; }),
+              HasSubstr("step 3 (scale): input 0 'act.logits_raw' is f32 but output 0 "
+                        "'act.logits' is bf16 (an elementwise kernel computes in one type; "
+                        "convert with a cast step)"));
+  // A gradient is stored like its parameter.
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.buffer(lm.dnorm).dtype = DType::BF16; }),
+              HasSubstr("value buffer 2 'model.norm.weight' is f32 but gradient buffer 3 "
+                        "'model.norm.weight.grad' is bf16"));
 }
 
 TEST(Validate, SizeMismatch) {
@@ -277,6 +290,18 @@ struct OneStepPlan {
     return plan.ok() ? "(loaded)" : std::string(plan.status().message());
   }
 };
+
+TEST(Validate, CastConvertsEitherWay) {
+  for (auto [from, to] : {std::pair{DType::F32, DType::BF16}, std::pair{DType::BF16, DType::F32},
+                          std::pair{DType::BF16, DType::BF16}}) {
+    OneStepPlan p;
+    p.b.AddStep("cast", {p.Act({4, 2}, from)}, {p.Act({4, 2}, to)}, {8});
+    EXPECT_EQ(p.Error(), "(loaded)");
+  }
+  OneStepPlan p;
+  p.b.AddStep("cast", {p.Act({4, 2}, DType::BF16)}, {p.Act({4}, DType::F32)}, {8});
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (cast): output 0 't4' has 4 elements, expected n = 8"));
+}
 
 TEST(Validate, SsdScanArityFollowsFlags) {
   const int64_t B = 1, S = 4, Hd = 2, P = 3, G = 1, N = 2;

@@ -845,14 +845,6 @@ func.func @route_topk(%a0: tensor<1x5x2xf32>, %a1: tensor<1x5x2xf32>, %a2: tenso
   return
 }
 
-// -----
-
-// The logits' gradient has the gates' element type.
-func.func @route_dtype(%a0: tensor<1x5x2xf32>, %a1: tensor<1x5x2xf32>, %a2: tensor<1x5x2xi32>) {
-  // expected-error @+1 {{gates and router logits gradient must have the same element type, got 'f32' and 'bf16'}}
-  %r = model.moe_route_grad %a0, %a1, %a2 : (tensor<1x5x2xf32>, tensor<1x5x2xf32>, tensor<1x5x2xi32>) -> tensor<1x5x6xbf16>
-  return
-}
 
 // -----
 

@@ -385,3 +385,12 @@ func.func @loss_targets(%l: tensor<2x5x8xf32>, %t: tensor<2x4xi32>) -> tensor<f3
   %s, %c = model.cross_entropy %l, %t {ignore_index = -100 : i64} : (tensor<2x5x8xf32>, tensor<2x4xi32>) -> (tensor<f32>, tensor<f32>)
   return %s : tensor<f32>
 }
+
+// -----
+
+// A cast keeps the shape.
+func.func @cast_reshapes(%x: tensor<2x8xbf16>) -> tensor<16xf32> {
+  // expected-error @+1 {{cast result must have shape [2, 8], got [16]}}
+  %0 = model.cast %x : tensor<2x8xbf16> to tensor<16xf32>
+  return %0 : tensor<16xf32>
+}

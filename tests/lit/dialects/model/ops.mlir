@@ -58,6 +58,14 @@ func.func @token_local(%ids: tensor<2x5xi32>, %table: tensor<8x4xf32>, %w: tenso
   return %g : tensor<2x5x3xf32>
 }
 
+// A cast changes the element type only (mixed precision: dt enters the f32 chain).
+// CHECK-LABEL: func.func @cast
+func.func @cast(%x: tensor<2x8x4xbf16>) -> tensor<2x8x4xf32> {
+  // CHECK: model.cast %{{.+}} : tensor<2x8x4xbf16> to tensor<2x8x4xf32>
+  %0 = model.cast %x : tensor<2x8x4xbf16> to tensor<2x8x4xf32>
+  return %0 : tensor<2x8x4xf32>
+}
+
 // The Mamba2 mixer's sequence ops: conv1d, the SSD scan with and without an initial state, and
 // the gated norm.
 // CHECK-LABEL: func.func @mamba

@@ -333,6 +333,24 @@ func.func @train_step(%x: tensor<2x5x4xf32>, %t: tensor<2x5xi32>) -> tensor<f32>
 
 // -----
 
+// A cast's gradient is cast back to the input's type: a bf16 activation entering an f32 chain
+// gets a bf16 gradient.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[DY:.+]] = model.linear_grad_input
+// CHECK: %[[DX:.+]] = model.cast %[[DY]] : tensor<2x5x8xf32> to tensor<2x5x8xbf16>
+// CHECK: model.linear_grad_weight %[[DX]]
+func.func @train_step(%x: tensor<2x5x4xbf16>, %t: tensor<2x5xi32>) -> tensor<f32> {
+  %w = model.param "w" normal(0.02) : tensor<8x4xbf16>
+  %v = model.param "v" normal(0.02) : tensor<8x8xf32>
+  %l = model.linear %x, %w : (tensor<2x5x4xbf16>, tensor<8x4xbf16>) -> tensor<2x5x8xbf16>
+  %c = model.cast %l : tensor<2x5x8xbf16> to tensor<2x5x8xf32>
+  %m = model.linear %c, %v : (tensor<2x5x8xf32>, tensor<8x8xf32>) -> tensor<2x5x8xf32>
+  %sum, %count = model.cross_entropy %m, %t {ignore_index = -100 : i64} : (tensor<2x5x8xf32>, tensor<2x5xi32>) -> (tensor<f32>, tensor<f32>)
+  return %sum : tensor<f32>
+}
+
+// -----
+
 // Only the function named by the `function` option (train_step by default) is differentiated.
 // CHECK-LABEL: func.func @eval_step
 // CHECK-NOT: model.param_grad

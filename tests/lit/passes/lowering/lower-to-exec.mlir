@@ -71,10 +71,14 @@ func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %target
 
 // -----
 
-// The CPU kernel set is fp32: a bf16 program is refused with a hint.
+// Mixed precision: buffers keep their tensors' element types, and a cast is one launch of the
+// `cast` kernel between a bf16 and an f32 buffer.
+// CHECK-LABEL: func.func @train_step()
+// CHECK: %[[W:.+]] = exec.buffer parameters "w" {init = "ones"} : memref<4xbf16>
+// CHECK: exec.launch "cast" ins(%[[W]] : memref<4xbf16>) outs(%{{.+}} : memref<4xf32>) {floats = array<f64>, ints = array<i64: 4>}
 func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %targets: tensor<1x2xi32> {model.input = "targets"}) -> tensor<f32> {
-  // expected-error @+1 {{the CPU kernels run f32 programs; compile with --dtype f32}}
   %w = model.param "w" ones : tensor<4xbf16>
+  %c = model.cast %w : tensor<4xbf16> to tensor<4xf32>
   %loss = model.fill 0.0 : tensor<f32>
   return %loss : tensor<f32>
 }

@@ -216,5 +216,6 @@ void test_conv(Context& ctx);
 void test_moe(Context& ctx);
 void test_cross_entropy(Context& ctx);
 void test_adamw(Context& ctx);
+void test_ssd_log_decay(Context& ctx);
 
 }  // namespace hcp::cuda::test

@@ -40,5 +40,8 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers);
 #ifdef HYBRIDCP_HAVE_COMPILER
 Command MakeCompileCommand();
 #endif
+#ifdef HYBRIDCP_HAVE_CUDA
+Command MakeBenchCommand();
+#endif
 
 }  // namespace hcp

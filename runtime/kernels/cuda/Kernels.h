@@ -180,6 +180,19 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
                               Workspace workspace);
 
 // ---------------------------------------------------------------------------------------------
+// A Mamba segment's total log-decay (SsdLogDecay.cu), for state passing between sequence shards.
+// All fp32: dt [batch, seq, heads], A [heads], g and dg [batch, heads], ddt as dt, dA as A.
+// g[b,h] = sum_t dt[b,t,h] * A[h]; backward ddt[b,t,h] = dg[b,h] * A[h] and
+// dA[h] = sum_{b,t} dg[b,h] * dt[b,t,h]. Products and sums in double (as the CPU's), in a fixed
+// order; the workspace holds per-slab double partials. batch <= 65535, seq <= 65535 * 1024.
+size_t ssd_log_decay_workspace_bytes(int64_t batch, int64_t seq, int64_t heads);
+Status ssd_log_decay_forward(cudaStream_t stream, float* g, const float* dt, const float* A,
+                             int64_t batch, int64_t seq, int64_t heads, Workspace workspace);
+Status ssd_log_decay_backward(cudaStream_t stream, float* ddt, float* dA, const float* dg,
+                              const float* dt, const float* A, int64_t batch, int64_t seq,
+                              int64_t heads, Workspace workspace);
+
+// ---------------------------------------------------------------------------------------------
 // Mixture of experts (Moe.cu).
 // Routing: top-k of the raw logits [tokens, experts] (descending, ties to the lower expert),
 // softmax over the k selected. T = float or bf16 logits; gates fp32 [tokens, k]; indices

@@ -1,0 +1,71 @@
+// The CUDA backend: runs one plan step on one GPU with the kernels of runtime/kernels/cuda
+// (bf16 tensors, fp32 math, cuBLASLt GEMMs).
+//
+// One wrapper per line of KernelTable.def (CudaBackend.cpp, in table order; the Mamba and
+// attention ones in CudaBackendSequence.cpp) unpacks the step's buffers, ints and floats and
+// queues the kernel on the step's stream, as runtime/backends/cpu/CpuBackend.cpp does for the
+// reference kernels. The plans it runs are "bf16 plans" (hybridcp compile --dtype bf16): each
+// kernel takes the dtypes its CUDA kernel takes (bf16 activations and weights; fp32 for the Mamba
+// dt/A/D chain, the SSD states, attention lse, routing gates and the loss; see
+// CheckPlanRunsOnCuda), and the elementwise kernels run in whichever of f32 and bf16 their step's
+// buffers have.
+//
+// Single GPU only for now: the collectives (halo exchange, state scan, ring attention,
+// all-reduce) and the expert-parallel MoE kernels have no CUDA wrapper yet.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp::cuda_backend {
+
+// Device base address of each arena, indexed by plan::Arena; each holds plan.arena_bytes[arena]
+// bytes.
+using DeviceArenas = std::array<std::byte*, plan::kNumArenas>;
+
+// What a step runs with besides its buffers. One set per stream: the workspace and the GEMM
+// context are reused by every step queued on it.
+struct StepResources {
+  cudaStream_t stream = nullptr;
+  cuda::GemmContext* gemm = nullptr;
+  cuda::Workspace workspace;        // at least WorkspaceBytes(plan), 256-byte aligned
+  int32_t* bad_position = nullptr;  // device int32, set to INT32_MAX by the executor before a step
+                                    // run; embedding.forward and cross_entropy.forward lower it
+                                    // to the first bad token id / target position they see
+};
+
+// Whether every step of `plan` (already plan::ValidatePlan'ed) can run here; the error names the
+// step (plan::StepLabel) and lists what is wrong with it:
+//   - the mesh is one rank (cp = dp = ep = 1);
+//   - the kernel has a CUDA wrapper (not the collectives or the expert-parallel kernels);
+//   - each buffer has the dtype the CUDA kernel takes:
+//       "step 12 (ssd_scan.forward): input 1 'act.7' is bf16, the CUDA kernel takes f32";
+//   - the shapes are ones the kernels support (SSD: chunk 256, state 128, head_dim 32 or 64;
+//     attention: head_dim 64 or 128; norms: dim <= 32768; conv: width <= 8; routing:
+//     experts <= 256, k <= 16; ...).
+absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan);
+
+// The largest workspace any step of `plan` needs (the max over steps of its kernel's
+// *_workspace_bytes, plus the scratch a wrapper keeps there: cross_entropy.backward's recomputed
+// lse).
+size_t WorkspaceBytes(const plan::Plan& plan);
+
+// Queues step `step_index` of `plan` (which has passed CheckPlanRunsOnCuda) on resources.stream
+// and returns without waiting, except where the kernel itself waits (the MoE experts wait for
+// their per-expert token counts). A bad token id or target does not fail here: it lowers
+// *resources.bad_position (see StepResources). Errors (a kernel's refusal, a launch failure)
+// come back as Internal, starting with the step: "step 3 (gemm): gemm: <cuBLASLt's message>".
+absl::Status RunCudaStep(const plan::Plan& plan, size_t step_index, const DeviceArenas& arenas,
+                         const StepResources& resources);
+
+// A kernel's Status as an absl::Status: OK, or Internal "where: message".
+absl::Status FromCuda(const cuda::Status& status);
+// A CUDA runtime call's result as an absl::Status: OK, or Internal "what: <cudaGetErrorString>".
+absl::Status FromCuda(cudaError_t error, const char* what);
+
+}  // namespace hcp::cuda_backend

@@ -1,0 +1,355 @@
+// What the CUDA backend can run (CheckPlanRunsOnCuda) and the workspace it needs
+// (WorkspaceBytes), kernel by kernel.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/backends/cuda/StepArgs.h"
+#include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/kernels/cuda/SequenceKernels.h"
+
+namespace hcp::cuda_backend {
+namespace {
+
+using plan::DType;
+using plan::KernelId;
+
+// ---------------------------------------------------------------------------------------------
+// Dtypes. What a CUDA kernel takes for each buffer of a step, in the step's order.
+enum class Want : uint8_t {
+  kBf16,
+  kF32,
+  kI32,
+  kT,      // the step's compute type: f32 or bf16, the dtype of the signature's reference buffer
+  kFloat,  // f32 or bf16, each buffer on its own (cast; gemm's C)
+};
+
+struct Signature {
+  std::vector<Want> ins, outs;
+  // The buffer whose dtype is the step's type T (when some entry is kT).
+  bool t_from_output = true;
+  int t_index = 0;
+};
+
+Signature Uniform(int ins, int outs) {
+  return Signature{std::vector<Want>(ins, Want::kT), std::vector<Want>(outs, Want::kT)};
+}
+Signature AllBf16(int ins, int outs) {
+  return Signature{std::vector<Want>(ins, Want::kBf16), std::vector<Want>(outs, Want::kBf16)};
+}
+
+// The dtypes of the CUDA kernels (Kernels.h, SequenceKernels.h); `ins`/`outs` count the step's
+// buffers (its flags resolved). Collectives never get here.
+Signature SignatureOf(const plan::Step& step, int ins, int outs) {
+  constexpr Want B = Want::kBf16, F = Want::kF32, I = Want::kI32, T = Want::kT;
+  switch (step.kernel) {
+    case KernelId::Gemm:
+      return Signature{{B, B}, {Want::kFloat}};
+    case KernelId::EmbeddingForward:
+    case KernelId::EmbeddingBackward:
+      return Signature{{B, I}, {B}};
+    case KernelId::RmsNormForward:
+    case KernelId::RmsNormBackward:
+    case KernelId::GatedRmsNormForward:
+    case KernelId::GatedRmsNormBackward:
+    case KernelId::CausalConv1dForward:
+    case KernelId::CausalConv1dBackward:
+      return AllBf16(ins, outs);
+    case KernelId::SiluForward:
+    case KernelId::SiluBackward:
+    case KernelId::SoftplusForward:
+    case KernelId::SoftplusBackward:
+    case KernelId::NegExpForward:
+    case KernelId::NegExpBackward:
+    case KernelId::SwigluForward:
+    case KernelId::SwigluBackward:
+    case KernelId::Scale:
+    case KernelId::Add:
+    case KernelId::Mul:
+    case KernelId::Div:
+    case KernelId::SumLeading:
+    case KernelId::Fill:
+    case KernelId::SliceColumns:
+    case KernelId::InsertColumns:
+    case KernelId::Copy:
+      return Uniform(ins, outs);
+    case KernelId::Cast:
+      return Signature{{Want::kFloat}, {Want::kFloat}};
+    case KernelId::SsdScanForward: {
+      // x, dt, A, B, C, D[, init_state] -> y, final_state.
+      Signature s{{B, F, F, B, B, F}, {B, F}};
+      s.ins.resize(ins, F);
+      return s;
+    }
+    case KernelId::SsdScanBackward: {
+      // dy, x, dt, A, B, C, D[, init_state][, dfinal_state] -> dx, ddt, dA, dB, dC, dD[, dinit].
+      Signature s{{B, B, F, F, B, B, F}, {B, F, F, B, B, F}};
+      s.ins.resize(ins, F);
+      s.outs.resize(outs, F);
+      return s;
+    }
+    case KernelId::SsdLogDecayForward:
+    case KernelId::SsdLogDecayBackward:
+      return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
+    case KernelId::AttentionForward:
+      return Signature{{B, B, B}, {B, F}};
+    case KernelId::AttentionBackward:
+      return Signature{{B, B, B, B, B, F}, {B, B, B}};
+    case KernelId::MoeRouteForward:
+      return Signature{{T}, {F, I}, /*t_from_output=*/false, 0};
+    case KernelId::MoeRouteBackward:
+      return Signature{{F, F, I}, {T}};
+    case KernelId::MoeExpertsForward:
+      return Signature{{B, F, I, B, B}, {B}};
+    case KernelId::MoeExpertsBackward:
+      return Signature{{B, B, F, I, B, B}, {B, F, B, B}};
+    case KernelId::CrossEntropyForward:
+      return Signature{{T, I}, {F, F}, /*t_from_output=*/false, 0};
+    case KernelId::CrossEntropyBackward:
+      return Signature{{F, T, I}, {T}, /*t_from_output=*/false, 1};
+    case KernelId::HaloExchangeForward:
+    case KernelId::HaloExchangeBackward:
+    case KernelId::StateScanForward:
+    case KernelId::StateScanBackward:
+    case KernelId::RingAttentionForward:
+    case KernelId::RingAttentionBackward:
+    case KernelId::AllReduce:
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward:
+      break;
+  }
+  return Signature{};
+}
+
+std::string_view WantName(Want want, DType t) {
+  switch (want) {
+    case Want::kBf16:
+      return "bf16";
+    case Want::kF32:
+      return "f32";
+    case Want::kI32:
+      return "i32";
+    case Want::kT:
+      return plan::DTypeName(t);
+    case Want::kFloat:
+      return "f32 or bf16";
+  }
+  return "?";
+}
+
+bool Allows(Want want, DType dtype, DType t) {
+  switch (want) {
+    case Want::kBf16:
+      return dtype == DType::BF16;
+    case Want::kF32:
+      return dtype == DType::F32;
+    case Want::kI32:
+      return dtype == DType::I32;
+    case Want::kT:
+      return dtype == t;
+    case Want::kFloat:
+      return dtype == DType::F32 || dtype == DType::BF16;
+  }
+  return false;
+}
+
+// "input 1 'act.7' is bf16, the CUDA kernel takes f32" for each buffer of the step that does not
+// have the dtype its kernel takes.
+std::vector<std::string> DTypeProblems(const plan::Plan& plan, const plan::Step& step) {
+  std::vector<std::string> problems;
+  const Signature sig =
+      SignatureOf(step, static_cast<int>(step.ins.size()), static_cast<int>(step.outs.size()));
+  auto role = [](bool output) { return output ? "output" : "input"; };
+  // The step's type: that of its reference buffer, which must itself be f32 or bf16.
+  DType t = DType::F32;
+  const std::vector<Want>& ref_list = sig.t_from_output ? sig.outs : sig.ins;
+  const bool has_t = std::find(sig.ins.begin(), sig.ins.end(), Want::kT) != sig.ins.end() ||
+                     std::find(sig.outs.begin(), sig.outs.end(), Want::kT) != sig.outs.end();
+  std::string t_source;
+  if (has_t && sig.t_index < static_cast<int>(ref_list.size())) {
+    const uint32_t index = (sig.t_from_output ? step.outs : step.ins)[sig.t_index];
+    const plan::Buffer& b = plan.buffers[index];
+    t = b.dtype;
+    t_source = absl::StrFormat(" (the step's type, from %s %d '%s')", role(sig.t_from_output),
+                               sig.t_index, b.name);
+    if (t != DType::F32 && t != DType::BF16) {
+      problems.push_back(absl::StrFormat("%s %d '%s' is %s, the CUDA kernel takes f32 or bf16",
+                                         role(sig.t_from_output), sig.t_index, b.name,
+                                         plan::DTypeName(t)));
+      return problems;
+    }
+  }
+  auto check = [&](bool output, const std::vector<uint32_t>& buffers,
+                   const std::vector<Want>& wants) {
+    for (size_t i = 0; i < buffers.size() && i < wants.size(); ++i) {
+      const plan::Buffer& b = plan.buffers[buffers[i]];
+      if (Allows(wants[i], b.dtype, t)) continue;
+      problems.push_back(absl::StrFormat(
+          "%s %d '%s' is %s, the CUDA kernel takes %s%s", role(output), i, b.name,
+          plan::DTypeName(b.dtype), WantName(wants[i], t), wants[i] == Want::kT ? t_source : ""));
+    }
+  };
+  check(false, step.ins, sig.ins);
+  check(true, step.outs, sig.outs);
+  return problems;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes the kernels support (beyond what ValidatePlan already guarantees).
+std::vector<std::string> ShapeProblems(const plan::Step& step) {
+  std::vector<std::string> problems;
+  const std::vector<int64_t>& v = step.ints;
+  auto require = [&](bool ok, std::string message) {
+    if (!ok) problems.push_back(std::move(message));
+  };
+  switch (step.kernel) {
+    case KernelId::RmsNormForward:
+    case KernelId::RmsNormBackward:
+    case KernelId::GatedRmsNormForward:
+    case KernelId::GatedRmsNormBackward:
+      require(v[1] <= 32768, absl::StrFormat("dim %d is above the CUDA norms' 32768", v[1]));
+      break;
+    case KernelId::EmbeddingBackward:
+      require(
+          v[0] <= std::numeric_limits<int32_t>::max() && v[1] < std::numeric_limits<int32_t>::max(),
+          absl::StrFormat("tokens %d or vocab %d do not fit the CUDA kernel's int32 sort", v[0],
+                          v[1]));
+      break;
+    case KernelId::CausalConv1dForward:
+    case KernelId::CausalConv1dBackward:
+      require(v[3] <= 8, absl::StrFormat("conv width %d is above the CUDA kernel's 8", v[3]));
+      require(v[0] <= 65535, absl::StrFormat("batch %d is above the CUDA kernel's 65535", v[0]));
+      break;
+    case KernelId::SsdScanForward:
+    case KernelId::SsdScanBackward: {
+      const cuda::SsdShape s = detail::SsdShapeOf(step);
+      require(s.chunk == 256, absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", s.chunk));
+      require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
+      require(s.head_dim == 32 || s.head_dim == 64,
+              absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", s.head_dim));
+      // The grid limits (batch * groups, heads, chunks) behind anything the checks above pass.
+      if (problems.empty()) {
+        require(cuda::ssd_supported(s),
+                absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
+                                "kernels' grid limits",
+                                s.batch, s.groups, s.heads, s.seq));
+      }
+      break;
+    }
+    case KernelId::SsdLogDecayForward:
+    case KernelId::SsdLogDecayBackward:
+      require(v[0] <= 65535 && (v[1] + 1023) / 1024 <= 65535,
+              absl::StrFormat("batch %d or seq %d exceed the CUDA kernel's limits (65535, "
+                              "65535*1024)",
+                              v[0], v[1]));
+      break;
+    case KernelId::AttentionForward:
+    case KernelId::AttentionBackward: {
+      const cuda::AttentionShape s = detail::AttentionShapeOf(step);
+      require(
+          s.head_dim == 64 || s.head_dim == 128,
+          absl::StrFormat("head_dim %d: the CUDA attention kernels take 64 or 128", s.head_dim));
+      if (problems.empty()) {
+        require(cuda::attention_supported(s),
+                absl::StrFormat("batch %d or q_heads %d exceed the CUDA attention kernels' grid "
+                                "limits (65535)",
+                                s.batch, s.q_heads));
+      }
+      break;
+    }
+    case KernelId::MoeRouteForward:
+    case KernelId::MoeRouteBackward:
+      require(v[1] <= 256,
+              absl::StrFormat("%d experts: the CUDA routing kernels take at most 256", v[1]));
+      require(v[2] <= 16,
+              absl::StrFormat("k = %d: the CUDA routing kernels take at most 16", v[2]));
+      break;
+    case KernelId::MoeExpertsForward:
+    case KernelId::MoeExpertsBackward:
+      require(v[3] <= 4096,
+              absl::StrFormat("%d experts: the CUDA expert kernels take at most 4096", v[3]));
+      require(v[4] <= 16, absl::StrFormat("k = %d: the CUDA expert kernels take at most 16", v[4]));
+      require(v[0] * v[4] <= std::numeric_limits<int32_t>::max(),
+              absl::StrFormat("tokens*k = %d*%d (token, slot) pairs do not fit int32", v[0], v[4]));
+      break;
+    default:
+      break;
+  }
+  return problems;
+}
+
+// The workspace one step needs (0 for the kernels that take none).
+size_t StepWorkspaceBytes(const plan::Step& step) {
+  const std::vector<int64_t>& v = step.ints;
+  switch (step.kernel) {
+    case KernelId::EmbeddingBackward:
+      return cuda::embedding_backward_workspace_bytes(v[0], v[1]);
+    case KernelId::RmsNormBackward:
+      return cuda::rms_norm_backward_workspace_bytes(v[0], v[1]);
+    case KernelId::GatedRmsNormBackward:
+      return cuda::gated_rms_norm_backward_workspace_bytes(v[0], v[1]);
+    case KernelId::SumLeading:
+      return cuda::column_sum_workspace_bytes(v[0], v[1]);
+    case KernelId::CausalConv1dBackward:
+      return cuda::causal_conv1d_backward_workspace_bytes(v[0], v[1], v[2], v[3]);
+    case KernelId::SsdScanForward:
+      return cuda::ssd_scan_forward_workspace_bytes(detail::SsdShapeOf(step));
+    case KernelId::SsdScanBackward:
+      return cuda::ssd_scan_backward_workspace_bytes(detail::SsdShapeOf(step));
+    case KernelId::SsdLogDecayForward:
+    case KernelId::SsdLogDecayBackward:
+      return cuda::ssd_log_decay_workspace_bytes(v[0], v[1], v[2]);
+    case KernelId::AttentionBackward:
+      return cuda::attention_backward_workspace_bytes(detail::AttentionShapeOf(step));
+    case KernelId::MoeExpertsForward:
+      return cuda::moe_experts_forward_workspace_bytes(v[0], v[1], v[2], v[3], v[4]);
+    case KernelId::MoeExpertsBackward:
+      return cuda::moe_experts_backward_workspace_bytes(v[0], v[1], v[2], v[3], v[4]);
+    case KernelId::CrossEntropyForward:
+    case KernelId::CrossEntropyBackward:
+      return detail::CarveCrossEntropyScratch(cuda::Workspace{}, v[0]).bytes;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
+  const plan::Mesh& mesh = plan.mesh;
+  if (mesh.cp != 1 || mesh.dp != 1 || mesh.ep != 1) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the plan runs on cp=%d x dp=%d ranks with ep=%d; the CUDA backend runs single-GPU "
+        "plans only for now (cp=1, dp=1, ep=1)",
+        mesh.cp, mesh.dp, mesh.ep));
+  }
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const plan::Step& step = plan.steps[i];
+    if (plan::IsCollective(step.kernel)) {
+      return absl::UnimplementedError(
+          absl::StrCat(plan::StepLabel(plan, i), ": ", detail::SingleGpuOnly(step.kernel)));
+    }
+    std::vector<std::string> problems = DTypeProblems(plan, step);
+    // Shapes only once the dtypes are right (a plan of the wrong dtype is the first thing to fix).
+    if (problems.empty()) problems = ShapeProblems(step);
+    if (!problems.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(plan::StepLabel(plan, i), ": ", absl::StrJoin(problems, "; ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+size_t WorkspaceBytes(const plan::Plan& plan) {
+  size_t bytes = 0;
+  for (const plan::Step& step : plan.steps) bytes = std::max(bytes, StepWorkspaceBytes(step));
+  return bytes;
+}
+
+}  // namespace hcp::cuda_backend

@@ -1,0 +1,619 @@
+#include "runtime/exec/CudaExecutor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/Init.h"
+
+namespace hcp {
+namespace {
+
+using cuda_backend::FromCuda;
+
+// The cuBLASLt context's own workspace (Kernels.h's default).
+constexpr uint64_t kGemmWorkspaceBytes = uint64_t{32} << 20;
+// Every allocation and every carved piece is a multiple of this (cudaMalloc's alignment).
+constexpr uint64_t kAlignment = 256;
+constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
+
+uint64_t RoundUp(uint64_t bytes) {
+  return (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / 1073741824.0); }
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrFormat("[%s]", absl::StrJoin(shape, ", "));
+}
+
+// bf16 as bits: round to nearest even (what cuda::cast and the kernels' stores do); a NaN stays a
+// quiet NaN instead of rounding into infinity.
+uint16_t Bf16Bits(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float Bf16Value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &u, sizeof(value));
+  return value;
+}
+
+// The optimizer state one parameter needs: m and v, plus an fp32 master for a bf16 parameter.
+uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p) {
+  const plan::Buffer& b = plan.buffers[p.buffer];
+  const int arrays = b.dtype == plan::DType::BF16 ? 3 : 2;
+  return arrays * RoundUp(b.elements * sizeof(float));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::Plan& plan,
+                                                                   Options options) {
+  HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
+  HCP_RETURN_IF_ERROR(cuda_backend::CheckPlanRunsOnCuda(plan));
+  int devices = 0;
+  if (cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no CUDA device to run the plan on (%s)",
+        error != cudaSuccess ? cudaGetErrorString(error) : "cudaGetDeviceCount found none"));
+  }
+  if (options.device < 0 || options.device >= devices) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CUDA device %d does not exist: this machine has %d (0..%d)",
+                        options.device, devices, devices - 1));
+  }
+  HCP_RETURN_IF_ERROR(FromCuda(cudaSetDevice(options.device), "cudaSetDevice"));
+
+  // Refuse up front what cannot fit, rather than failing halfway through the allocations (or at
+  // InitOptimizer). Arena sizes come from the file: the sums saturate.
+  uint64_t arenas = 0, optimizer = 0, largest_parameter = 0;
+  for (uint64_t bytes : plan.arena_bytes) {
+    if (__builtin_add_overflow(arenas, RoundUp(bytes), &arenas)) {
+      arenas = std::numeric_limits<uint64_t>::max();
+    }
+  }
+  for (const plan::Parameter& p : plan.parameters) {
+    if (options.reserve_optimizer_state) optimizer += OptimizerBytes(plan, p);
+    largest_parameter = std::max(largest_parameter, plan.buffers[p.buffer].elements);
+  }
+  const uint64_t workspace = RoundUp(std::max(
+      cuda_backend::WorkspaceBytes(plan), cuda::sum_of_squares_workspace_bytes(largest_parameter)));
+  const uint64_t small = 2 * kAlignment + RoundUp(sizeof(double) * plan.parameters.size());
+  uint64_t needed = arenas;
+  for (uint64_t part : {workspace, kGemmWorkspaceBytes, optimizer, small}) {
+    if (__builtin_add_overflow(needed, part, &needed)) {
+      needed = std::numeric_limits<uint64_t>::max();
+    }
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  HCP_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  if (needed > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the plan needs %s on GPU %d (arenas %s, workspace %s, cuBLASLt %s, optimizer state %s), "
+        "but only %s of its %s are free",
+        GiB(needed), options.device, GiB(arenas), GiB(workspace), GiB(kGemmWorkspaceBytes),
+        GiB(optimizer), GiB(free_bytes), GiB(total_bytes)));
+  }
+
+  // From here on the destructor frees whatever has been allocated when an error returns.
+  std::unique_ptr<CudaExecutor> exec(new CudaExecutor(plan, options.device));
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&exec->stream_, cudaStreamNonBlocking),
+                               "cudaStreamCreateWithFlags"));
+  for (int a = 0; a < plan::kNumArenas; ++a) {
+    const auto arena = plan::Arena(a);
+    const uint64_t bytes = RoundUp(plan.arena_bytes[a]);  // never null, even when empty
+    void* memory = nullptr;
+    HCP_RETURN_IF_ERROR(
+        exec->Allocate(&memory, bytes, absl::StrFormat("the %s arena", plan::ArenaName(arena))));
+    exec->arenas_[a] = static_cast<std::byte*>(memory);
+    const int fill = arena == plan::Arena::Activations && options.poison_activations ? 0xFF : 0;
+    HCP_RETURN_IF_ERROR(
+        FromCuda(cudaMemsetAsync(memory, fill, bytes, exec->stream_), "cudaMemsetAsync"));
+  }
+  HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, workspace, "the workspace"));
+  exec->workspace_bytes_ = workspace;
+  HCP_RETURN_IF_ERROR(
+      cuda_backend::FromCuda(cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes)));
+  exec->allocated_bytes_ += kGemmWorkspaceBytes;
+  HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->bad_position_),
+                                     sizeof(int32_t), "the bad-position flag"));
+  HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->squares_),
+                                     sizeof(double) * std::max<size_t>(1, plan.parameters.size()),
+                                     "the gradient norm's partial sums"));
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(exec->stream_), "clearing the arenas"));
+  exec->SampleMemory();
+  return exec;
+}
+
+CudaExecutor::~CudaExecutor() {
+  // Errors are ignored here: there is nobody to report them to, and freeing goes on regardless.
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t event : events_) cudaEventDestroy(event);
+  if (gemm_ != nullptr) cuda::gemm_context_destroy(gemm_);
+  for (std::byte* arena : arenas_) cudaFree(arena);
+  cudaFree(workspace_);
+  cudaFree(bad_position_);
+  cudaFree(squares_);
+  cudaFree(optimizer_memory_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaExecutor::Activate() const {
+  return FromCuda(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+absl::Status CudaExecutor::Allocate(void** ptr, uint64_t bytes, std::string_view what) {
+  if (cudaError_t error = cudaMalloc(ptr, bytes); error != cudaSuccess) {
+    *ptr = nullptr;
+    return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %s (%s) on GPU %d: %s",
+                                                        what, GiB(bytes), device_,
+                                                        cudaGetErrorString(error)));
+  }
+  allocated_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void CudaExecutor::SampleMemory() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(device_) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    return;  // the numbers stay as they were: a statistic, not worth failing a run for
+  }
+  peak_used_bytes_ = std::max<uint64_t>(peak_used_bytes_, total_bytes - free_bytes);
+  device_bytes_ = total_bytes;
+}
+
+CudaExecutor::Memory CudaExecutor::MemoryUse() const {
+  SampleMemory();
+  return Memory{.allocated_bytes = allocated_bytes_,
+                .peak_bytes = peak_used_bytes_,
+                .device_bytes = device_bytes_};
+}
+
+uint64_t CudaExecutor::ArenaBytes() const {
+  uint64_t total = 0;
+  for (uint64_t bytes : plan_.arena_bytes) total += bytes;
+  return total;
+}
+
+std::byte* CudaExecutor::Address(uint32_t buffer) const {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  return arenas_[static_cast<int>(b.arena)] + b.offset;
+}
+
+const plan::Parameter* CudaExecutor::FindParameter(std::string_view name) const {
+  for (const plan::Parameter& p : plan_.parameters) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const plan::Parameter*> CudaExecutor::FindParameterOrError(
+    std::string_view name) const {
+  const plan::Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transfers. cudaMemcpy on the legacy default stream would not order against the non-blocking
+// stream the steps run on: every copy goes through that stream instead, and waits.
+
+absl::Status CudaExecutor::ToDevice(void* dst, const void* src, size_t bytes) const {
+  HCP_RETURN_IF_ERROR(Activate());
+  HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
+                               "copying to the GPU"));
+  return FromCuda(cudaStreamSynchronize(stream_), "copying to the GPU");
+}
+
+absl::Status CudaExecutor::ToHost(void* dst, const void* src, size_t bytes) const {
+  HCP_RETURN_IF_ERROR(Activate());
+  HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+                               "copying from the GPU"));
+  return FromCuda(cudaStreamSynchronize(stream_), "copying from the GPU");
+}
+
+absl::Status CudaExecutor::UploadFloats(uint32_t buffer, std::span<const float> values) const {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  if (values.size() != b.elements || b.dtype == plan::DType::I32) {
+    return absl::InternalError(
+        absl::StrFormat("uploading %d floats into buffer '%s' (%s, %d elements): a bug",
+                        values.size(), b.name, plan::DTypeName(b.dtype), b.elements));
+  }
+  if (b.dtype == plan::DType::F32) return ToDevice(Address(buffer), values.data(), b.bytes());
+  std::vector<uint16_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), Bf16Bits);
+  return ToDevice(Address(buffer), bits.data(), b.bytes());
+}
+
+absl::StatusOr<std::vector<int32_t>> CudaExecutor::I32Buffer(uint32_t index) const {
+  if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::I32) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("buffer %d is not an i32 buffer of the plan", index));
+  }
+  std::vector<int32_t> values(plan_.buffers[index].elements);
+  HCP_RETURN_IF_ERROR(ToHost(values.data(), Address(index), plan_.buffers[index].bytes()));
+  return values;
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::DownloadFloats(uint32_t buffer) const {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  std::vector<float> values(b.elements);
+  if (b.dtype == plan::DType::F32) {
+    HCP_RETURN_IF_ERROR(ToHost(values.data(), Address(buffer), b.bytes()));
+  } else if (b.dtype == plan::DType::BF16) {
+    std::vector<uint16_t> bits(b.elements);
+    HCP_RETURN_IF_ERROR(ToHost(bits.data(), Address(buffer), b.bytes()));
+    std::transform(bits.begin(), bits.end(), values.begin(), Bf16Value);
+  } else {
+    return absl::InternalError(
+        absl::StrFormat("buffer '%s' is i32, not a float buffer (a bug)", b.name));
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::DownloadF32(const float* device, int64_t n) const {
+  std::vector<float> values(n);
+  HCP_RETURN_IF_ERROR(ToHost(values.data(), device, sizeof(float) * n));
+  return values;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters and inputs.
+
+namespace {
+
+// FillNormal over the host's cores: draw j of a tensor depends only on (seed, name, j), so
+// chunks filled by different threads give the same values as one pass (a 7B-parameter model
+// takes minutes on one core).
+void FillNormalInParallel(float* out, int64_t n, uint64_t seed, const std::string& name,
+                          float stddev) {
+  constexpr int64_t kChunk = int64_t{1} << 22;
+  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                            (n + kChunk - 1) / kChunk);
+  if (threads <= 1) {
+    FillNormal(out, 0, n, seed, name, stddev);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t per_thread = (n + threads - 1) / threads;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t begin = t * per_thread, count = std::min(n, begin + per_thread) - begin;
+    if (count <= 0) break;
+    pool.emplace_back([=, &name] { FillNormal(out + begin, begin, count, seed, name, stddev); });
+  }
+  for (std::thread& thread : pool) thread.join();
+}
+
+}  // namespace
+
+absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
+  for (const plan::Parameter& p : plan_.parameters) {
+    // As CpuExecutor::InitializeParameters, in fp32 on the host; one rank holds every tensor
+    // whole, so its draws start at 0.
+    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
+    std::vector<float> value(n);
+    switch (p.init) {
+      case plan::ParamInit::Normal:
+        FillNormalInParallel(value.data(), n, seed, p.name, static_cast<float>(p.std));
+        break;
+      case plan::ParamInit::Zeros:
+        FillConstant(value.data(), n, 0.0f);
+        break;
+      case plan::ParamInit::Ones:
+        FillConstant(value.data(), n, 1.0f);
+        break;
+      case plan::ParamInit::LogArange:
+        for (int64_t i = 0; i < n; ++i) value[i] = static_cast<float>(std::log(double(i + 1)));
+        break;
+    }
+    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
+  // Check everything first, so a bad checkpoint leaves the parameters as they were.
+  for (const plan::Parameter& p : plan_.parameters) {
+    const std::vector<int64_t>& shape = plan_.FullShape(p);
+    if (!checkpoint.Has(p.name)) {
+      return absl::NotFoundError(
+          absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
+                          checkpoint.dir(), p.name, ShapeString(shape)));
+    }
+    HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
+    if (!IsFloatDType(info.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
+                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
+    }
+    if (info.shape != shape) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
+                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(shape)));
+    }
+  }
+  for (const plan::Parameter& p : plan_.parameters) {
+    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
+    std::vector<float> value(n);
+    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, 0, n, value.data()));
+    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
+                                     std::span<const int32_t> targets,
+                                     std::optional<float> loss_scale) {
+  const auto tokens = static_cast<size_t>(plan_.tokens());
+  if (input_ids.size() != tokens || targets.size() != tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
+        input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
+  }
+  // One rank holds every sequence whole, in order (with cp = 1 the zigzag layout's two segments
+  // are the sequence's halves in order too).
+  HCP_RETURN_IF_ERROR(
+      ToDevice(Address(plan_.input_ids), input_ids.data(), sizeof(int32_t) * tokens));
+  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.targets), targets.data(), sizeof(int32_t) * tokens));
+  if (!loss_scale) {
+    const auto valid = std::count_if(targets.begin(), targets.end(),
+                                     [](int32_t t) { return t != plan::kIgnoredTarget; });
+    loss_scale = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
+  }
+  const float scale = *loss_scale;
+  return ToDevice(Address(plan_.loss_scale), &scale, sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the plan.
+
+absl::Status CudaExecutor::RunStep() { return RunSteps(nullptr); }
+
+absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel) {
+  if (ms_per_kernel->size() < static_cast<size_t>(plan::kNumKernels)) {
+    ms_per_kernel->resize(plan::kNumKernels, 0.0);
+  }
+  return RunSteps(ms_per_kernel);
+}
+
+absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
+  HCP_RETURN_IF_ERROR(Activate());
+  const bool profile = ms_per_kernel != nullptr;
+  const size_t steps = plan_.steps.size();
+  if (profile && events_.size() != steps + 1) {
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    events_.assign(steps + 1, nullptr);
+    for (cudaEvent_t& event : events_) {
+      HCP_RETURN_IF_ERROR(FromCuda(cudaEventCreate(&event), "cudaEventCreate"));
+    }
+  }
+  const cuda_backend::StepResources resources{
+      .stream = stream_,
+      .gemm = gemm_,
+      .workspace = cuda::Workspace{workspace_, workspace_bytes_},
+      .bad_position = bad_position_};
+  // The kernels lower bad_position to the first bad token id / target they see.
+  HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(bad_position_, &kNoBadPosition, sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, stream_),
+                               "resetting the bad-position flag"));
+  if (profile) {
+    HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
+  }
+  for (size_t i = 0; i < steps; ++i) {
+    absl::Status status = cuda_backend::RunCudaStep(plan_, i, arenas_, resources);
+    if (!status.ok()) {
+      cudaStreamSynchronize(stream_);  // let the queued steps finish before anyone reads buffers
+      return status;
+    }
+    if (profile) {
+      HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
+    }
+  }
+  // A kernel that faults surfaces here; which step it was is not known without waiting after
+  // every step (compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 tell).
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "running the plan's steps"));
+  int32_t bad_position = kNoBadPosition;
+  HCP_RETURN_IF_ERROR(ToHost(&bad_position, bad_position_, sizeof(int32_t)));
+  SampleMemory();
+  if (bad_position != kNoBadPosition) return DescribeBadInput(bad_position);
+  if (profile) {
+    for (size_t i = 0; i < steps; ++i) {
+      float ms = 0;
+      HCP_RETURN_IF_ERROR(
+          FromCuda(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime"));
+      (*ms_per_kernel)[static_cast<size_t>(plan_.steps[i].kernel)] += ms;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The kernels only say that some position was bad: find the first step (in plan order) that has
+// a bad token id or target, and its first bad position, to say what CpuExecutor would say.
+absl::Status CudaExecutor::DescribeBadInput(int32_t position) const {
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const plan::Step& step = plan_.steps[i];
+    const bool embedding = step.kernel == plan::KernelId::EmbeddingForward;
+    const bool loss = step.kernel == plan::KernelId::CrossEntropyForward ||
+                      step.kernel == plan::KernelId::CrossEntropyBackward;
+    if (!embedding && !loss) continue;
+    const uint32_t buffer =
+        step.kernel == plan::KernelId::CrossEntropyBackward ? step.ins[2] : step.ins[1];
+    const int64_t tokens = step.ints[0], vocab = step.ints[1];
+    std::vector<int32_t> values(tokens);
+    HCP_RETURN_IF_ERROR(ToHost(values.data(), Address(buffer), sizeof(int32_t) * tokens));
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t v = values[t];
+      if (embedding && (v < 0 || v >= vocab)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: embedding: token id %d at position %d is outside the vocabulary [0, %d)",
+            plan::StepLabel(plan_, i), v, t, vocab));
+      }
+      if (loss && v != step.ints[2] && (v < 0 || v >= vocab)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: cross_entropy: target %d at position %d is neither the ignore index %d nor in "
+            "[0, %d)",
+            plan::StepLabel(plan_, i), v, t, step.ints[2], vocab));
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "a kernel reported a bad token id or target at position %d, but the plan's ids and targets "
+      "are all in range now",
+      position));
+}
+
+float CudaExecutor::Loss() const {
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  if (!ToHost(&loss, Address(plan_.loss), sizeof(float)).ok()) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  return loss;
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::Parameter(std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
+  return DownloadFloats(p->buffer);
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::Gradient(std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
+  return DownloadFloats(p->gradient);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The optimizer.
+
+absl::Status CudaExecutor::InitOptimizer() {
+  HCP_RETURN_IF_ERROR(Activate());
+  if (optimizer_memory_ == nullptr) {
+    uint64_t bytes = 0;
+    for (const plan::Parameter& p : plan_.parameters) bytes += OptimizerBytes(plan_, p);
+    HCP_RETURN_IF_ERROR(Allocate(&optimizer_memory_, bytes, "the optimizer state"));
+  }
+  optimizer_.assign(plan_.parameters.size(), OptimizerSlot{});
+  auto* next = static_cast<std::byte*>(optimizer_memory_);
+  auto take = [&next](uint64_t elements) {
+    auto* piece = reinterpret_cast<float*>(next);
+    next += RoundUp(elements * sizeof(float));
+    return piece;
+  };
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const plan::Parameter& p = plan_.parameters[i];
+    const plan::Buffer& value = plan_.buffers[p.buffer];
+    OptimizerSlot& slot = optimizer_[i];
+    if (value.dtype == plan::DType::BF16) {
+      slot.master = take(value.elements);
+      HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
+          cuda::cast(stream_, slot.master, reinterpret_cast<const cuda::bf16*>(Address(p.buffer)),
+                     static_cast<int64_t>(value.elements))));
+    } else {
+      slot.master = reinterpret_cast<float*>(Address(p.buffer));
+    }
+    slot.m = take(value.elements);
+    slot.v = take(value.elements);
+    HCP_RETURN_IF_ERROR(FromCuda(
+        cudaMemsetAsync(slot.m, 0, value.elements * sizeof(float), stream_), "cudaMemsetAsync"));
+    HCP_RETURN_IF_ERROR(FromCuda(
+        cudaMemsetAsync(slot.v, 0, value.elements * sizeof(float), stream_), "cudaMemsetAsync"));
+  }
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "initialising the optimizer state"));
+  SampleMemory();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
+  HCP_RETURN_IF_ERROR(Activate());
+  const cuda::Workspace workspace{workspace_, workspace_bytes_};
+  const size_t count = plan_.parameters.size();
+  for (size_t i = 0; i < count; ++i) {
+    const plan::Buffer& g = plan_.buffers[plan_.parameters[i].gradient];
+    const auto n = static_cast<int64_t>(g.elements);
+    const std::byte* data = Address(plan_.parameters[i].gradient);
+    const cuda::Status s =
+        g.dtype == plan::DType::BF16
+            ? cuda::sum_of_squares(stream_, squares_ + i, reinterpret_cast<const cuda::bf16*>(data),
+                                   n, workspace)
+            : cuda::sum_of_squares(stream_, squares_ + i, reinterpret_cast<const float*>(data), n,
+                                   workspace);
+    HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(s));
+  }
+  std::vector<double> squares(count);
+  HCP_RETURN_IF_ERROR(ToHost(squares.data(), squares_, sizeof(double) * count));
+  double total = 0;
+  for (double s : squares) total += s;
+  return total;
+}
+
+absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
+                                         const std::function<bool(const plan::Parameter&)>& decay) {
+  HCP_RETURN_IF_ERROR(Activate());
+  if (optimizer_.size() != plan_.parameters.size()) {
+    return absl::FailedPreconditionError("OptimizerStep before InitOptimizer");
+  }
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const plan::Parameter& p = plan_.parameters[i];
+    const plan::Buffer& value = plan_.buffers[p.buffer];
+    const plan::Buffer& gradient = plan_.buffers[p.gradient];
+    const OptimizerSlot& slot = optimizer_[i];
+    cuda::AdamWStep mine = step;
+    if (decay) mine.decay = decay(p);
+    // A bf16 parameter is the compute copy of its master; an f32 one is its own master.
+    cuda::bf16* param = value.dtype == plan::DType::BF16
+                            ? reinterpret_cast<cuda::bf16*>(Address(p.buffer))
+                            : nullptr;
+    const auto n = static_cast<int64_t>(value.elements);
+    const std::byte* grad = Address(p.gradient);
+    const cuda::Status s =
+        gradient.dtype == plan::DType::BF16
+            ? cuda::adamw_update(stream_, slot.master, param,
+                                 reinterpret_cast<const cuda::bf16*>(grad), slot.m, slot.v, n, mine)
+            : cuda::adamw_update(stream_, slot.master, param, reinterpret_cast<const float*>(grad),
+                                 slot.m, slot.v, n, mine);
+    if (!s.ok()) {
+      return absl::InternalError(
+          absl::StrFormat("updating '%s': %s: %s", p.name, s.where(), s.message()));
+    }
+  }
+  return FromCuda(cudaStreamSynchronize(stream_), "the optimizer step");
+}
+
+absl::StatusOr<const CudaExecutor::OptimizerSlot*> CudaExecutor::SlotOf(
+    std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
+  if (optimizer_.size() != plan_.parameters.size()) {
+    return absl::FailedPreconditionError("no optimizer state before InitOptimizer");
+  }
+  return &optimizer_[p - plan_.parameters.data()];
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::Master(std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
+  return DownloadF32(slot->master, plan_.buffers[FindParameter(name)->buffer].elements);
+}
+absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvg(std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
+  return DownloadF32(slot->m, plan_.buffers[FindParameter(name)->buffer].elements);
+}
+absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvgSq(std::string_view name) const {
+  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
+  return DownloadF32(slot->v, plan_.buffers[FindParameter(name)->buffer].elements);
+}
+
+}  // namespace hcp

@@ -1,0 +1,193 @@
+// Runs a plan on one GPU: owns the four arenas in device memory, fills the parameters, takes a
+// micro-batch, queues the plan's steps in order on one stream (runtime/backends/cuda) and keeps
+// the AdamW state (fp32 master weights and moments) on the device. CpuExecutor's API for one rank;
+// the plan is a bf16 plan (hybridcp compile --dtype bf16, see CudaBackend.h) of one rank
+// (cp = dp = ep = 1).
+//
+//   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
+//   HCP_ASSIGN_OR_RETURN(auto exec, CudaExecutor::Create(plan));
+//   HCP_RETURN_IF_ERROR(exec->InitializeParameters(seed));  // or LoadParameters(checkpoint)
+//   HCP_RETURN_IF_ERROR(exec->InitOptimizer());
+//   loop:
+//     HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
+//     HCP_RETURN_IF_ERROR(exec->RunStep());                 // forward and backward
+//     HCP_ASSIGN_OR_RETURN(double norm2, exec->GradientSquaredNorm());
+//     HCP_RETURN_IF_ERROR(exec->OptimizerStep(step, decay));
+//
+// Every buffer is (arena, offset, elements) from the plan: one device allocation per arena, one
+// workspace shared by the steps (the largest any step needs), nothing allocated per step. Host
+// values are fp32; a bf16 buffer is converted on the way in (round to nearest even) and out.
+// Transfers are synchronous (they wait for the work queued before them). The executor is not
+// thread-safe; each method makes its device current first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp {
+
+class CheckpointReader;
+
+class CudaExecutor {
+ public:
+  struct Options {
+    int device = 0;  // CUDA device index
+    // Fill the Activations arena with NaN at creation (every byte 0xFF: NaN in f32 and bf16), so
+    // a step that reads an activation no earlier step wrote produces NaN instead of a plausible
+    // number. On by default in debug builds, as CpuExecutor's.
+#ifdef NDEBUG
+    bool poison_activations = false;
+#else
+    bool poison_activations = true;
+#endif
+    // Count the optimizer state InitOptimizer will allocate in Create's memory check (off for a
+    // run that never calls InitOptimizer: forward and backward only).
+    bool reserve_optimizer_state = true;
+  };
+
+  // Validates `plan` (plan::ValidatePlan, then cuda_backend::CheckPlanRunsOnCuda: one rank, every
+  // kernel with a CUDA wrapper, the dtypes and shapes the kernels take), makes `device` current,
+  // checks that the arenas, the workspace and the optimizer state to come fit in its free memory
+  // (ResourceExhausted in GiB otherwise), and allocates the arenas (parameters, gradients and
+  // inputs zeroed), the workspace, a cuBLASLt context and a non-blocking stream.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const plan::Plan& plan,
+                                                              Options options);
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const plan::Plan& plan) {
+    return Create(plan, Options());
+  }
+  ~CudaExecutor();
+
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  const plan::Plan& plan() const { return plan_; }
+  const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // The values of CpuExecutor::InitializeParameters (the same Init.h functions, in fp32 on the
+  // host), converted to each buffer's dtype and uploaded.
+  absl::Status InitializeParameters(uint64_t seed);
+  // Reads every parameter from `checkpoint` as fp32 (as CpuExecutor does), converts and uploads
+  // it. Each must be there with the plan's shape and a float dtype; otherwise nothing is read and
+  // the error names the tensor.
+  absl::Status LoadParameters(const CheckpointReader& checkpoint);
+
+  // One micro-batch: ids and targets [micro_batch, seq] each (targets already shifted; -100 =
+  // ignored). `loss_scale` multiplies the summed token loss; without it, 1 / (valid targets of
+  // this micro-batch). CpuExecutor::SetInputs's checks and semantics for one rank.
+  absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
+                         std::optional<float> loss_scale = std::nullopt);
+  // Queues every step, waits for them, and reports: a token id outside the vocabulary or a bad
+  // target as InvalidArgument naming the step and position (as CpuExecutor's), a step the
+  // backend refuses as its error, a CUDA failure as Internal with CUDA's message.
+  absl::Status RunStep();
+  // RunStep with CUDA events around every step: adds each step's milliseconds to
+  // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros).
+  absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel);
+  // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).
+  float Loss() const;
+
+  // A parameter's value or gradient by checkpoint name, as fp32; NotFound names the parameter.
+  absl::StatusOr<std::vector<float>> Parameter(std::string_view name) const;
+  absl::StatusOr<std::vector<float>> Gradient(std::string_view name) const;
+  // Any int32 buffer by index, as left by the last step (for tests: MoE routing decisions).
+  absl::StatusOr<std::vector<int32_t>> I32Buffer(uint32_t index) const;
+
+  // ---------------------------------------------------------------------------------------------
+  // AdamW on the device (runtime/kernels/cuda's adamw_update: hcp::train::AdamWKernel's
+  // operations element for element).
+
+  // Allocates the optimizer state, per parameter: m and v (zeros) and, for a bf16 parameter, an
+  // fp32 master copy initialised from the parameter's current value. An f32 parameter's buffer
+  // IS its master. Call after the parameters are set; calling it again resets the state.
+  absl::Status InitOptimizer();
+  // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
+  // sums, fixed order) and summed in double on the host in parameter order.
+  absl::StatusOr<double> GradientSquaredNorm();
+  // One update of every parameter with `step` (lr, betas, eps, weight decay, clip_coef, t);
+  // step.decay is replaced per parameter by decay(p) (the trainer's rule, e.g.
+  // train::DefaultDecay of its name and checkpoint shape). A bf16 parameter is rewritten from its
+  // updated master. Needs InitOptimizer.
+  absl::Status OptimizerStep(const cuda::AdamWStep& step,
+                             const std::function<bool(const plan::Parameter&)>& decay);
+  // The optimizer state of a parameter, as fp32 (for checkpoints and tests).
+  absl::StatusOr<std::vector<float>> Master(std::string_view name) const;
+  absl::StatusOr<std::vector<float>> ExpAvg(std::string_view name) const;
+  absl::StatusOr<std::vector<float>> ExpAvgSq(std::string_view name) const;
+
+  // Device memory. allocated_bytes: what this executor holds (arenas, workspace, the cuBLASLt
+  // context's workspace, small buffers and, once InitOptimizer has run, the optimizer state).
+  // peak_bytes: the device's used memory (cudaMemGetInfo: the CUDA context and libraries
+  // included, and any other process on the device), the most seen after Create, InitOptimizer,
+  // RunStep and now; the executor allocates nothing in between, so this is its peak.
+  // device_bytes: the device's total.
+  struct Memory {
+    uint64_t allocated_bytes = 0;
+    uint64_t peak_bytes = 0;
+    uint64_t device_bytes = 0;
+  };
+  Memory MemoryUse() const;
+  uint64_t PeakMemoryBytes() const { return MemoryUse().peak_bytes; }
+  // The plan's four arenas together.
+  uint64_t ArenaBytes() const;
+
+ private:
+  // Per parameter: where its fp32 master, m and v live.
+  struct OptimizerSlot {
+    float* master = nullptr;  // the parameter buffer itself for an f32 parameter
+    float* m = nullptr;
+    float* v = nullptr;
+  };
+
+  CudaExecutor(plan::Plan plan, int device) : plan_(std::move(plan)), device_(device) {}
+  absl::Status Activate() const;
+  // Updates the peak of the device's used memory (MemoryUse).
+  void SampleMemory() const;
+  absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
+  absl::Status RunSteps(std::vector<double>* ms_per_kernel);
+  absl::Status DescribeBadInput(int32_t position) const;
+  std::byte* Address(uint32_t buffer) const;
+  const plan::Parameter* FindParameter(std::string_view name) const;
+  absl::StatusOr<const plan::Parameter*> FindParameterOrError(std::string_view name) const;
+  // Host <-> device on the executor's stream, waiting for the copy (and what was queued before).
+  absl::Status ToDevice(void* dst, const void* src, size_t bytes) const;
+  absl::Status ToHost(void* dst, const void* src, size_t bytes) const;
+  // fp32 values into / out of a float buffer of either dtype.
+  absl::Status UploadFloats(uint32_t buffer, std::span<const float> values) const;
+  absl::StatusOr<std::vector<float>> DownloadFloats(uint32_t buffer) const;
+  absl::StatusOr<std::vector<float>> DownloadF32(const float* device, int64_t n) const;
+  absl::StatusOr<const OptimizerSlot*> SlotOf(std::string_view name) const;
+
+  plan::Plan plan_;
+  int device_ = 0;
+  cuda_backend::DeviceArenas arenas_{};
+  void* workspace_ = nullptr;
+  uint64_t workspace_bytes_ = 0;
+  cuda::GemmContext* gemm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int32_t* bad_position_ = nullptr;
+  double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
+  void* optimizer_memory_ = nullptr;
+  std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
+  std::vector<cudaEvent_t> events_;       // RunStepProfiled's, one more than the steps
+  uint64_t allocated_bytes_ = 0;
+  mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes
+  mutable uint64_t device_bytes_ = 0;
+};
+
+}  // namespace hcp

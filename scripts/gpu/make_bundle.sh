@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu/run_plan_tests.sh runs on a GPU machine, into build-gpu/bundle:
+#   bin/      hybridcp (runtime commands: bench, run-step, train ...) and test_plan_step
+#   lib/      the shared libraries they need that the GPU machines lack (Abseil, ...)
+#   plans/    the compiled plans (bf16 for the GPU, f32 for the CPU reference)
+#   text.bin  real text as bytes (the Debian licence texts), for a training run
+# Needs the compiler build (build/bin/hybridcp, from scripts/test.sh or the default preset) to
+# compile the plans. The runtime is built without MLIR (preset-like flags below), CUDA on.
+#
+#   scripts/gpu/make_bundle.sh
+# Then: run(command="scripts/gpu/run_plan_tests.sh", carry=["build-gpu/bundle"]).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=$ROOT/build-gpu
+BUNDLE=$BUILD/bundle
+HCP=$ROOT/build/bin/hybridcp
+JOBS=${JOBS:-2}
+
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDCP_BUILD_COMPILER=OFF \
+  -DHYBRIDCP_BUILD_TESTS=ON -DHYBRIDCP_ENABLE_CUDA=ON >/dev/null
+ninja -C "$BUILD" -j"$JOBS" hybridcp test_plan_step
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/plans"
+cp "$BUILD/bin/hybridcp" "$BUILD/bin/test_plan_step" "$BUNDLE/bin/"
+strip "$BUNDLE"/bin/*
+# Every shared library outside glibc, libstdc++ and the CUDA toolkit (which the GPU machines
+# have in newer versions). Debian's OpenMPI libraries travel as one consistent set: the bench
+# and the test run one process without mpirun, they only need to load.
+for bin in "$BUNDLE"/bin/*; do
+  ldd "$bin" | awk '/=> \// {print $3}'
+done | sort -u |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcudart|libcublasLt|libcublas|libnccl)\.so' |
+  while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
+
+config=$ROOT/tests/configs/granite-gpu-small.json
+for shape in "512 2" "300 1"; do
+  read -r seq batch <<<"$shape"
+  for dtype in bf16 f32; do
+    "$HCP" compile "$config" --seq "$seq" --micro-batch "$batch" --dtype "$dtype" \
+      -o "$BUNDLE/plans/small-$seq-$dtype.plan"
+  done
+done
+"$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
+  -o "$BUNDLE/plans/tiny-8192-bf16.plan"
+"$HCP" tokenize /usr/share/common-licenses -o "$BUNDLE/text.bin"
+du -sh "$BUNDLE"

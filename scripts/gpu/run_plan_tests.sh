@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Whole plans on one GPU: the CUDA backend against the CPU backend, then the benchmarks of
+# docs/performance.md. Runs on a GPU machine from a bundle built on the development machine by
+# scripts/gpu/make_bundle.sh (the GPU machines have no Abseil or MLIR: binaries, their shared
+# libraries and the compiled plans travel together).
+#
+#   scripts/gpu/run_plan_tests.sh [BUNDLE]     (default: build-gpu/bundle)
+#
+# 1. test_plan_step: the bf16 plan of tests/configs/granite-gpu-small.json on the GPU against
+#    the f32 plan on the CPU, same initial weights and tokens: loss and every gradient.
+# 2. hybridcp bench: granite-4.0-h-tiny shape at s = 8192 on one GPU, forward + backward with
+#    the per-kernel breakdown, then 20 steps with AdamW on real text (the loss must go down).
+# Output goes to stdout and, when $OUT is set, to $OUT/plan_tests.log.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUNDLE=${1:-$ROOT/build-gpu/bundle}
+export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+LOG=${OUT:-/tmp}/plan_tests.log
+status=0
+
+run() {
+  echo "== $(date +%T) $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "== $(date +%T) exit $rc" | tee -a "$LOG"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
+for plan in "$BUNDLE"/plans/small-*-bf16.plan; do
+  run "$BUNDLE/bin/test_plan_step" "$plan" "${plan%-bf16.plan}-f32.plan"
+done
+if [ "${SKIP_FWD_BWD_BENCH:-0}" != 1 ]; then
+  run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2 --profile
+fi
+run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-8192-bf16.plan" --data "$BUNDLE/text.bin" \
+  --steps 20 --warmup 0 --optimizer --lr 3e-4
+exit $status

@@ -1,0 +1,364 @@
+// test_plan_step: one training step of a bf16 plan on the GPU (CudaExecutor) against the same
+// model's f32 plan on the CPU reference (CpuExecutor): same initial parameters (seed), same
+// pseudo-random tokens. Prints both losses and, per parameter, the relative RMS error of the
+// gradient, rms(g_gpu - g_cpu) / rms(g_cpu); then exercises the GPU optimizer (one AdamW update,
+// a second, profiled step) and prints the time per kind of kernel.
+//   test_plan_step BF16.plan F32.plan [--seed N] [--device N]
+//   test_plan_step --tiny [--seed N] [--device N]
+// The two plans: `hybridcp compile CONFIG --seq S --micro-batch B --dtype bf16 -o BF16.plan` and
+// the same without --dtype; --tiny builds a small hand-written pair instead (TinyPlan.h). Exit
+// status 0: within tolerance; 1: outside it; 2: an error.
+//
+// It needs a GPU, so it is not a ctest test.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/CpuExecutor.h"
+#include "runtime/exec/CudaExecutor.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/AdamW.h"
+#include "tests/cuda/TinyPlan.h"
+
+namespace hcp {
+namespace {
+
+// Tolerances. bf16 keeps 8 significant bits: one rounding is off by up to half an ulp, 2^-9 ~
+// 2e-3 relative (the ulp itself ~ 4e-3). The bf16 plan rounds every activation and every
+// activation gradient at each kernel boundary, and a value passes through a few of those per
+// layer over ~10 layers; independent rounding errors add up roughly as a random walk, so the
+// deepest paths (the embedding's gradient, which the backward reaches through every layer) see
+// several times one rounding, ~1e-2 RMS. The loss is a mean over every token, where the errors
+// average out further. 2e-2 on the loss and 5e-2 on each gradient leave room for that, and are
+// still far below what a wrong kernel, a wrong dtype or a missing step produces (errors ~1).
+constexpr double kLossTolerance = 2e-2;
+constexpr double kGradientTolerance = 5e-2;
+
+[[noreturn]] void Fail(const absl::Status& status) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "test_plan_step: %s\n", FormatError(status).c_str());
+  std::exit(2);
+}
+
+template <typename T>
+T OrFail(absl::StatusOr<T> value) {
+  if (!value.ok()) Fail(value.status());
+  return *std::move(value);
+}
+
+// MoE parameters (and the norm that feeds the router), on top of that: top-k routing is
+// discontinuous. Where a token's router logits
+// are nearly tied, the bf16 run may pick another expert than the f32 run, and that token's whole
+// gradient lands on a different expert (and the router's gradient changes with the choice). If a
+// fraction f of the tokens routes differently and tokens contribute comparable, uncorrelated
+// amounts, the relative RMS error of an expert-side gradient is about sqrt(2 f); the bound below
+// allows twice that (per-token contributions are not equal) and is measured, not assumed: with
+// no routing flips it is kGradientTolerance itself.
+double MoeTolerance(double flip_fraction) {
+  return kGradientTolerance + 2.0 * std::sqrt(2.0 * flip_fraction);
+}
+
+// The indices of the moe_route.forward steps, in plan order.
+std::vector<size_t> RoutingSteps(const plan::Plan& plan) {
+  std::vector<size_t> steps;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    if (plan.steps[i].kernel == plan::KernelId::MoeRouteForward) steps.push_back(i);
+  }
+  return steps;
+}
+
+// The plan's steps up to and including `last`: still a valid plan (a step reads only what
+// earlier steps wrote), after which `last`'s outputs are intact (after the whole step, memory
+// planning may have reused them).
+plan::Plan Prefix(const plan::Plan& plan, size_t last) {
+  plan::Plan prefix = plan;
+  prefix.steps.resize(last + 1);
+  return prefix;
+}
+
+// The fraction of tokens whose set of k experts differs between the f32 run on the CPU and the
+// bf16 run on the GPU, over all MoE layers (compared as sets: the order may differ on ties).
+// Each layer's choices are read from a run of the plans' prefixes ending at its routing step.
+double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_plan, uint64_t seed,
+                           int device, const std::vector<int32_t>& ids,
+                           const std::vector<int32_t>& targets) {
+  const std::vector<size_t> cpu_steps = RoutingSteps(f32_plan);
+  const std::vector<size_t> gpu_steps = RoutingSteps(bf16_plan);
+  if (cpu_steps.size() != gpu_steps.size()) {
+    Fail(absl::InvalidArgumentError("the plans have different numbers of MoE layers"));
+  }
+  int64_t flipped = 0, tokens = 0;
+  for (size_t layer = 0; layer < cpu_steps.size(); ++layer) {
+    const plan::Plan cpu_prefix = Prefix(f32_plan, cpu_steps[layer]);
+    const plan::Plan gpu_prefix = Prefix(bf16_plan, gpu_steps[layer]);
+    auto cpu = OrFail(CpuExecutor::Create(cpu_prefix));
+    cpu->InitializeParameters(seed);
+    CudaExecutor::Options options;
+    options.device = device;
+    options.reserve_optimizer_state = false;
+    auto gpu = OrFail(CudaExecutor::Create(gpu_prefix, options));
+    if (absl::Status s = gpu->InitializeParameters(seed); !s.ok()) Fail(s);
+    for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep(),
+                           gpu->SetInputs(ids, targets), gpu->RunStep()}) {
+      if (!s.ok()) Fail(s);
+    }
+    const uint32_t cpu_buffer = cpu_prefix.steps.back().outs[1];
+    const std::span<int32_t> cpu_choice = cpu->I32Buffer(cpu_buffer);
+    const std::vector<int32_t> gpu_choice = OrFail(gpu->I32Buffer(gpu_prefix.steps.back().outs[1]));
+    const size_t k = static_cast<size_t>(f32_plan.buffers[cpu_buffer].shape.back());
+    for (size_t t = 0; t + k <= gpu_choice.size(); t += k) {
+      std::vector<int32_t> a(cpu_choice.begin() + t, cpu_choice.begin() + t + k);
+      std::vector<int32_t> b(gpu_choice.begin() + t, gpu_choice.begin() + t + k);
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      flipped += a != b;
+      ++tokens;
+    }
+  }
+  return tokens == 0 ? 0.0 : static_cast<double>(flipped) / tokens;
+}
+
+// A step's error without its "step N (kernel): " prefix: the two plans number their steps
+// differently (the bf16 plan has cast steps).
+std::string WithoutStepLabel(const absl::Status& status) {
+  const std::string message(status.message());
+  const size_t colon = message.find("): ");
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                      colon == std::string::npos ? message : message.substr(colon + 3));
+}
+
+// splitmix64: the tokens only need to be the same on both sides and spread over the vocabulary.
+uint64_t Next(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The vocabulary: the embedding's row count (the plan does not store it otherwise).
+int64_t VocabOf(const plan::Plan& plan) {
+  for (const plan::Step& step : plan.steps) {
+    if (step.kernel == plan::KernelId::EmbeddingForward) return step.ints[1];
+  }
+  Fail(absl::InvalidArgumentError("the plan has no embedding.forward step: no vocabulary"));
+}
+
+// rms(a - b) / rms(b); 0 when both are zero, +inf when anything is not finite.
+double RelativeRms(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  if (ref == 0) return diff == 0 ? 0.0 : INFINITY;
+  return std::sqrt(diff / ref);
+}
+
+struct GradientError {
+  std::string name;
+  int64_t elements;
+  double error;
+};
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> paths;
+  uint64_t seed = 1234;
+  int device = 0;
+  bool tiny = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--tiny") {
+      tiny = true;
+    } else if (arg == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--device" && i + 1 < argc) {
+      device = std::atoi(argv[++i]);
+    } else if (!arg.starts_with("--")) {
+      paths.push_back(arg);
+    } else {
+      paths.clear();
+      break;
+    }
+  }
+  if (paths.size() != (tiny ? 0 : 2)) {
+    std::fprintf(stderr,
+                 "usage: test_plan_step BF16.plan F32.plan [--seed N] [--device N]\n"
+                 "       test_plan_step --tiny [--seed N] [--device N]\n");
+    return 2;
+  }
+  if (tiny) paths = {"<tiny bf16 plan>", "<tiny f32 plan>"};
+  const plan::Plan bf16_plan =
+      OrFail(tiny ? test::TinyPlan(plan::DType::BF16) : plan::LoadPlan(paths[0]));
+  const plan::Plan f32_plan =
+      OrFail(tiny ? test::TinyPlan(plan::DType::F32) : plan::LoadPlan(paths[1]));
+  if (bf16_plan.seq != f32_plan.seq || bf16_plan.micro_batch != f32_plan.micro_batch ||
+      bf16_plan.parameters.size() != f32_plan.parameters.size()) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrFormat("the plans differ: seq %d / %d, micro_batch %d / %d, %d / %d parameters",
+                        bf16_plan.seq, f32_plan.seq, bf16_plan.micro_batch, f32_plan.micro_batch,
+                        bf16_plan.parameters.size(), f32_plan.parameters.size())));
+  }
+  // Before the (slow) CPU reference: the GPU must be able to run the bf16 plan at all.
+  if (absl::Status s = cuda_backend::CheckPlanRunsOnCuda(bf16_plan); !s.ok()) Fail(s);
+  const int64_t vocab = VocabOf(f32_plan);
+  std::printf("test_plan_step: %s (bf16, GPU %d) vs %s (f32, CPU): %s, %d x %d tokens, seed %llu\n",
+              paths[0].c_str(), device, paths[1].c_str(), f32_plan.model.c_str(),
+              static_cast<int>(f32_plan.micro_batch), static_cast<int>(f32_plan.seq),
+              static_cast<unsigned long long>(seed));
+
+  // Tokens, and targets = the next token (the last of each sequence ignored).
+  const int64_t seq = f32_plan.seq, tokens = f32_plan.tokens();
+  std::vector<int32_t> ids(tokens), targets(tokens);
+  uint64_t state = seed;
+  for (int32_t& id : ids) id = static_cast<int32_t>(Next(state) % static_cast<uint64_t>(vocab));
+  for (int64_t t = 0; t < tokens; ++t) {
+    targets[t] = (t + 1) % seq == 0 ? plan::kIgnoredTarget : ids[t + 1];
+  }
+
+  // The reference.
+  CpuExecutor::Options cpu_options;
+  cpu_options.poison_activations = true;
+  auto cpu = OrFail(CpuExecutor::Create(f32_plan, cpu_options));
+  cpu->InitializeParameters(seed);
+  if (absl::Status s = cpu->SetInputs(ids, targets); !s.ok()) Fail(s);
+  if (absl::Status s = cpu->RunStep(); !s.ok()) Fail(s);
+  const double cpu_loss = cpu->Loss();
+
+  // The GPU.
+  CudaExecutor::Options gpu_options;
+  gpu_options.device = device;
+  gpu_options.poison_activations = true;
+  auto gpu = OrFail(CudaExecutor::Create(bf16_plan, gpu_options));
+  if (absl::Status s = gpu->InitializeParameters(seed); !s.ok()) Fail(s);
+  if (absl::Status s = gpu->SetInputs(ids, targets); !s.ok()) Fail(s);
+  if (absl::Status s = gpu->RunStep(); !s.ok()) Fail(s);
+  const double gpu_loss = gpu->Loss();
+  const CudaExecutor::Memory memory = gpu->MemoryUse();
+  std::printf(
+      "GPU memory: arenas %.2f GiB, all allocations %.2f GiB, device peak %.2f of %.2f GiB\n",
+      gpu->ArenaBytes() / 1073741824.0, memory.allocated_bytes / 1073741824.0,
+      memory.peak_bytes / 1073741824.0, memory.device_bytes / 1073741824.0);
+
+  bool ok = true;
+  const double loss_error = std::isfinite(gpu_loss) && std::isfinite(cpu_loss)
+                                ? std::abs(gpu_loss - cpu_loss) / std::abs(cpu_loss)
+                                : INFINITY;
+  ok &= loss_error <= kLossTolerance;
+  std::printf("%s loss: gpu %.6f, cpu %.6f, relative difference %.2e (tolerance %.0e)\n",
+              loss_error <= kLossTolerance ? "PASS" : "FAIL", gpu_loss, cpu_loss, loss_error,
+              kLossTolerance);
+
+  // Gradients, parameter by parameter in the bf16 plan's order.
+  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, seed, device, ids, targets);
+  std::printf(
+      "MoE routing: %.2f%% of the tokens pick other experts than the f32 run (MoE "
+      "gradient tolerance %.2e)\n",
+      100.0 * flips, MoeTolerance(flips));
+  const bool has_experts = !RoutingSteps(f32_plan).empty();
+  std::vector<GradientError> errors;
+  for (const plan::Parameter& p : bf16_plan.parameters) {
+    const std::vector<float> g_gpu = OrFail(gpu->Gradient(p.name));
+    const std::span<float> g_cpu_span = OrFail(cpu->Gradient(p.name));
+    const std::vector<float> g_cpu(g_cpu_span.begin(), g_cpu_span.end());
+    if (g_gpu.size() != g_cpu.size()) {
+      Fail(absl::InvalidArgumentError(
+          absl::StrFormat("parameter '%s' has %d elements in the bf16 plan, %d in the f32 plan",
+                          p.name, g_gpu.size(), g_cpu.size())));
+    }
+    const double error = RelativeRms(g_gpu, g_cpu);
+    errors.push_back({p.name, static_cast<int64_t>(g_gpu.size()), error});
+    // The MoE block's parameters, and the norm right before it (its gradient is the routed
+    // experts' input gradient, contracted over the tokens).
+    const bool moe =
+        has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
+                        p.name.find(".post_attention_layernorm.") != std::string::npos);
+    const double tolerance = moe ? MoeTolerance(flips) : kGradientTolerance;
+    ok &= error <= tolerance;
+    std::printf("%s grad %-60s %10lld  rel rms %.2e%s\n", error <= tolerance ? "PASS" : "FAIL",
+                p.name.c_str(), static_cast<long long>(g_gpu.size()), error, moe ? "  (MoE)" : "");
+  }
+  std::vector<GradientError> worst = errors;
+  std::sort(worst.begin(), worst.end(),
+            [](const GradientError& a, const GradientError& b) { return a.error > b.error; });
+  std::printf("worst gradients (tolerance %.0e):\n", kGradientTolerance);
+  for (size_t i = 0; i < std::min<size_t>(5, worst.size()); ++i) {
+    std::printf("  %.2e  %s\n", worst[i].error, worst[i].name.c_str());
+  }
+
+  // The whole gradient's norm, as the trainer's clipping sees it (informational).
+  const double norm_cpu = std::sqrt(cpu->GradientSquaredNorm());
+  const double norm_gpu = std::sqrt(OrFail(gpu->GradientSquaredNorm()));
+  std::printf("gradient norm: gpu %.6e, cpu %.6e, relative difference %.2e\n", norm_gpu, norm_cpu,
+              std::abs(norm_gpu - norm_cpu) / norm_cpu);
+
+  // The optimizer on the GPU: one update, then a second step (profiled). Only a smoke test: the
+  // loss must stay finite.
+  if (absl::Status s = gpu->InitOptimizer(); !s.ok()) Fail(s);
+  cuda::AdamWStep step;
+  step.lr = 1e-4;
+  step.clip_coef = train::ClipCoefficient(norm_gpu, 1.0);
+  step.t = 1;
+  auto decay = [&](const plan::Parameter& p) {
+    return train::DefaultDecay(p.name, bf16_plan.FullShape(p));
+  };
+  if (absl::Status s = gpu->OptimizerStep(step, decay); !s.ok()) Fail(s);
+  std::vector<double> ms_per_kernel;
+  if (absl::Status s = gpu->RunStepProfiled(&ms_per_kernel); !s.ok()) Fail(s);
+  const double loss_after = gpu->Loss();
+  const bool finite_after = std::isfinite(loss_after);
+  ok &= finite_after;
+  std::printf("%s loss after one AdamW update on the GPU (lr %.0e): %.6f (before %.6f)\n",
+              finite_after ? "PASS" : "FAIL", step.lr, loss_after, gpu_loss);
+
+  // Bad data: a token id outside the vocabulary, then a target outside it. Both executors must
+  // refuse the step with the same message (the GPU finds the position through bad_position).
+  struct BadCase {
+    const char* what;
+    std::vector<int32_t> ids, targets;
+  };
+  std::vector<BadCase> bad_cases = {{"token id", ids, targets}, {"target", ids, targets}};
+  const int64_t bad_at = std::min<int64_t>(tokens - 1, 5);
+  bad_cases[0].ids[bad_at] = static_cast<int32_t>(vocab);
+  bad_cases[1].targets[bad_at] = static_cast<int32_t>(vocab + 3);
+  for (const BadCase& bad : bad_cases) {
+    absl::Status cpu_status = cpu->SetInputs(bad.ids, bad.targets);
+    if (cpu_status.ok()) cpu_status = cpu->RunStep();
+    absl::Status gpu_status = gpu->SetInputs(bad.ids, bad.targets);
+    if (gpu_status.ok()) gpu_status = gpu->RunStep();
+    const bool same =
+        !gpu_status.ok() && WithoutStepLabel(gpu_status) == WithoutStepLabel(cpu_status);
+    ok &= same;
+    std::printf("%s bad %s at position %lld: gpu \"%s\"%s\n", same ? "PASS" : "FAIL", bad.what,
+                static_cast<long long>(bad_at), gpu_status.ToString().c_str(),
+                same ? "" : (", cpu \"" + cpu_status.ToString() + "\"").c_str());
+  }
+
+  double total_ms = 0;
+  std::vector<std::pair<double, int>> by_kernel;
+  for (int k = 0; k < static_cast<int>(ms_per_kernel.size()); ++k) {
+    total_ms += ms_per_kernel[k];
+    if (ms_per_kernel[k] > 0) by_kernel.push_back({ms_per_kernel[k], k});
+  }
+  std::sort(by_kernel.rbegin(), by_kernel.rend());
+  std::printf("second step: %.2f ms on the GPU, by kernel:\n", total_ms);
+  for (const auto& [ms, k] : by_kernel) {
+    const std::string_view name = plan::KernelName(static_cast<plan::KernelId>(k));
+    std::printf("  %-24.*s %9.3f ms  %5.1f%%\n", static_cast<int>(name.size()), name.data(), ms,
+                100.0 * ms / total_ms);
+  }
+  std::printf("test_plan_step: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace hcp
+
+int main(int argc, char** argv) { return hcp::Main(argc, argv); }

@@ -1,0 +1,242 @@
+// `hybridcp bench`: runs a bf16 plan on one GPU and reports what a user plans a cluster with:
+// tokens/s/GPU for forward + backward and for a full step with the optimizer, MFU, peak GPU
+// memory and where the time goes, per kernel kind. With --data it trains on a token file (the
+// loss should go down); otherwise the tokens are random.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/exec/CudaExecutor.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/AdamW.h"
+#include "runtime/train/Format.h"
+#include "runtime/train/TokenData.h"
+#include "tools/hybridcp/Commands.h"
+
+namespace hcp {
+namespace {
+
+// H200 (and H100 SXM) dense bf16 tensor-core peak, the MFU denominator of anchors.md.
+constexpr double kPeakFlops = 989e12;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+struct BenchOptions {
+  std::string plan_path;
+  std::string data_path;  // empty: random tokens
+  int64_t steps = 10;
+  int64_t warmup = 2;
+  bool optimizer = false;
+  bool profile = false;
+  double lr = 3e-4;
+  int64_t seed = 0;
+  int device = 0;
+};
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
+  BenchOptions o;
+  if (args.positionals().size() != 1) {
+    return absl::InvalidArgumentError("bench takes one plan file (compiled with --dtype bf16)");
+  }
+  o.plan_path = args.positionals()[0];
+  o.data_path = args.Get("data").value_or("");
+  HCP_ASSIGN_OR_RETURN(o.steps, args.GetInt("steps", o.steps));
+  HCP_ASSIGN_OR_RETURN(o.warmup, args.GetInt("warmup", o.warmup));
+  HCP_ASSIGN_OR_RETURN(o.lr, args.GetDouble("lr", o.lr));
+  HCP_ASSIGN_OR_RETURN(o.seed, args.GetInt("seed", o.seed));
+  HCP_ASSIGN_OR_RETURN(int64_t device, args.GetInt("device", 0));
+  o.device = static_cast<int>(device);
+  o.optimizer = args.Has("optimizer");
+  o.profile = args.Has("profile");
+  if (o.steps < 1 || o.warmup < 0) {
+    return absl::InvalidArgumentError("--steps must be at least 1 and --warmup at least 0");
+  }
+  return o;
+}
+
+// The micro-batches the bench feeds: from a token file (consecutive steps of the batching rule)
+// or uniformly random ids (a fixed seed).
+class Batches {
+ public:
+  static absl::StatusOr<Batches> Create(const BenchOptions& o, const plan::Plan& plan,
+                                        int64_t vocab) {
+    Batches b;
+    b.tokens_ = plan.tokens();
+    b.vocab_ = vocab;
+    if (o.data_path.empty()) return b;
+    HCP_ASSIGN_OR_RETURN(train::TokenFile file, train::TokenFile::Open(o.data_path));
+    b.file_ = std::make_unique<train::TokenFile>(std::move(file));
+    train::BatchConfig config{.seq = plan.seq, .micro_batch = plan.micro_batch, .vocab = vocab};
+    HCP_ASSIGN_OR_RETURN(train::TokenBatcher batcher,
+                         train::TokenBatcher::Create(*b.file_, config));
+    b.batcher_ = std::make_unique<train::TokenBatcher>(std::move(batcher));
+    return b;
+  }
+
+  absl::Status Next(std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
+    ids.resize(tokens_);
+    targets.resize(tokens_);
+    if (batcher_ == nullptr) {
+      std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab_ - 1));
+      for (int32_t& id : ids) id = token(rng_);
+      for (int32_t& t : targets) t = token(rng_);
+      return absl::OkStatus();
+    }
+    HCP_ASSIGN_OR_RETURN(train::StepBatch step, batcher_->NextStep(/*dp_index=*/0));
+    ids = std::move(step.inputs);
+    targets = std::move(step.targets);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t tokens_ = 0, vocab_ = 0;
+  std::mt19937 rng_{12345};
+  std::unique_ptr<train::TokenFile> file_;
+  std::unique_ptr<train::TokenBatcher> batcher_;
+};
+
+// The vocabulary size: the embedding table's rows.
+absl::StatusOr<int64_t> VocabOf(const plan::Plan& plan) {
+  for (const plan::Parameter& p : plan.parameters) {
+    if (p.name == "model.embed_tokens.weight") return plan.FullShape(p)[0];
+  }
+  return absl::InvalidArgumentError("the plan has no model.embed_tokens.weight");
+}
+
+void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
+  std::vector<std::pair<double, int>> rows;
+  double total = 0;
+  for (size_t k = 0; k < ms_per_kernel.size(); ++k) {
+    if (ms_per_kernel[k] > 0) rows.push_back({ms_per_kernel[k], static_cast<int>(k)});
+    total += ms_per_kernel[k];
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("time per kernel kind (one profiled step, %.1f ms in kernels):\n", total);
+  for (const auto& [ms, kernel] : rows) {
+    std::printf("  %-24s %9.2f ms  %5.1f%%\n",
+                std::string(plan::KernelName(static_cast<plan::KernelId>(kernel))).c_str(), ms,
+                100.0 * ms / total);
+  }
+}
+
+absl::Status RunBench(const Args& args) {
+  HCP_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
+  HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(o.plan_path));
+  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabOf(plan));
+  HCP_ASSIGN_OR_RETURN(Batches batches, Batches::Create(o, plan, vocab));
+
+  std::printf("plan: %s (%s), micro-batch %lld x seq %lld, %zu steps\n", o.plan_path.c_str(),
+              plan.model.c_str(), static_cast<long long>(plan.micro_batch),
+              static_cast<long long>(plan.seq), plan.steps.size());
+  std::printf("data: %s\n", o.data_path.empty() ? "random tokens" : o.data_path.c_str());
+  std::fflush(stdout);
+
+  CudaExecutor::Options exec_options;
+  exec_options.device = o.device;
+  exec_options.reserve_optimizer_state = o.optimizer;
+  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> exec,
+                       CudaExecutor::Create(plan, exec_options));
+  HCP_RETURN_IF_ERROR(exec->InitializeParameters(static_cast<uint64_t>(o.seed)));
+  const train::AdamWConfig adamw;
+  if (o.optimizer) HCP_RETURN_IF_ERROR(exec->InitOptimizer());
+  auto decay = [&plan](const plan::Parameter& p) {
+    return train::DefaultDecay(p.name, plan.FullShape(p));
+  };
+
+  const int64_t tokens = plan.tokens();
+  std::vector<int32_t> ids, targets;
+  double fwd_bwd_seconds = 0, optimizer_seconds = 0;
+  std::vector<float> losses;
+  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
+    HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
+    auto start = std::chrono::steady_clock::now();
+    HCP_RETURN_IF_ERROR(exec->RunStep());
+    const double step_seconds = Seconds(start);
+    const float loss = exec->Loss();
+    double opt_seconds = 0;
+    if (o.optimizer) {
+      start = std::chrono::steady_clock::now();
+      HCP_ASSIGN_OR_RETURN(double squared_norm, exec->GradientSquaredNorm());
+      const double norm = std::sqrt(squared_norm);
+      cuda::AdamWStep update{.lr = o.lr,
+                             .beta1 = adamw.beta1,
+                             .beta2 = adamw.beta2,
+                             .eps = adamw.eps,
+                             .weight_decay = adamw.weight_decay,
+                             .clip_coef = norm > adamw.max_grad_norm && std::isfinite(norm)
+                                              ? adamw.max_grad_norm / norm
+                                              : 1.0,
+                             .t = step + 1};
+      if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(exec->OptimizerStep(update, decay));
+      opt_seconds = Seconds(start);
+    }
+    const bool timed = step >= o.warmup;
+    if (timed) {
+      fwd_bwd_seconds += step_seconds;
+      optimizer_seconds += opt_seconds;
+    }
+    losses.push_back(loss);
+    std::printf(
+        "step %3lld%s  loss %.4f  fwd+bwd %8.1f ms  %s%s tokens/s\n", static_cast<long long>(step),
+        timed ? "" : " (warmup)", loss, 1e3 * step_seconds,
+        o.optimizer ? absl::StrFormat("optimizer %6.1f ms  ", 1e3 * opt_seconds).c_str() : "",
+        train::FormatCount(static_cast<int64_t>(tokens / step_seconds)).c_str());
+    std::fflush(stdout);
+  }
+
+  const double per_step = fwd_bwd_seconds / o.steps;
+  const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.world());
+  std::printf("\nforward + backward: %s tokens/s/GPU, %.1f ms per step, MFU %.1f%%\n",
+              train::FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), 1e3 * per_step,
+              100.0 * flops / per_step / kPeakFlops);
+  if (o.optimizer) {
+    const double full = (fwd_bwd_seconds + optimizer_seconds) / o.steps;
+    std::printf("with the optimizer: %s tokens/s/GPU, %.1f ms per step (AdamW %.1f ms)\n",
+                train::FormatCount(static_cast<int64_t>(tokens / full)).c_str(), 1e3 * full,
+                1e3 * optimizer_seconds / o.steps);
+  }
+  const CudaExecutor::Memory memory = exec->MemoryUse();
+  std::printf("GPU memory: %.2f GiB peak of %.2f GiB (%.0f%%)\n", memory.peak_bytes / 1073741824.0,
+              memory.device_bytes / 1073741824.0, 100.0 * memory.peak_bytes / memory.device_bytes);
+  if (losses.size() >= 2) {
+    std::printf("loss: first %.4f, last %.4f\n", losses.front(), losses.back());
+  }
+  if (o.profile) {
+    HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
+    HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
+    std::vector<double> ms_per_kernel;
+    HCP_RETURN_IF_ERROR(exec->RunStepProfiled(&ms_per_kernel));
+    PrintBreakdown(ms_per_kernel);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command MakeBenchCommand() {
+  return Command{
+      "bench",
+      "time a bf16 plan on one GPU: tokens/s/GPU, MFU, peak memory, time per kernel kind",
+      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer] [--profile]",
+      {{"data", "FILE", "token file to train on (default: random tokens)"},
+       {"steps", "N", "timed steps (default 10)"},
+       {"warmup", "N", "untimed steps first (default 2)"},
+       {"optimizer", "", "also run AdamW (fp32 master weights and moments on the GPU)"},
+       {"lr", "X", "AdamW learning rate (default 3e-4)"},
+       {"seed", "N", "parameter initialisation seed (default 0)"},
+       {"device", "N", "CUDA device (default 0)"},
+       {"profile", "", "one more step with a timer per kernel launch: time per kernel kind"}},
+      RunBench};
+}
+
+}  // namespace hcp

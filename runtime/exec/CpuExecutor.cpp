@@ -10,11 +10,10 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/weights/Init.h"
 
 namespace hcp {
 namespace {
@@ -26,10 +25,6 @@ uint64_t PhysicalMemoryBytes() {
   const long page_size = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
-}
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrFormat("[%s]", absl::StrJoin(shape, ", "));
 }
 
 }  // namespace
@@ -244,27 +239,9 @@ absl::StatusOr<std::span<float>> CpuExecutor::Gradient(std::string_view name) {
 }
 
 void CpuExecutor::InitializeParameters(uint64_t seed) {
+  // This rank's elements of each whole tensor: a sharded parameter's rows start at ShardOf.
   for (const plan::Parameter& p : plan_.parameters) {
-    std::span<float> value = F32Buffer(p.buffer);
-    const auto n = static_cast<int64_t>(value.size());
-    // This rank's elements of the whole tensor: draws [begin, begin + n) of its stream.
-    const int64_t begin = ShardOf(p).begin;
-    switch (p.init) {
-      case plan::ParamInit::Normal:
-        FillNormal(value.data(), begin, n, seed, p.name, static_cast<float>(p.std));
-        break;
-      case plan::ParamInit::Zeros:
-        FillConstant(value.data(), n, 0.0f);
-        break;
-      case plan::ParamInit::Ones:
-        FillConstant(value.data(), n, 1.0f);
-        break;
-      case plan::ParamInit::LogArange:
-        for (int64_t i = 0; i < n; ++i) {
-          value[i] = static_cast<float>(std::log(double(begin + i + 1)));
-        }
-        break;
-    }
+    FillInitialValues(p, seed, ShardOf(p).begin, F32Buffer(p.buffer));
   }
 }
 
@@ -274,25 +251,7 @@ absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
 
 absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& checkpoint) {
   // Check everything first, so a bad checkpoint leaves the parameters as they were.
-  for (const plan::Parameter& p : plan_.parameters) {
-    const std::vector<int64_t>& shape = plan_.FullShape(p);
-    if (!checkpoint.Has(p.name)) {
-      return absl::NotFoundError(
-          absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
-                          checkpoint.dir(), p.name, ShapeString(shape)));
-    }
-    HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
-    if (!IsFloatDType(info.dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
-                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
-    }
-    if (info.shape != shape) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
-                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(shape)));
-    }
-  }
+  HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
   for (const plan::Parameter& p : plan_.parameters) {
     std::span<float> value = F32Buffer(p.buffer);
     const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows

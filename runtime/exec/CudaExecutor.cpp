@@ -5,14 +5,12 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/weights/Init.h"
 
 namespace hcp {
 namespace {
@@ -30,10 +28,6 @@ uint64_t RoundUp(uint64_t bytes) {
 }
 
 std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / 1073741824.0); }
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrFormat("[%s]", absl::StrJoin(shape, ", "));
-}
 
 // bf16 as bits: round to nearest even (what cuda::cast and the kernels' stores do); a NaN stays a
 // quiet NaN instead of rounding into infinity.
@@ -277,52 +271,11 @@ absl::StatusOr<std::vector<float>> CudaExecutor::DownloadF32(const float* device
 // ---------------------------------------------------------------------------------------------
 // Parameters and inputs.
 
-namespace {
-
-// FillNormal over the host's cores: draw j of a tensor depends only on (seed, name, j), so
-// chunks filled by different threads give the same values as one pass (a 7B-parameter model
-// takes minutes on one core).
-void FillNormalInParallel(float* out, int64_t n, uint64_t seed, const std::string& name,
-                          float stddev) {
-  constexpr int64_t kChunk = int64_t{1} << 22;
-  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                            (n + kChunk - 1) / kChunk);
-  if (threads <= 1) {
-    FillNormal(out, 0, n, seed, name, stddev);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const int64_t per_thread = (n + threads - 1) / threads;
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t begin = t * per_thread, count = std::min(n, begin + per_thread) - begin;
-    if (count <= 0) break;
-    pool.emplace_back([=, &name] { FillNormal(out + begin, begin, count, seed, name, stddev); });
-  }
-  for (std::thread& thread : pool) thread.join();
-}
-
-}  // namespace
-
 absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
+  // As CpuExecutor::InitializeParameters, in fp32 on the host; one GPU holds every tensor whole.
   for (const plan::Parameter& p : plan_.parameters) {
-    // As CpuExecutor::InitializeParameters, in fp32 on the host; one rank holds every tensor
-    // whole, so its draws start at 0.
-    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
-    std::vector<float> value(n);
-    switch (p.init) {
-      case plan::ParamInit::Normal:
-        FillNormalInParallel(value.data(), n, seed, p.name, static_cast<float>(p.std));
-        break;
-      case plan::ParamInit::Zeros:
-        FillConstant(value.data(), n, 0.0f);
-        break;
-      case plan::ParamInit::Ones:
-        FillConstant(value.data(), n, 1.0f);
-        break;
-      case plan::ParamInit::LogArange:
-        for (int64_t i = 0; i < n; ++i) value[i] = static_cast<float>(std::log(double(i + 1)));
-        break;
-    }
+    std::vector<float> value(plan_.buffers[p.buffer].elements);
+    FillInitialValues(p, seed, /*begin=*/0, value);
     HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
   }
   return absl::OkStatus();
@@ -330,25 +283,7 @@ absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
 
 absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
   // Check everything first, so a bad checkpoint leaves the parameters as they were.
-  for (const plan::Parameter& p : plan_.parameters) {
-    const std::vector<int64_t>& shape = plan_.FullShape(p);
-    if (!checkpoint.Has(p.name)) {
-      return absl::NotFoundError(
-          absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
-                          checkpoint.dir(), p.name, ShapeString(shape)));
-    }
-    HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
-    if (!IsFloatDType(info.dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
-                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
-    }
-    if (info.shape != shape) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
-                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(shape)));
-    }
-  }
+  HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
   for (const plan::Parameter& p : plan_.parameters) {
     const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
     std::vector<float> value(n);

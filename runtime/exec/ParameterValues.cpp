@@ -1,0 +1,88 @@
+#include "runtime/exec/ParameterValues.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/support/Status.h"
+#include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/Init.h"
+
+namespace hcp {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrFormat("[%s]", absl::StrJoin(shape, ", "));
+}
+
+// FillNormal over the host's cores: draw j of a tensor depends only on (seed, name, j), so
+// chunks filled by different threads give the values of one pass.
+void FillNormalInParallel(float* out, int64_t begin, int64_t n, uint64_t seed,
+                          const std::string& name, float stddev) {
+  constexpr int64_t kMinChunk = int64_t{1} << 22;
+  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                            (n + kMinChunk - 1) / kMinChunk);
+  if (threads <= 1) {
+    FillNormal(out, begin, n, seed, name, stddev);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t per_thread = (n + threads - 1) / threads;
+  for (int64_t first = 0; first < n; first += per_thread) {
+    const int64_t count = std::min(n, first + per_thread) - first;
+    pool.emplace_back(
+        [=, &name] { FillNormal(out + first, begin + first, count, seed, name, stddev); });
+  }
+  for (std::thread& thread : pool) thread.join();
+}
+
+}  // namespace
+
+void FillInitialValues(const plan::Parameter& p, uint64_t seed, int64_t begin,
+                       std::span<float> out) {
+  const auto n = static_cast<int64_t>(out.size());
+  switch (p.init) {
+    case plan::ParamInit::Normal:
+      FillNormalInParallel(out.data(), begin, n, seed, p.name, static_cast<float>(p.std));
+      return;
+    case plan::ParamInit::Zeros:
+      FillConstant(out.data(), n, 0.0f);
+      return;
+    case plan::ParamInit::Ones:
+      FillConstant(out.data(), n, 1.0f);
+      return;
+    case plan::ParamInit::LogArange:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::log(double(begin + i + 1)));
+      return;
+  }
+}
+
+absl::Status CheckCheckpointHasParameters(const plan::Plan& plan,
+                                          const CheckpointReader& checkpoint) {
+  for (const plan::Parameter& p : plan.parameters) {
+    const std::vector<int64_t>& shape = plan.FullShape(p);
+    if (!checkpoint.Has(p.name)) {
+      return absl::NotFoundError(
+          absl::StrFormat("checkpoint %s has no tensor '%s' (the plan's parameter of shape %s)",
+                          checkpoint.dir(), p.name, ShapeString(shape)));
+    }
+    HCP_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(p.name));
+    if (!IsFloatDType(info.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
+                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
+    }
+    if (info.shape != shape) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: tensor '%s' has shape %s, the plan expects %s",
+                          checkpoint.dir(), p.name, ShapeString(info.shape), ShapeString(shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hcp

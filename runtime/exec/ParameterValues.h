@@ -1,0 +1,28 @@
+// What every executor does the same way with parameter values: fill them from the plan's
+// initialisers, and check a checkpoint against the plan before reading anything from it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "runtime/plan/Plan.h"
+
+namespace hcp {
+
+class CheckpointReader;
+
+// out = elements [begin, begin + out.size()) of parameter p's whole tensor, initialised by
+// p.init: Normal keyed by (seed, p.name, element index) (runtime/weights/Init.h), so a parameter
+// gets the same values whatever plan, split or executor it is in; Zeros; Ones; LogArange =
+// log(1), log(2), ... (Mamba2's A_log). Normal draws run on the host's cores in parallel (a 7B
+// model is minutes on one core); the values do not depend on the thread count.
+void FillInitialValues(const plan::Parameter& p, uint64_t seed, int64_t begin,
+                       std::span<float> out);
+
+// Every parameter of `plan` is in `checkpoint` as a float tensor of the plan's checkpoint shape
+// (Plan::FullShape); otherwise the error names the tensor and what is wrong.
+absl::Status CheckCheckpointHasParameters(const plan::Plan& plan,
+                                          const CheckpointReader& checkpoint);
+
+}  // namespace hcp

@@ -3,6 +3,7 @@
 // the weight ...") so that a wrong backward rule or hand-written test reads clearly.
 #include "dialects/model/ModelOps.h"
 
+#include "dialects/model/VerifyHelpers.h"
 #include "llvm/ADT/STLExtras.h"
 #include "mlir/IR/BuiltinTypes.h"
 
@@ -11,19 +12,7 @@ using namespace mlir;
 namespace hcp::model {
 namespace {
 
-RankedTensorType tensorType(Value value) { return cast<RankedTensorType>(value.getType()); }
-
-ArrayRef<int64_t> shapeOf(Value value) { return tensorType(value).getShape(); }
-
-// "[2, 8192, 1536]" for messages.
-std::string formatShape(ArrayRef<int64_t> shape) {
-  std::string text = "[";
-  for (auto [i, dim] : llvm::enumerate(shape)) {
-    if (i) text += ", ";
-    text += ShapedType::isDynamic(dim) ? "?" : std::to_string(dim);
-  }
-  return text + "]";
-}
+using namespace checks;
 
 // "tensor<2x5x4xf32>" for messages.
 std::string formatType(Type type) {
@@ -31,26 +20,6 @@ std::string formatType(Type type) {
   llvm::raw_string_ostream stream(text);
   stream << type;
   return text;
-}
-
-LogicalResult expectRank(Operation* op, Value value, int64_t rank, StringRef what) {
-  if (tensorType(value).getRank() != rank) {
-    return op->emitOpError() << what << " must have rank " << rank << ", got shape "
-                             << formatShape(shapeOf(value));
-  }
-  if (!tensorType(value).hasStaticShape()) {
-    return op->emitOpError() << what << " must have a static shape, got "
-                             << formatShape(shapeOf(value));
-  }
-  return success();
-}
-
-LogicalResult expectShape(Operation* op, Value value, ArrayRef<int64_t> expected, StringRef what) {
-  if (shapeOf(value) != expected) {
-    return op->emitOpError() << what << " must have shape " << formatShape(expected) << ", got "
-                             << formatShape(shapeOf(value));
-  }
-  return success();
 }
 
 // A gradient has its value's type: shape and element type.
@@ -61,23 +30,6 @@ LogicalResult expectTypeOf(Operation* op, Value grad, Value of, StringRef gradNa
                              << formatType(of.getType()) << "), got " << formatType(grad.getType());
   }
   return success();
-}
-
-LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef whatA,
-                                    StringRef whatB) {
-  if (tensorType(a).getElementType() != tensorType(b).getElementType()) {
-    return op->emitOpError() << whatA << " and " << whatB
-                             << " must have the same element type, got "
-                             << tensorType(a).getElementType() << " and "
-                             << tensorType(b).getElementType();
-  }
-  return success();
-}
-
-SmallVector<int64_t> withLastDim(ArrayRef<int64_t> shape, int64_t last) {
-  SmallVector<int64_t> result(shape);
-  result.back() = last;
-  return result;
 }
 
 }  // namespace

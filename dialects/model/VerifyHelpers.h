@@ -1,0 +1,31 @@
+// Helpers the `model` dialect's verifiers share (ModelOps.cpp, ModelGradOps.cpp): shape checks
+// whose messages name the quantity in the model's terms ("B must have shape [2, 8, 1, 16], got
+// ...").
+#pragma once
+
+#include <string>
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
+
+namespace hcp::model::checks {
+
+inline mlir::RankedTensorType tensorType(mlir::Value value) {
+  return mlir::cast<mlir::RankedTensorType>(value.getType());
+}
+inline llvm::ArrayRef<int64_t> shapeOf(mlir::Value value) { return tensorType(value).getShape(); }
+
+// "[2, 8192, 1536]" for messages.
+std::string formatShape(llvm::ArrayRef<int64_t> shape);
+// `shape` with its last dim replaced.
+llvm::SmallVector<int64_t> withLastDim(llvm::ArrayRef<int64_t> shape, int64_t last);
+
+// `value` has rank `rank` and a static shape.
+mlir::LogicalResult expectRank(mlir::Operation* op, mlir::Value value, int64_t rank,
+                               llvm::StringRef what);
+mlir::LogicalResult expectShape(mlir::Operation* op, mlir::Value value,
+                                llvm::ArrayRef<int64_t> expected, llvm::StringRef what);
+mlir::LogicalResult expectSameElementType(mlir::Operation* op, mlir::Value a, mlir::Value b,
+                                          llvm::StringRef whatA, llvm::StringRef whatB);
+
+}  // namespace hcp::model::checks

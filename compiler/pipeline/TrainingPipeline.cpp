@@ -52,6 +52,7 @@ void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelin
 void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
   buildContextParallelPipeline(pm, options);
   pm.addNestedPass<mlir::func::FuncOp>(createAutodiff());
+  if (options.recompute) pm.addNestedPass<mlir::func::FuncOp>(createRecompute());
   pm.addPass(createLowerToExec());
   pm.addPass(createPlanMemory());
 }

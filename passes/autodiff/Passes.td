@@ -29,4 +29,25 @@ def Autodiff : Pass<"hcp-autodiff", "mlir::func::FuncOp"> {
   let dependentDialects = ["::hcp::model::ModelDialect"];
 }
 
+def Recompute : Pass<"hcp-recompute", "mlir::func::FuncOp"> {
+  let summary = "recompute each decoder layer's activations in the backward (activation checkpointing)";
+  let description = [{
+    Runs after hcp-autodiff. Each decoder layer (forward ops located at "model.layers.N. ...")
+    keeps only its checkpoints: the values forward ops of other layers read (the residual stream).
+    Every other value of the layer that the backward reads is computed again by clones of the
+    forward ops it needs, placed right before the first backward op that reads one, and the
+    backward reads the clones. Peak activation memory then holds the checkpoints plus one layer
+    instead of every layer; the results are the same (the clones are the same ops on the same
+    inputs), for about one more forward of the layers.
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", /*default=*/"\"train_step\"",
+           "the training step function">
+  ];
+  let statistics = [
+    Statistic<"numClonedOps", "cloned-ops", "forward ops cloned into the backward">
+  ];
+  let dependentDialects = ["::hcp::model::ModelDialect"];
+}
+
 #endif  // HYBRIDCP_AUTODIFF_PASSES_TD

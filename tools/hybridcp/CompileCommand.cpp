@@ -93,6 +93,7 @@ absl::Status Compile(const Args& args) {
   pipeline.ep = ep;
   pipeline.layout = args.Get("layout").value_or("contiguous");
   pipeline.stateScan = args.Get("state-scan").value_or("auto");
+  pipeline.recompute = args.Has("recompute");
   if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
     return absl::InvalidArgumentError("--layout must be contiguous or zigzag, got '" +
                                       pipeline.layout + "'");
@@ -152,7 +153,7 @@ Command MakeCompileCommand() {
       "compile a model config into a training-step plan (or print its IR)",
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto] [--dp N] [--ep N] "
-      "(-o FILE.plan | --emit=model|dist|exec [-o FILE])",
+      "[--recompute] (-o FILE.plan | --emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
        {"micro-batch", "N", "sequences per micro-batch (default 1)"},
@@ -166,6 +167,9 @@ Command MakeCompileCommand() {
         "(divides cp*dp and the experts; default 1)"},
        {"layout", "KIND", "contiguous (default) or zigzag (2*cp pieces, balanced attention)"},
        {"state-scan", "HOW", "Mamba state passing: allgather, chain or auto (default)"},
+       {"recompute", "",
+        "keep only each layer's inputs from the forward and recompute the rest in the backward "
+        "(lower peak memory, about one more forward)"},
        {"emit", "STAGE",
         "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},

@@ -44,5 +44,10 @@ for shape in "512 2" "300 1"; do
 done
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
+# With activation recomputation: the same step, and a sequence 8 times longer on one GPU.
+for seq in 8192 65536; do
+  "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
+    -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"
+done
 "$HCP" tokenize /usr/share/common-licenses -o "$BUNDLE/text.bin"
 du -sh "$BUNDLE"

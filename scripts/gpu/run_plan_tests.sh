@@ -9,7 +9,8 @@
 # 1. test_plan_step: the bf16 plan of tests/configs/granite-gpu-small.json on the GPU against
 #    the f32 plan on the CPU, same initial weights and tokens: loss and every gradient.
 # 2. hybridcp bench: granite-4.0-h-tiny shape at s = 8192 on one GPU, forward + backward with
-#    the per-kernel breakdown, then 20 steps with AdamW on real text (the loss must go down).
+#    the per-kernel breakdown, then 20 steps with AdamW on real text (the loss must go down);
+#    then with activation recomputation at s = 8192 and s = 65536.
 # Output goes to stdout and, when $OUT is set, to $OUT/plan_tests.log.
 set -uo pipefail
 
@@ -36,4 +37,7 @@ if [ "${SKIP_FWD_BWD_BENCH:-0}" != 1 ]; then
 fi
 run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-8192-bf16.plan" --data "$BUNDLE/text.bin" \
   --steps 20 --warmup 0 --optimizer --lr 3e-4
+for seq in 8192 65536; do
+  run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan" --steps 3 --warmup 1
+done
 exit $status

@@ -19,3 +19,6 @@ config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "I
 config.substitutions.append(("%fixtures", os.path.join(config.hybridcp_src_root, "tests/fixtures")))
 # --enable-var-scope: captured names do not leak across CHECK-LABELs.
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+# Built with the CUDA backend (the `bench` command): tests that need it say REQUIRES: cuda.
+if getattr(config, "hybridcp_cuda", False):
+    config.available_features.add("cuda")

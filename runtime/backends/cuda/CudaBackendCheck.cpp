@@ -329,6 +329,14 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
         "plans only for now (cp=1, dp=1, ep=1)",
         mesh.cp, mesh.dp, mesh.ep));
   }
+  // An f32 plan fails every step's check; say what to do instead of listing the first one.
+  const bool any_bf16 = std::any_of(plan.buffers.begin(), plan.buffers.end(),
+                                    [](const plan::Buffer& b) { return b.dtype == DType::BF16; });
+  if (!any_bf16) {
+    return absl::InvalidArgumentError(
+        "the plan stores its tensors in f32 (compiled without --dtype bf16), which the CPU "
+        "backend runs; the CUDA backend runs bf16 plans: compile with --dtype bf16");
+  }
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const plan::Step& step = plan.steps[i];
     if (plan::IsCollective(step.kernel)) {

@@ -1,52 +1,19 @@
-// Helpers shared by the training tests: a scratch directory per test, raw file access, and
-// status matchers.
+// Helpers shared by the training tests: the file helpers of tests/unit/ScratchFiles.h and status
+// matchers.
 #pragma once
 
-#include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "tests/unit/ScratchFiles.h"
 
 namespace hcp::train::testing {
 
-// A fresh directory, removed with everything in it when the object goes away.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "hcp_train_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(std::string_view name) const {
-    return (std::filesystem::path(path_) / name).string();
-  }
-
- private:
-  std::string path_;
-};
-
-inline std::string ReadFileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void WriteFileBytes(const std::string& path, std::string_view bytes) {
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using hcp::testing::ReadFileBytes;
+using hcp::testing::ScratchDir;
+using hcp::testing::WriteFileBytes;
 
 // The status is an error whose message contains `text`.
 inline ::testing::AssertionResult FailsWith(const absl::Status& status, std::string_view text) {

@@ -3,7 +3,7 @@
 // pseudo-random tokens. Prints both losses and, per parameter, the relative RMS error of the
 // gradient, rms(g_gpu - g_cpu) / rms(g_cpu); then exercises the GPU optimizer (one AdamW update,
 // a second, profiled step) and prints the time per kind of kernel.
-//   test_plan_step BF16.plan F32.plan [--seed N] [--device N]
+//   test_plan_step BF16.plan F32.plan [--seed N] [--device N] [--weights DIR] [--inputs FILE]
 //   test_plan_step --tiny [--seed N] [--device N]
 // The two plans: `hybridcp compile CONFIG --seq S --micro-batch B --dtype bf16 -o BF16.plan` and
 // the same without --dtype; --tiny builds a small hand-written pair instead (TinyPlan.h). Exit
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
+#include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/Safetensors.h"
 #include "tests/cuda/TinyPlan.h"
 
 namespace hcp {
@@ -82,11 +85,27 @@ plan::Plan Prefix(const plan::Plan& plan, size_t last) {
   return prefix;
 }
 
+// Where both runs' parameters come from: a Hugging Face checkpoint (--weights), else the
+// plans' initialisers with the seed.
+struct Weights {
+  std::optional<CheckpointReader> checkpoint;
+  uint64_t seed = 0;
+
+  void Set(CpuExecutor& cpu) const {
+    if (!checkpoint) return cpu.InitializeParameters(seed);
+    if (absl::Status s = cpu.LoadParameters(*checkpoint); !s.ok()) Fail(s);
+  }
+  void Set(CudaExecutor& gpu) const {
+    absl::Status s = checkpoint ? gpu.LoadParameters(*checkpoint) : gpu.InitializeParameters(seed);
+    if (!s.ok()) Fail(s);
+  }
+};
+
 // The fraction of tokens whose set of k experts differs between the f32 run on the CPU and the
 // bf16 run on the GPU, over all MoE layers (compared as sets: the order may differ on ties).
 // Each layer's choices are read from a run of the plans' prefixes ending at its routing step.
-double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_plan, uint64_t seed,
-                           int device, const std::vector<int32_t>& ids,
+double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
+                           const Weights& weights, int device, const std::vector<int32_t>& ids,
                            const std::vector<int32_t>& targets) {
   const std::vector<size_t> cpu_steps = RoutingSteps(f32_plan);
   const std::vector<size_t> gpu_steps = RoutingSteps(bf16_plan);
@@ -98,12 +117,12 @@ double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_pl
     const plan::Plan cpu_prefix = Prefix(f32_plan, cpu_steps[layer]);
     const plan::Plan gpu_prefix = Prefix(bf16_plan, gpu_steps[layer]);
     auto cpu = OrFail(CpuExecutor::Create(cpu_prefix));
-    cpu->InitializeParameters(seed);
+    weights.Set(*cpu);
     CudaExecutor::Options options;
     options.device = device;
     options.reserve_optimizer_state = false;
     auto gpu = OrFail(CudaExecutor::Create(gpu_prefix, options));
-    if (absl::Status s = gpu->InitializeParameters(seed); !s.ok()) Fail(s);
+    weights.Set(*gpu);
     for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep(),
                            gpu->SetInputs(ids, targets), gpu->RunStep()}) {
       if (!s.ok()) Fail(s);
@@ -173,6 +192,7 @@ int Main(int argc, char** argv) {
   uint64_t seed = 1234;
   int device = 0;
   bool tiny = false;
+  std::string weights_dir, inputs_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--tiny") {
@@ -181,6 +201,10 @@ int Main(int argc, char** argv) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--device" && i + 1 < argc) {
       device = std::atoi(argv[++i]);
+    } else if (arg == "--weights" && i + 1 < argc) {
+      weights_dir = argv[++i];
+    } else if (arg == "--inputs" && i + 1 < argc) {
+      inputs_path = argv[++i];
     } else if (!arg.starts_with("--")) {
       paths.push_back(arg);
     } else {
@@ -191,6 +215,7 @@ int Main(int argc, char** argv) {
   if (paths.size() != (tiny ? 0 : 2)) {
     std::fprintf(stderr,
                  "usage: test_plan_step BF16.plan F32.plan [--seed N] [--device N]\n"
+                 "         [--weights CHECKPOINT_DIR] [--inputs FILE.safetensors]\n"
                  "       test_plan_step --tiny [--seed N] [--device N]\n");
     return 2;
   }
@@ -214,20 +239,37 @@ int Main(int argc, char** argv) {
               static_cast<int>(f32_plan.micro_batch), static_cast<int>(f32_plan.seq),
               static_cast<unsigned long long>(seed));
 
-  // Tokens, and targets = the next token (the last of each sequence ignored).
+  // Tokens: from --inputs (input_ids and targets, as the transformers fixtures hold them), else
+  // pseudo-random ids with targets = the next token (the last of each sequence ignored).
   const int64_t seq = f32_plan.seq, tokens = f32_plan.tokens();
   std::vector<int32_t> ids(tokens), targets(tokens);
-  uint64_t state = seed;
-  for (int32_t& id : ids) id = static_cast<int32_t>(Next(state) % static_cast<uint64_t>(vocab));
-  for (int64_t t = 0; t < tokens; ++t) {
-    targets[t] = (t + 1) % seq == 0 ? plan::kIgnoredTarget : ids[t + 1];
+  if (!inputs_path.empty()) {
+    const SafetensorsFile inputs = OrFail(SafetensorsFile::Open(inputs_path));
+    const std::vector<int64_t> file_ids = OrFail(inputs.ReadInt("input_ids"));
+    const std::vector<int64_t> file_targets = OrFail(inputs.ReadInt("targets"));
+    if (file_ids.size() != ids.size() || file_targets.size() != targets.size()) {
+      Fail(absl::InvalidArgumentError(
+          absl::StrFormat("%s holds %d input ids and %d targets, the plans take %d", inputs_path,
+                          file_ids.size(), file_targets.size(), tokens)));
+    }
+    std::copy(file_ids.begin(), file_ids.end(), ids.begin());
+    std::copy(file_targets.begin(), file_targets.end(), targets.begin());
+  } else {
+    uint64_t state = seed;
+    for (int32_t& id : ids) id = static_cast<int32_t>(Next(state) % static_cast<uint64_t>(vocab));
+    for (int64_t t = 0; t < tokens; ++t) {
+      targets[t] = (t + 1) % seq == 0 ? plan::kIgnoredTarget : ids[t + 1];
+    }
   }
+  Weights weights;
+  weights.seed = seed;
+  if (!weights_dir.empty()) weights.checkpoint = OrFail(CheckpointReader::Open(weights_dir));
 
   // The reference.
   CpuExecutor::Options cpu_options;
   cpu_options.poison_activations = true;
   auto cpu = OrFail(CpuExecutor::Create(f32_plan, cpu_options));
-  cpu->InitializeParameters(seed);
+  weights.Set(*cpu);
   if (absl::Status s = cpu->SetInputs(ids, targets); !s.ok()) Fail(s);
   if (absl::Status s = cpu->RunStep(); !s.ok()) Fail(s);
   const double cpu_loss = cpu->Loss();
@@ -237,7 +279,7 @@ int Main(int argc, char** argv) {
   gpu_options.device = device;
   gpu_options.poison_activations = true;
   auto gpu = OrFail(CudaExecutor::Create(bf16_plan, gpu_options));
-  if (absl::Status s = gpu->InitializeParameters(seed); !s.ok()) Fail(s);
+  weights.Set(*gpu);
   if (absl::Status s = gpu->SetInputs(ids, targets); !s.ok()) Fail(s);
   if (absl::Status s = gpu->RunStep(); !s.ok()) Fail(s);
   const double gpu_loss = gpu->Loss();
@@ -257,7 +299,7 @@ int Main(int argc, char** argv) {
               kLossTolerance);
 
   // Gradients, parameter by parameter in the bf16 plan's order.
-  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, seed, device, ids, targets);
+  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, weights, device, ids, targets);
   std::printf(
       "MoE routing: %.2f%% of the tokens pick other experts than the f32 run (MoE "
       "gradient tolerance %.2e)\n",

@@ -61,6 +61,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   return nccl;
 }
 
+int NcclCommunicator::LocalDevice(const Communicator& host) {
+  int local = host.world_rank();
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    if (const char* value = std::getenv(name); value != nullptr) {
+      local = std::atoi(value);
+      break;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices <= 0) return 0;
+  return local % devices;
+}
+
 NcclCommunicator::~NcclCommunicator() {
   for (ncclComm_t comm : {cp_, dp_, world_}) {
     if (comm != nullptr) ncclCommDestroy(comm);
@@ -87,10 +100,22 @@ void NcclCommunicator::Fail(const std::string& message) {
   std::abort();  // Abort does not return; this tells the compiler so through the virtual call
 }
 
-void NcclCommunicator::AllReduceSum(void* data, size_t count, ncclDataType_t type, Group group,
-                                    cudaStream_t stream) {
-  ncclResult_t r = ncclAllReduce(data, data, count, type, ncclSum, CommOf(group), stream);
+void NcclCommunicator::AllReduceSum(const void* send, void* recv, size_t count,
+                                    ncclDataType_t type, Group group, cudaStream_t stream) {
+  ncclResult_t r = ncclAllReduce(send, recv, count, type, ncclSum, CommOf(group), stream);
   if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllReduce: %s", ncclGetErrorString(r)));
+}
+
+void NcclCommunicator::GroupStart() {
+  if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) {
+    Fail(absl::StrFormat("ncclGroupStart: %s", ncclGetErrorString(r)));
+  }
+}
+
+void NcclCommunicator::GroupEnd() {
+  if (ncclResult_t r = ncclGroupEnd(); r != ncclSuccess) {
+    Fail(absl::StrFormat("ncclGroupEnd: %s", ncclGetErrorString(r)));
+  }
 }
 
 void NcclCommunicator::AllGather(const void* send, void* recv, size_t count, ncclDataType_t type,

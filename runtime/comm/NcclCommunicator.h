@@ -33,9 +33,17 @@ class NcclCommunicator {
 
   Communicator& host() const { return host_; }
 
-  // In place: data[i] = sum over the group of data[i].
-  void AllReduceSum(void* data, size_t count, ncclDataType_t type, Group group,
+  // The GPU a rank of a multi-GPU job uses: its rank among the ranks on its machine (mpirun's
+  // OMPI_COMM_WORLD_LOCAL_RANK, srun's SLURM_LOCALID, MPICH's MPI_LOCALRANKID; else the world
+  // rank), modulo the visible devices.
+  static int LocalDevice(const Communicator& host);
+
+  // recv[i] = sum over the group of send[i] (send == recv: in place), summed in `type`.
+  void AllReduceSum(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
                     cudaStream_t stream);
+  // Brackets a batch of calls that NCCL launches as one (ncclGroupStart / ncclGroupEnd).
+  void GroupStart();
+  void GroupEnd();
   // recv = every group rank's `count` elements of send, in group rank order.
   void AllGather(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
                  cudaStream_t stream);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
@@ -58,6 +59,23 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
                                                                    Options options) {
   HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
   HCP_RETURN_IF_ERROR(cuda_backend::CheckPlanRunsOnCuda(plan));
+  const int64_t ranks = plan.mesh.cp * plan.mesh.dp;
+  if (ranks > 1 && options.nccl == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan runs on cp=%d x dp=%d = %d GPUs: start one process per GPU (mpirun -np %d) and "
+        "give each executor the ranks' NCCL communicator",
+        plan.mesh.cp, plan.mesh.dp, ranks, ranks));
+  }
+  if (ranks > 1) {
+    const comm::Communicator& host = options.nccl->host();
+    if (!host.has_mesh() || host.mesh().cp != plan.mesh.cp || host.mesh().dp != plan.mesh.dp ||
+        host.mesh().layout != plan.mesh.layout) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the communicator's mesh is not the plan's (cp=%d x dp=%d, %d ranks): set it from the "
+          "plan (Communicator::SetMesh) before creating the NCCL communicator",
+          plan.mesh.cp, plan.mesh.dp, ranks));
+    }
+  }
   int devices = 0;
   if (cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -103,9 +121,16 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   }
 
   // From here on the destructor frees whatever has been allocated when an error returns.
-  std::unique_ptr<CudaExecutor> exec(new CudaExecutor(plan, options.device));
+  std::unique_ptr<CudaExecutor> exec(
+      new CudaExecutor(plan, options.device, ranks > 1 ? options.nccl : nullptr));
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&exec->stream_, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
+  HCP_RETURN_IF_ERROR(FromCuda(
+      cudaStreamCreateWithFlags(&exec->comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  for (cudaEvent_t* event : {&exec->compute_done_, &exec->comm_done_}) {
+    HCP_RETURN_IF_ERROR(
+        FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
+  }
   for (int a = 0; a < plan::kNumArenas; ++a) {
     const auto arena = plan::Arena(a);
     const uint64_t bytes = RoundUp(plan.arena_bytes[a]);  // never null, even when empty
@@ -144,6 +169,16 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(squares_);
   cudaFree(optimizer_memory_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  for (cudaEvent_t event : {compute_done_, comm_done_}) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+}
+
+absl::Status CudaExecutor::Wait(const char* what) const {
+  if (nccl_ == nullptr) return FromCuda(cudaStreamSynchronize(stream_), what);
+  nccl_->Wait(stream_, what);  // does not return on failure: the job ends
+  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::Activate() const {
@@ -302,11 +337,24 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
         "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
         input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
   }
-  // One rank holds every sequence whole, in order (with cp = 1 the zigzag layout's two segments
-  // are the sequence's halves in order too).
+  // This rank's shard: local segment k of sequence b is global segment GlobalSegment(cp_index, k)
+  // (one rank: the sequences whole, in order).
+  const plan::Mesh& mesh = plan_.mesh;
+  const int64_t len = plan_.seq / mesh.segments(), segs = mesh.segments_per_rank();
+  const int64_t local = plan_.micro_batch * segs * len;
+  std::vector<int32_t> local_ids(local), local_targets(local);
+  for (int64_t b = 0; b < plan_.micro_batch; ++b) {
+    for (int64_t k = 0; k < segs; ++k) {
+      const int64_t from = b * plan_.seq + mesh.GlobalSegment(cp_index(), k) * len;
+      const int64_t to = (b * segs + k) * len;
+      std::copy_n(input_ids.begin() + from, len, local_ids.begin() + to);
+      std::copy_n(targets.begin() + from, len, local_targets.begin() + to);
+    }
+  }
   HCP_RETURN_IF_ERROR(
-      ToDevice(Address(plan_.input_ids), input_ids.data(), sizeof(int32_t) * tokens));
-  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.targets), targets.data(), sizeof(int32_t) * tokens));
+      ToDevice(Address(plan_.input_ids), local_ids.data(), sizeof(int32_t) * local));
+  HCP_RETURN_IF_ERROR(
+      ToDevice(Address(plan_.targets), local_targets.data(), sizeof(int32_t) * local));
   if (!loss_scale) {
     const auto valid = std::count_if(targets.begin(), targets.end(),
                                      [](int32_t t) { return t != plan::kIgnoredTarget; });
@@ -319,13 +367,19 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
 // ---------------------------------------------------------------------------------------------
 // Running the plan.
 
-absl::Status CudaExecutor::RunStep() { return RunSteps(nullptr); }
+absl::Status CudaExecutor::RunStep() {
+  absl::Status status = RunSteps(nullptr);
+  if (nccl_ == nullptr) return status;
+  return comm::AgreeOnStatus(nccl_->host(), status);
+}
 
 absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel) {
   if (ms_per_kernel->size() < static_cast<size_t>(plan::kNumKernels)) {
     ms_per_kernel->resize(plan::kNumKernels, 0.0);
   }
-  return RunSteps(ms_per_kernel);
+  absl::Status status = RunSteps(ms_per_kernel);
+  if (nccl_ == nullptr) return status;
+  return comm::AgreeOnStatus(nccl_->host(), status);
 }
 
 absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
@@ -343,7 +397,11 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
       .stream = stream_,
       .gemm = gemm_,
       .workspace = cuda::Workspace{workspace_, workspace_bytes_},
-      .bad_position = bad_position_};
+      .bad_position = bad_position_,
+      .nccl = nccl_,
+      .comm_stream = comm_stream_,
+      .compute_done = compute_done_,
+      .comm_done = comm_done_};
   // The kernels lower bad_position to the first bad token id / target they see.
   HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(bad_position_, &kNoBadPosition, sizeof(int32_t),
                                                cudaMemcpyHostToDevice, stream_),
@@ -354,7 +412,10 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
   for (size_t i = 0; i < steps; ++i) {
     absl::Status status = cuda_backend::RunCudaStep(plan_, i, arenas_, resources);
     if (!status.ok()) {
-      cudaStreamSynchronize(stream_);  // let the queued steps finish before anyone reads buffers
+      // Let the queued steps finish before anyone reads buffers. With several ranks the others
+      // now wait in a collective this rank will not join: their Wait times out and ends the job
+      // (a refusal here is a bug CheckPlanRunsOnCuda should have caught, or a launch failure).
+      cudaStreamSynchronize(stream_);
       return status;
     }
     if (profile) {
@@ -363,7 +424,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
   }
   // A kernel that faults surfaces here; which step it was is not known without waiting after
   // every step (compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 tell).
-  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "running the plan's steps"));
+  HCP_RETURN_IF_ERROR(Wait("running the plan's steps"));
   int32_t bad_position = kNoBadPosition;
   HCP_RETURN_IF_ERROR(ToHost(&bad_position, bad_position_, sizeof(int32_t)));
   SampleMemory();
@@ -471,6 +532,23 @@ absl::Status CudaExecutor::InitOptimizer() {
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "initialising the optimizer state"));
   SampleMemory();
   return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::SumGradientsOverRanks() {
+  if (nccl_ == nullptr) return absl::OkStatus();
+  HCP_RETURN_IF_ERROR(Activate());
+  // One NCCL launch for all of them. bf16 gradients are summed in bf16 (one rounding per
+  // addition, as a bf16 data-parallel all-reduce is); the f32 ones (dt_bias, A_log, D) in f32.
+  nccl_->GroupStart();
+  for (const plan::Parameter& p : plan_.parameters) {
+    const plan::Buffer& g = plan_.buffers[p.gradient];
+    std::byte* data = Address(p.gradient);
+    nccl_->AllReduceSum(data, data, g.elements,
+                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
+                        comm::Group::kWorld, stream_);
+  }
+  nccl_->GroupEnd();
+  return Wait("summing the gradients over the ranks");
 }
 
 absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {

@@ -1,8 +1,9 @@
 // Runs a plan on one GPU: owns the four arenas in device memory, fills the parameters, takes a
 // micro-batch, queues the plan's steps in order on one stream (runtime/backends/cuda) and keeps
-// the AdamW state (fp32 master weights and moments) on the device. CpuExecutor's API for one rank;
-// the plan is a bf16 plan (hybridcp compile --dtype bf16, see CudaBackend.h) of one rank
-// (cp = dp = ep = 1).
+// the AdamW state (fp32 master weights and moments) on the device. CpuExecutor's API; the plan is
+// a bf16 plan (hybridcp compile --dtype bf16, see CudaBackend.h). A plan of several ranks
+// (cp x dp, ep = 1) runs one executor per rank, each on its own GPU, given the ranks' NCCL
+// communicator (Options::nccl); its collectives then go through NCCL.
 //
 //   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
 //   HCP_ASSIGN_OR_RETURN(auto exec, CudaExecutor::Create(plan));
@@ -35,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/comm/NcclCommunicator.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/plan/Plan.h"
 
@@ -57,6 +59,11 @@ class CudaExecutor {
     // Count the optimizer state InitOptimizer will allocate in Create's memory check (off for a
     // run that never calls InitOptimizer: forward and backward only).
     bool reserve_optimizer_state = true;
+    // The ranks' communicator, for a plan of more than one rank (required then; unused with
+    // one). Its host communicator's mesh must be the plan's; it outlives the executor. Waiting
+    // for a step run goes through its Wait, so a peer that fails or hangs ends the job with a
+    // message instead of a hang.
+    comm::NcclCommunicator* nccl = nullptr;
   };
 
   // Validates `plan` (plan::ValidatePlan, then cuda_backend::CheckPlanRunsOnCuda: one rank, every
@@ -87,14 +94,17 @@ class CudaExecutor {
   // the error names the tensor.
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
 
-  // One micro-batch: ids and targets [micro_batch, seq] each (targets already shifted; -100 =
-  // ignored). `loss_scale` multiplies the summed token loss; without it, 1 / (valid targets of
-  // this micro-batch). CpuExecutor::SetInputs's checks and semantics for one rank.
+  // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, whole sequences (targets
+  // already shifted; -100 = ignored); each rank keeps its cp shard (the mesh layout's segments
+  // of every sequence). `loss_scale` multiplies the summed token loss; without it, 1 / (valid
+  // targets of this micro-batch). CpuExecutor::SetInputs's checks and semantics.
   absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
                          std::optional<float> loss_scale = std::nullopt);
   // Queues every step, waits for them, and reports: a token id outside the vocabulary or a bad
   // target as InvalidArgument naming the step and position (as CpuExecutor's), a step the
-  // backend refuses as its error, a CUDA failure as Internal with CUDA's message.
+  // backend refuses as its error, a CUDA failure as Internal with CUDA's message. With several
+  // ranks every rank returns the same status (the first failing rank's error, agreed over the
+  // host communicator).
   absl::Status RunStep();
   // RunStep with CUDA events around every step: adds each step's milliseconds to
   // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros).
@@ -116,6 +126,10 @@ class CudaExecutor {
   // fp32 master copy initialised from the parameter's current value. An f32 parameter's buffer
   // IS its master. Call after the parameters are set; calling it again resets the state.
   absl::Status InitOptimizer();
+  // Each rank computed its gradients from its own tokens: sums them over the world (NCCL, in
+  // each gradient's dtype), so every rank holds the whole global batch's gradient. Collective;
+  // once per optimizer step, after gradient accumulation. Nothing to do with one rank.
+  absl::Status SumGradientsOverRanks();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
   // sums, fixed order) and summed in double on the host in parameter order.
   absl::StatusOr<double> GradientSquaredNorm();
@@ -154,7 +168,12 @@ class CudaExecutor {
     float* v = nullptr;
   };
 
-  CudaExecutor(plan::Plan plan, int device) : plan_(std::move(plan)), device_(device) {}
+  CudaExecutor(plan::Plan plan, int device, comm::NcclCommunicator* nccl)
+      : plan_(std::move(plan)), device_(device), nccl_(nccl) {}
+  // Waits for the executor's stream: through the communicator with several ranks (a peer's
+  // failure or a hang ends the job), else cudaStreamSynchronize.
+  absl::Status Wait(const char* what) const;
+  int64_t cp_index() const { return nccl_ == nullptr ? 0 : nccl_->host().cp_index(); }
   absl::Status Activate() const;
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
@@ -180,6 +199,10 @@ class CudaExecutor {
   uint64_t workspace_bytes_ = 0;
   cuda::GemmContext* gemm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  comm::NcclCommunicator* nccl_ = nullptr;  // null: one rank
+  cudaStream_t comm_stream_ = nullptr;       // the collectives' second stream and its events
+  cudaEvent_t compute_done_ = nullptr;
+  cudaEvent_t comm_done_ = nullptr;
   int32_t* bad_position_ = nullptr;
   double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
   void* optimizer_memory_ = nullptr;

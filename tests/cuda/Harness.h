@@ -217,5 +217,6 @@ void test_moe(Context& ctx);
 void test_cross_entropy(Context& ctx);
 void test_adamw(Context& ctx);
 void test_ssd_log_decay(Context& ctx);
+void test_collective_kernels(Context& ctx);
 
 }  // namespace hcp::cuda::test

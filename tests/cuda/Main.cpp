@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   test_cross_entropy(ctx);
   test_adamw(ctx);
   test_ssd_log_decay(ctx);
+  test_collective_kernels(ctx);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("test_kernels_cuda: %d lines, %d failed, %.0f s (seed %llu)\n", ctx.lines(),

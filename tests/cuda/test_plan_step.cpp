@@ -5,12 +5,17 @@
 // a second, profiled step) and prints the time per kind of kernel.
 //   test_plan_step BF16.plan F32.plan [--seed N] [--device N] [--weights DIR] [--inputs FILE]
 //   test_plan_step --tiny [--seed N] [--device N]
+//   mpirun -np N test_plan_step BF16_CP.plan F32.plan ...     (a context-parallel bf16 plan)
 // The two plans: `hybridcp compile CONFIG --seq S --micro-batch B --dtype bf16 -o BF16.plan` and
-// the same without --dtype; --tiny builds a small hand-written pair instead (TinyPlan.h). Exit
-// status 0: within tolerance; 1: outside it; 2: an error.
+// the same without --dtype; --tiny builds a small hand-written pair instead (TinyPlan.h). The
+// bf16 plan may be one of cp ranks (--cp N): it then runs on N GPUs, one process each (started
+// by mpirun; each takes its machine-local rank's GPU), through NCCL, and is held to the same
+// tolerances against the same one-rank f32 reference, which rank 0 runs and reports. Exit status
+// 0: within tolerance; 1: outside it; 2: an error.
 //
 // It needs a GPU, so it is not a ctest test.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +25,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/NcclCommunicator.h"
+#include "runtime/comm/World.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/exec/CudaExecutor.h"
 #include "runtime/plan/PlanFile.h"
@@ -43,8 +50,13 @@ namespace {
 constexpr double kLossTolerance = 2e-2;
 constexpr double kGradientTolerance = 5e-2;
 
+// The ranks' host communicator when the bf16 plan runs on several GPUs: a failing rank must end
+// the whole job, not leave the others waiting in a collective.
+comm::Communicator* g_ranks = nullptr;
+
 [[noreturn]] void Fail(const absl::Status& status) {
   std::fflush(stdout);
+  if (g_ranks != nullptr && g_ranks->world_size() > 1) g_ranks->Abort(status);
   std::fprintf(stderr, "test_plan_step: %s\n", FormatError(status).c_str());
   std::exit(2);
 }
@@ -101,12 +113,37 @@ struct Weights {
   }
 };
 
+// A cp rank's local rows [micro_batch * segs * len, width] back in global token order, gathered
+// from every rank of the cp group (collective; the identity with one rank).
+std::vector<int32_t> GatherTokenRows(comm::Communicator& ranks, const plan::Plan& plan,
+                                     const std::vector<int32_t>& local, int64_t width) {
+  if (ranks.world_size() == 1) return local;
+  std::vector<int32_t> all(local.size() * ranks.world_size());
+  ranks.AllGather(std::as_bytes(std::span(local)), std::as_writable_bytes(std::span(all)),
+                  comm::Group::kWorld);
+  const plan::Mesh& mesh = plan.mesh;
+  const int64_t segs = mesh.segments_per_rank(), len = plan.seq / mesh.segments();
+  std::vector<int32_t> global(all.size());
+  for (int rank = 0; rank < ranks.world_size(); ++rank) {
+    for (int64_t b = 0; b < plan.micro_batch; ++b) {
+      for (int64_t k = 0; k < segs; ++k) {
+        const int64_t from = rank * local.size() + (b * segs + k) * len * width;
+        const int64_t to = (b * plan.seq + mesh.GlobalSegment(rank, k) * len) * width;
+        std::copy_n(all.begin() + from, len * width, global.begin() + to);
+      }
+    }
+  }
+  return global;
+}
+
 // The fraction of tokens whose set of k experts differs between the f32 run on the CPU and the
-// bf16 run on the GPU, over all MoE layers (compared as sets: the order may differ on ties).
+// bf16 run on the GPU(s), over all MoE layers (compared as sets: the order may differ on ties).
 // Each layer's choices are read from a run of the plans' prefixes ending at its routing step.
+// Collective over the ranks (every rank runs the CPU side too).
 double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
-                           const Weights& weights, int device, const std::vector<int32_t>& ids,
-                           const std::vector<int32_t>& targets) {
+                           const Weights& weights, int device, comm::NcclCommunicator* nccl,
+                           const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+  comm::Communicator* ranks = nccl == nullptr ? nullptr : &nccl->host();
   const std::vector<size_t> cpu_steps = RoutingSteps(f32_plan);
   const std::vector<size_t> gpu_steps = RoutingSteps(bf16_plan);
   if (cpu_steps.size() != gpu_steps.size()) {
@@ -114,23 +151,29 @@ double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_pl
   }
   int64_t flipped = 0, tokens = 0;
   for (size_t layer = 0; layer < cpu_steps.size(); ++layer) {
-    const plan::Plan cpu_prefix = Prefix(f32_plan, cpu_steps[layer]);
     const plan::Plan gpu_prefix = Prefix(bf16_plan, gpu_steps[layer]);
-    auto cpu = OrFail(CpuExecutor::Create(cpu_prefix));
-    weights.Set(*cpu);
     CudaExecutor::Options options;
     options.device = device;
     options.reserve_optimizer_state = false;
+    options.nccl = nccl;
     auto gpu = OrFail(CudaExecutor::Create(gpu_prefix, options));
     weights.Set(*gpu);
-    for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep(),
-                           gpu->SetInputs(ids, targets), gpu->RunStep()}) {
+    for (absl::Status s : {gpu->SetInputs(ids, targets), gpu->RunStep()}) {
       if (!s.ok()) Fail(s);
     }
-    const uint32_t cpu_buffer = cpu_prefix.steps.back().outs[1];
-    const std::span<int32_t> cpu_choice = cpu->I32Buffer(cpu_buffer);
-    const std::vector<int32_t> gpu_choice = OrFail(gpu->I32Buffer(gpu_prefix.steps.back().outs[1]));
-    const size_t k = static_cast<size_t>(f32_plan.buffers[cpu_buffer].shape.back());
+    const uint32_t gpu_buffer = gpu_prefix.steps.back().outs[1];
+    const size_t k = static_cast<size_t>(bf16_plan.buffers[gpu_buffer].shape.back());
+    const std::vector<int32_t> gpu_choice =
+        ranks == nullptr ? OrFail(gpu->I32Buffer(gpu_buffer))
+                         : GatherTokenRows(*ranks, bf16_plan, OrFail(gpu->I32Buffer(gpu_buffer)),
+                                           static_cast<int64_t>(k));
+    const plan::Plan cpu_prefix = Prefix(f32_plan, cpu_steps[layer]);
+    auto cpu = OrFail(CpuExecutor::Create(cpu_prefix));
+    weights.Set(*cpu);
+    for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep()}) {
+      if (!s.ok()) Fail(s);
+    }
+    const std::span<int32_t> cpu_choice = cpu->I32Buffer(cpu_prefix.steps.back().outs[1]);
     for (size_t t = 0; t + k <= gpu_choice.size(); t += k) {
       std::vector<int32_t> a(cpu_choice.begin() + t, cpu_choice.begin() + t + k);
       std::vector<int32_t> b(gpu_choice.begin() + t, gpu_choice.begin() + t + k);
@@ -220,10 +263,34 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (tiny) paths = {"<tiny bf16 plan>", "<tiny f32 plan>"};
+  World world = OrFail(World::Join());
+  comm::Communicator& ranks = world.comm();
+  g_ranks = &ranks;
+  // Every rank runs the whole test (the CPU reference too) and checks the same figures; rank 0
+  // reports.
+  if (ranks.world_rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+    Fail(absl::InternalError("cannot silence the output of ranks other than 0"));
+  }
   const plan::Plan bf16_plan =
       OrFail(tiny ? test::TinyPlan(plan::DType::BF16) : plan::LoadPlan(paths[0]));
   const plan::Plan f32_plan =
       OrFail(tiny ? test::TinyPlan(plan::DType::F32) : plan::LoadPlan(paths[1]));
+  const int64_t gpus = bf16_plan.mesh.cp * bf16_plan.mesh.dp;
+  if (f32_plan.mesh.cp * f32_plan.mesh.dp != 1 || bf16_plan.mesh.dp != 1) {
+    Fail(absl::InvalidArgumentError(
+        "the f32 reference must be a one-rank plan and the bf16 plan one of cp ranks (dp = 1)"));
+  }
+  if (ranks.world_size() != gpus) {
+    Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "the bf16 plan runs on cp=%d GPUs: start %d processes (mpirun -np %d), not %d", gpus, gpus,
+        gpus, ranks.world_size())));
+  }
+  std::unique_ptr<comm::NcclCommunicator> nccl;
+  if (gpus > 1) {
+    if (absl::Status s = ranks.SetMesh(bf16_plan.mesh); !s.ok()) Fail(s);
+    device = comm::NcclCommunicator::LocalDevice(ranks);
+    nccl = OrFail(comm::NcclCommunicator::Create(ranks, device, std::chrono::seconds(300)));
+  }
   if (bf16_plan.seq != f32_plan.seq || bf16_plan.micro_batch != f32_plan.micro_batch ||
       bf16_plan.parameters.size() != f32_plan.parameters.size()) {
     Fail(absl::InvalidArgumentError(
@@ -234,8 +301,11 @@ int Main(int argc, char** argv) {
   // Before the (slow) CPU reference: the GPU must be able to run the bf16 plan at all.
   if (absl::Status s = cuda_backend::CheckPlanRunsOnCuda(bf16_plan); !s.ok()) Fail(s);
   const int64_t vocab = VocabOf(f32_plan);
-  std::printf("test_plan_step: %s (bf16, GPU %d) vs %s (f32, CPU): %s, %d x %d tokens, seed %llu\n",
-              paths[0].c_str(), device, paths[1].c_str(), f32_plan.model.c_str(),
+  std::printf(
+      "test_plan_step: %s (bf16, %d GPU(s), cp=%d) vs %s (f32, CPU): %s, %d x %d tokens, seed "
+      "%llu\n",
+      paths[0].c_str(), static_cast<int>(gpus), static_cast<int>(bf16_plan.mesh.cp),
+      paths[1].c_str(), f32_plan.model.c_str(),
               static_cast<int>(f32_plan.micro_batch), static_cast<int>(f32_plan.seq),
               static_cast<unsigned long long>(seed));
 
@@ -278,10 +348,12 @@ int Main(int argc, char** argv) {
   CudaExecutor::Options gpu_options;
   gpu_options.device = device;
   gpu_options.poison_activations = true;
+  gpu_options.nccl = nccl.get();
   auto gpu = OrFail(CudaExecutor::Create(bf16_plan, gpu_options));
   weights.Set(*gpu);
   if (absl::Status s = gpu->SetInputs(ids, targets); !s.ok()) Fail(s);
   if (absl::Status s = gpu->RunStep(); !s.ok()) Fail(s);
+  if (absl::Status s = gpu->SumGradientsOverRanks(); !s.ok()) Fail(s);
   const double gpu_loss = gpu->Loss();
   const CudaExecutor::Memory memory = gpu->MemoryUse();
   std::printf(
@@ -299,7 +371,7 @@ int Main(int argc, char** argv) {
               kLossTolerance);
 
   // Gradients, parameter by parameter in the bf16 plan's order.
-  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, weights, device, ids, targets);
+  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
   std::printf(
       "MoE routing: %.2f%% of the tokens pick other experts than the f32 run (MoE "
       "gradient tolerance %.2e)\n",

@@ -1,7 +1,8 @@
-// `hybridcp bench`: runs a bf16 plan on one GPU and reports what a user plans a cluster with:
-// tokens/s/GPU for forward + backward and for a full step with the optimizer, MFU, peak GPU
-// memory and where the time goes, per kernel kind. With --data it trains on a token file (the
-// loss should go down); otherwise the tokens are random.
+// `hybridcp bench`: runs a bf16 plan on one GPU, or on cp x dp GPUs (one process each, started
+// by mpirun, NCCL between them), and reports what a user plans a cluster with: tokens/s/GPU for
+// forward + backward (with the gradients' all-reduce over the ranks) and for a full step with the
+// optimizer, MFU, peak GPU memory and where the time goes, per kernel kind. With --data it trains
+// on a token file (the loss should go down); otherwise the tokens are random. Rank 0 reports.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
+#include "runtime/comm/NcclCommunicator.h"
+#include "runtime/comm/World.h"
 #include "runtime/exec/CudaExecutor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
@@ -67,11 +71,14 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
 // or uniformly random ids (a fixed seed).
 class Batches {
  public:
+  // Ranks of one cp group get the same micro-batches; each dp index its own.
   static absl::StatusOr<Batches> Create(const BenchOptions& o, const plan::Plan& plan,
-                                        int64_t vocab) {
+                                        int64_t vocab, int dp_index) {
     Batches b;
     b.tokens_ = plan.tokens();
     b.vocab_ = vocab;
+    b.dp_index_ = dp_index;
+    b.rng_.seed(12345 + dp_index);
     if (o.data_path.empty()) return b;
     HCP_ASSIGN_OR_RETURN(train::TokenFile file, train::TokenFile::Open(o.data_path));
     b.file_ = std::make_unique<train::TokenFile>(std::move(file));
@@ -91,7 +98,7 @@ class Batches {
       for (int32_t& t : targets) t = token(rng_);
       return absl::OkStatus();
     }
-    HCP_ASSIGN_OR_RETURN(train::StepBatch step, batcher_->NextStep(/*dp_index=*/0));
+    HCP_ASSIGN_OR_RETURN(train::StepBatch step, batcher_->NextStep(dp_index_));
     ids = std::move(step.inputs);
     targets = std::move(step.targets);
     return absl::OkStatus();
@@ -99,7 +106,8 @@ class Batches {
 
  private:
   int64_t tokens_ = 0, vocab_ = 0;
-  std::mt19937 rng_{12345};
+  int dp_index_ = 0;
+  std::mt19937 rng_;
   std::unique_ptr<train::TokenFile> file_;
   std::unique_ptr<train::TokenBatcher> batcher_;
 };
@@ -130,19 +138,51 @@ void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
 
 absl::Status RunBench(const Args& args) {
   HCP_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
-  HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(o.plan_path));
+  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  comm::Communicator& ranks = world.comm();
+  // Every rank loads the plan; all must have the same one, and as many ranks as it was compiled
+  // for (the same error on every rank otherwise).
+  comm::RankPlan mine = comm::LoadPlanForRank(o.plan_path);
+  if (ranks.world_size() > 1) {
+    HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(ranks, mine.plan, mine.hash));
+  }
+  HCP_RETURN_IF_ERROR(mine.plan.status());
+  const plan::Plan& plan = *mine.plan;
+  // What the CUDA backend cannot run is refused before any GPU or rank is involved.
+  HCP_RETURN_IF_ERROR(cuda_backend::CheckPlanRunsOnCuda(plan));
+  if (ranks.world_size() != plan.mesh.world()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan was compiled for cp=%d x dp=%d = %d GPUs: run it with mpirun -np %d",
+        plan.mesh.cp, plan.mesh.dp, plan.mesh.world(), plan.mesh.world()));
+  }
+  std::unique_ptr<comm::NcclCommunicator> nccl;
+  if (ranks.world_size() > 1) {
+    o.device = comm::NcclCommunicator::LocalDevice(ranks);
+    HCP_ASSIGN_OR_RETURN(nccl,
+                         comm::NcclCommunicator::Create(ranks, o.device, std::chrono::seconds(600)));
+    // Rank 0 reports; the others would print the same lines.
+    if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) {
+      return absl::InternalError("cannot silence the output of ranks other than 0");
+    }
+  }
   HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabOf(plan));
-  HCP_ASSIGN_OR_RETURN(Batches batches, Batches::Create(o, plan, vocab));
+  HCP_ASSIGN_OR_RETURN(Batches batches,
+                       Batches::Create(o, plan, vocab, nccl ? ranks.dp_index() : 0));
 
   std::printf("plan: %s (%s), micro-batch %lld x seq %lld, %zu steps\n", o.plan_path.c_str(),
               plan.model.c_str(), static_cast<long long>(plan.micro_batch),
               static_cast<long long>(plan.seq), plan.steps.size());
   std::printf("data: %s\n", o.data_path.empty() ? "random tokens" : o.data_path.c_str());
+  std::printf("GPUs: %lld (cp=%lld x dp=%lld, %s layout)\n",
+              static_cast<long long>(plan.mesh.world()), static_cast<long long>(plan.mesh.cp),
+              static_cast<long long>(plan.mesh.dp),
+              plan.mesh.layout == plan::SequenceLayout::Zigzag ? "zigzag" : "contiguous");
   std::fflush(stdout);
 
   CudaExecutor::Options exec_options;
   exec_options.device = o.device;
   exec_options.reserve_optimizer_state = o.optimizer;
+  exec_options.nccl = nccl.get();
   HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> exec,
                        CudaExecutor::Create(plan, exec_options));
   HCP_RETURN_IF_ERROR(exec->InitializeParameters(static_cast<uint64_t>(o.seed)));
@@ -152,7 +192,8 @@ absl::Status RunBench(const Args& args) {
     return train::DefaultDecay(p.name, plan.FullShape(p));
   };
 
-  const int64_t tokens = plan.tokens();
+  // Tokens per GPU per step: a cp group shares one micro-batch; each dp index has its own.
+  const int64_t tokens = plan.tokens() / plan.mesh.cp;
   std::vector<int32_t> ids, targets;
   double fwd_bwd_seconds = 0, optimizer_seconds = 0;
   std::vector<float> losses;
@@ -161,6 +202,7 @@ absl::Status RunBench(const Args& args) {
     HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
     auto start = std::chrono::steady_clock::now();
     HCP_RETURN_IF_ERROR(exec->RunStep());
+    HCP_RETURN_IF_ERROR(exec->SumGradientsOverRanks());
     const double step_seconds = Seconds(start);
     const float loss = exec->Loss();
     double opt_seconds = 0;
@@ -226,15 +268,16 @@ absl::Status RunBench(const Args& args) {
 Command MakeBenchCommand() {
   return Command{
       "bench",
-      "time a bf16 plan on one GPU: tokens/s/GPU, MFU, peak memory, time per kernel kind",
-      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer] [--profile]",
+      "time a bf16 plan on its GPUs: tokens/s/GPU, MFU, peak memory, time per kernel kind",
+      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer] [--profile]\n"
+      "       (a plan of cp x dp GPUs: mpirun -np cp*dp hybridcp bench PLAN ...)",
       {{"data", "FILE", "token file to train on (default: random tokens)"},
        {"steps", "N", "timed steps (default 10)"},
        {"warmup", "N", "untimed steps first (default 2)"},
        {"optimizer", "", "also run AdamW (fp32 master weights and moments on the GPU)"},
        {"lr", "X", "AdamW learning rate (default 3e-4)"},
        {"seed", "N", "parameter initialisation seed (default 0)"},
-       {"device", "N", "CUDA device (default 0)"},
+       {"device", "N", "CUDA device (default 0; under mpirun each rank takes its local rank's)"},
        {"profile", "", "one more step with a timer per kernel launch: time per kernel kind"}},
       RunBench};
 }

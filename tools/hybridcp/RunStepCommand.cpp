@@ -17,7 +17,7 @@
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
 #include "tools/hybridcp/StepResult.h"
-#include "tools/hybridcp/World.h"
+#include "runtime/comm/World.h"
 
 namespace hcp {
 namespace {

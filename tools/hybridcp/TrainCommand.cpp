@@ -12,7 +12,7 @@
 #include "runtime/train/Plot.h"
 #include "runtime/train/Trainer.h"
 #include "tools/hybridcp/Commands.h"
-#include "tools/hybridcp/World.h"
+#include "runtime/comm/World.h"
 
 namespace hcp {
 namespace {

@@ -267,29 +267,21 @@ absl::Status RunCrossEntropyBackward(const Args& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Collectives and expert parallelism: not on the GPU yet (CheckPlanRunsOnCuda refuses them up
-// front; these answer the same should a plan get here unchecked).
-#define HCP_SINGLE_GPU_ONLY(Id)                                   \
-  absl::Status Run##Id(const Args&) {                             \
-    return absl::UnimplementedError(SingleGpuOnly(KernelId::Id)); \
-  }
-HCP_SINGLE_GPU_ONLY(HaloExchangeForward)
-HCP_SINGLE_GPU_ONLY(HaloExchangeBackward)
-HCP_SINGLE_GPU_ONLY(StateScanForward)
-HCP_SINGLE_GPU_ONLY(StateScanBackward)
-HCP_SINGLE_GPU_ONLY(RingAttentionForward)
-HCP_SINGLE_GPU_ONLY(RingAttentionBackward)
-HCP_SINGLE_GPU_ONLY(AllReduce)
-HCP_SINGLE_GPU_ONLY(MoeExpertsEpForward)
-HCP_SINGLE_GPU_ONLY(MoeExpertsEpBackward)
-#undef HCP_SINGLE_GPU_ONLY
+// Expert parallelism: not on the GPU yet (CheckPlanRunsOnCuda refuses it up front; these answer
+// the same should a plan get here unchecked). The collectives are in CudaBackendCollectives.cpp.
+absl::Status RunMoeExpertsEpForward(const Args&) {
+  return absl::UnimplementedError(CpuOnly(KernelId::MoeExpertsEpForward));
+}
+absl::Status RunMoeExpertsEpBackward(const Args&) {
+  return absl::UnimplementedError(CpuOnly(KernelId::MoeExpertsEpBackward));
+}
 
 }  // namespace
 
-std::string SingleGpuOnly(plan::KernelId kernel) {
+std::string CpuOnly(plan::KernelId kernel) {
   return absl::StrFormat(
-      "%s runs on CPU ranks only for now; the CUDA backend runs single-GPU plans (cp=1, dp=1, "
-      "ep=1)",
+      "%s runs on CPU ranks only for now; the CUDA backend runs plans with ep=1 (compile without "
+      "--ep)",
       plan::KernelName(kernel));
 }
 

@@ -10,8 +10,9 @@
 // CheckPlanRunsOnCuda), and the elementwise kernels run in whichever of f32 and bf16 their step's
 // buffers have.
 //
-// Single GPU only for now: the collectives (halo exchange, state scan, ring attention,
-// all-reduce) and the expert-parallel MoE kernels have no CUDA wrapper yet.
+// Several GPUs: the collectives (halo exchange, state scan, ring attention, all-reduce) go
+// through NCCL (CudaBackendCollectives.cpp), one GPU per rank, for context and data
+// parallelism. The expert-parallel MoE kernels have no CUDA wrapper yet (plans with ep = 1 only).
 #pragma once
 
 #include <array>
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "runtime/comm/NcclCommunicator.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/plan/Plan.h"
 
@@ -37,12 +39,18 @@ struct StepResources {
   int32_t* bad_position = nullptr;  // device int32, set to INT32_MAX by the executor before a step
                                     // run; embedding.forward and cross_entropy.forward lower it
                                     // to the first bad token id / target position they see
+  // For the collectives (null / unused in a one-rank plan): the ranks' NCCL communicator, a
+  // second stream for ring attention's K/V transfers, and two events that order it against
+  // `stream` (compute_done: recorded on `stream`; comm_done: on comm_stream).
+  comm::NcclCommunicator* nccl = nullptr;
+  cudaStream_t comm_stream = nullptr;
+  cudaEvent_t compute_done = nullptr;
+  cudaEvent_t comm_done = nullptr;
 };
 
 // Whether every step of `plan` (already plan::ValidatePlan'ed) can run here; the error names the
 // step (plan::StepLabel) and lists what is wrong with it:
-//   - the mesh is one rank (cp = dp = ep = 1);
-//   - the kernel has a CUDA wrapper (not the collectives or the expert-parallel kernels);
+//   - the mesh has ep = 1 (the expert-parallel kernels have no CUDA wrapper);
 //   - each buffer has the dtype the CUDA kernel takes:
 //       "step 12 (ssd_scan.forward): input 1 'act.7' is bf16, the CUDA kernel takes f32";
 //   - the shapes are ones the kernels support (SSD: chunk 256, state 128, head_dim 32 or 64;
@@ -52,7 +60,7 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan);
 
 // The largest workspace any step of `plan` needs (the max over steps of its kernel's
 // *_workspace_bytes, plus the scratch a wrapper keeps there: cross_entropy.backward's recomputed
-// lse).
+// lse, the collectives' transfer buffers and ring attention's fp32 sums).
 size_t WorkspaceBytes(const plan::Plan& plan);
 
 // Queues step `step_index` of `plan` (which has passed CheckPlanRunsOnCuda) on resources.stream

@@ -115,11 +115,16 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
       return Signature{{F, T, I}, {T}, /*t_from_output=*/false, 1};
     case KernelId::HaloExchangeForward:
     case KernelId::HaloExchangeBackward:
+      return Uniform(ins, outs);  // the conv input's type
     case KernelId::StateScanForward:
     case KernelId::StateScanBackward:
+      return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
     case KernelId::RingAttentionForward:
+      return Signature{{B, B, B}, {B, F}};
     case KernelId::RingAttentionBackward:
+      return Signature{{B, B, B, B, B, F}, {B, B, B}};
     case KernelId::AllReduce:
+      return Uniform(ins, outs);
     case KernelId::MoeExpertsEpForward:
     case KernelId::MoeExpertsEpBackward:
       break;
@@ -250,7 +255,9 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
                               v[0], v[1]));
       break;
     case KernelId::AttentionForward:
-    case KernelId::AttentionBackward: {
+    case KernelId::AttentionBackward:
+    case KernelId::RingAttentionForward:
+    case KernelId::RingAttentionBackward: {
       const cuda::AttentionShape s = detail::AttentionShapeOf(step);
       require(
           s.head_dim == 64 || s.head_dim == 128,
@@ -323,11 +330,11 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
 
 absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
   const plan::Mesh& mesh = plan.mesh;
-  if (mesh.cp != 1 || mesh.dp != 1 || mesh.ep != 1) {
+  if (mesh.ep != 1) {
     return absl::UnimplementedError(absl::StrFormat(
-        "the plan runs on cp=%d x dp=%d ranks with ep=%d; the CUDA backend runs single-GPU "
-        "plans only for now (cp=1, dp=1, ep=1)",
-        mesh.cp, mesh.dp, mesh.ep));
+        "the plan splits the experts over ep=%d ranks; the CUDA backend runs plans with ep=1 "
+        "only for now (compile without --ep)",
+        mesh.ep));
   }
   // An f32 plan fails every step's check; say what to do instead of listing the first one.
   const bool any_bf16 = std::any_of(plan.buffers.begin(), plan.buffers.end(),
@@ -339,9 +346,10 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
   }
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const plan::Step& step = plan.steps[i];
-    if (plan::IsCollective(step.kernel)) {
+    if (step.kernel == KernelId::MoeExpertsEpForward ||
+        step.kernel == KernelId::MoeExpertsEpBackward) {
       return absl::UnimplementedError(
-          absl::StrCat(plan::StepLabel(plan, i), ": ", detail::SingleGpuOnly(step.kernel)));
+          absl::StrCat(plan::StepLabel(plan, i), ": ", detail::CpuOnly(step.kernel)));
     }
     std::vector<std::string> problems = DTypeProblems(plan, step);
     // Shapes only once the dtypes are right (a plan of the wrong dtype is the first thing to fix).
@@ -356,7 +364,9 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
 
 size_t WorkspaceBytes(const plan::Plan& plan) {
   size_t bytes = 0;
-  for (const plan::Step& step : plan.steps) bytes = std::max(bytes, StepWorkspaceBytes(step));
+  for (const plan::Step& step : plan.steps) {
+    bytes = std::max({bytes, StepWorkspaceBytes(step), detail::CollectiveWorkspaceBytes(plan, step)});
+  }
   return bytes;
 }
 

@@ -43,6 +43,12 @@ class Args {
   const plan::Step& step() const { return step_; }
 
   cudaStream_t stream() const { return resources_.stream; }
+  const StepResources& resources() const { return resources_; }
+  const plan::Mesh& mesh() const { return plan_.mesh; }
+  // The collectives' communicator (CheckPlanRunsOnCuda and the executor make sure a plan with
+  // collectives has one) and this rank's place in the cp group.
+  comm::NcclCommunicator& nccl() const { return *resources_.nccl; }
+  int64_t cp_index() const { return resources_.nccl == nullptr ? 0 : resources_.nccl->host().cp_index(); }
   cuda::GemmContext* gemm() const { return resources_.gemm; }
   cuda::Workspace workspace() const { return resources_.workspace; }
   int32_t* bad_position() const { return resources_.bad_position; }
@@ -71,10 +77,9 @@ absl::Status WithType(plan::DType dtype, F&& fn) {
 // A kernel's Status as an absl::Status (RunCudaStep prefixes the step).
 inline absl::Status Done(const cuda::Status& status) { return FromCuda(status); }
 
-// "halo_exchange.forward runs on CPU ranks only for now; the CUDA backend runs single-GPU plans
-// (cp=1, dp=1, ep=1)": what RunCudaStep and CheckPlanRunsOnCuda say about a collective or an
-// expert-parallel kernel.
-std::string SingleGpuOnly(plan::KernelId kernel);
+// "moe_experts_ep.forward runs on CPU ranks only for now; the CUDA backend runs plans with
+// ep=1": what RunCudaStep and CheckPlanRunsOnCuda say about an expert-parallel kernel.
+std::string CpuOnly(plan::KernelId kernel);
 
 // cross_entropy's scratch in the workspace, carved in this order (256-byte aligned pieces): the
 // lse the plan does not keep (the backward recomputes it with the forward kernel), the loss_sum
@@ -98,6 +103,17 @@ absl::Status RunSsdLogDecayForward(const Args& a);
 absl::Status RunSsdLogDecayBackward(const Args& a);
 absl::Status RunAttentionForward(const Args& a);
 absl::Status RunAttentionBackward(const Args& a);
+
+// The collectives (CudaBackendCollectives.cpp), in KernelTable.def's order, and the workspace
+// they carve their scratch from.
+absl::Status RunHaloExchangeForward(const Args& a);
+absl::Status RunHaloExchangeBackward(const Args& a);
+absl::Status RunStateScanForward(const Args& a);
+absl::Status RunStateScanBackward(const Args& a);
+absl::Status RunRingAttentionForward(const Args& a);
+absl::Status RunRingAttentionBackward(const Args& a);
+absl::Status RunAllReduce(const Args& a);
+size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step);
 
 // The shapes the sequence wrappers pass, from a step's ints (also used by the plan checks and
 // WorkspaceBytes). ssd_scan: batch, seq, heads, head_dim, groups, state, chunk. attention:

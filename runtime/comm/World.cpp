@@ -1,4 +1,4 @@
-#include "tools/hybridcp/World.h"
+#include "runtime/comm/World.h"
 
 #include <cstdlib>
 

@@ -1,0 +1,496 @@
+// The collectives of the CUDA backend, for context parallelism over the GPUs of a cp group:
+// halo exchange, Mamba state scan, ring attention and all-reduce, in KernelTable.def's order.
+// NCCL moves the data (StepResources::nccl, group ranks as in Communicator.h); the arithmetic on
+// what arrives runs in runtime/kernels/cuda (CollectiveKernels.h, the attention kernels). The
+// algorithms, and who sends what to whom, are the CPU reference's (runtime/backends/cpu/
+// DistKernels.cpp); this file only says how each step maps onto device buffers and streams.
+//
+// Scratch comes from the step workspace, carved in a fixed order that CollectiveWorkspaceBytes
+// sizes. Everything is queued on the step's stream and returns without waiting, except ring
+// attention's K/V prefetch, which runs on resources.comm_stream, ordered by two events.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "runtime/backends/cuda/StepArgs.h"
+#include "runtime/kernels/cuda/CollectiveKernels.h"
+#include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/kernels/cuda/SequenceKernels.h"
+#include "runtime/support/Status.h"
+
+namespace hcp::cuda_backend::detail {
+namespace {
+
+using comm::Group;
+using comm::kNoRank;
+using plan::DType;
+
+// Pieces of the workspace, 256-byte aligned, in order. With a null base only the size counts.
+class Carver {
+ public:
+  explicit Carver(cuda::Workspace ws) : base_(static_cast<std::byte*>(ws.ptr)) {}
+  template <typename T>
+  T* take(int64_t count) {
+    std::byte* p = base_ == nullptr ? nullptr : base_ + used_;
+    used_ += (sizeof(T) * static_cast<size_t>(std::max<int64_t>(count, 1)) + 255) / 256 * 256;
+    return reinterpret_cast<T*>(p);
+  }
+  size_t used() const { return used_; }
+
+ private:
+  std::byte* base_;
+  size_t used_ = 0;
+};
+
+absl::Status Cuda(cudaError_t error, const char* what) { return FromCuda(error, what); }
+
+size_t ElementBytes(DType dtype) { return dtype == DType::BF16 ? 2 : 4; }
+ncclDataType_t NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    default:
+      return ncclFloat32;
+  }
+}
+
+// The cp rank that holds global segment j, or kNoRank if there is none or it is this rank.
+int RemoteOwner(const plan::Mesh& mesh, int64_t me, int64_t j) {
+  if (j < 0 || j >= mesh.segments()) return kNoRank;
+  const int64_t owner = mesh.OwnerOf(j).cp_index;
+  return owner == me ? kNoRank : static_cast<int>(owner);
+}
+
+// A [rows, n, channels] tensor (row = b * segs + k) of `bytes`-sized elements: rows of local
+// segment k, window [first, first + count) of its n, for every batch row, as a 2-D copy.
+struct SegmentWindow {
+  std::byte* base;
+  int64_t segs, n, channels;
+  size_t element;
+  std::byte* at(int64_t k, int64_t first) const {
+    return base + ((k * n + first) * channels) * element;
+  }
+  size_t pitch() const { return static_cast<size_t>(segs * n * channels) * element; }
+};
+
+// Copies `count` rows of segment window `from` (segment kf at row rf) to `to` (kt, rt), for every
+// batch row.
+absl::Status CopyRows(const SegmentWindow& to, int64_t kt, int64_t rt, const SegmentWindow& from,
+                      int64_t kf, int64_t rf, int64_t count, int64_t batch, cudaStream_t stream) {
+  const size_t width = static_cast<size_t>(count * from.channels) * from.element;
+  return Cuda(cudaMemcpy2DAsync(to.at(kt, rt), to.pitch(), from.at(kf, rf), from.pitch(), width,
+                                static_cast<size_t>(batch), cudaMemcpyDeviceToDevice, stream),
+              "cudaMemcpy2DAsync (halo)");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Halo exchange. ins: x [rows,len,c]. outs: halo [rows,width,c]. ints: batch, segs, len,
+// channels, width. Exchange k moves every rank's segment-k tail to the rank of the next segment.
+absl::Status RunHaloExchangeForward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const int64_t batch = a.i(0), segs = a.i(1), len = a.i(2), channels = a.i(3), width = a.i(4);
+  const int64_t me = a.cp_index();
+  const DType dtype = a.in_dtype(0);
+  const size_t es = ElementBytes(dtype);
+  const SegmentWindow x{const_cast<std::byte*>(a.in<std::byte>(0)), segs, len, channels, es};
+  const SegmentWindow halo{a.out<std::byte>(0), segs, width, channels, es};
+  Carver carve(a.workspace());
+  // send / recv: [batch, width, c] each, one segment's tail per batch row.
+  const SegmentWindow send{carve.take<std::byte>(batch * width * channels * es), 1, width,
+                           channels, es};
+  const SegmentWindow recv{carve.take<std::byte>(batch * width * channels * es), 1, width,
+                           channels, es};
+  for (int64_t k = 0; k < segs; ++k) {
+    const int64_t j = mesh.GlobalSegment(me, k);
+    const int dest = RemoteOwner(mesh, me, j + 1), source = RemoteOwner(mesh, me, j - 1);
+    if (dest != kNoRank) {
+      HCP_RETURN_IF_ERROR(CopyRows(send, 0, 0, x, k, len - width, width, batch, a.stream()));
+    }
+    a.nccl().SendRecv(send.base, batch * width * channels, dest, recv.base,
+                      batch * width * channels, source, NcclType(dtype), Group::kCp, a.stream());
+    if (source != kNoRank) {
+      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, recv, 0, 0, width, batch, a.stream()));
+    } else if (j == 0) {  // the sequence starts here: zeros
+      HCP_RETURN_IF_ERROR(Cuda(cudaMemset2DAsync(halo.at(k, 0), halo.pitch(), 0,
+                                                 static_cast<size_t>(width * channels) * es,
+                                                 static_cast<size_t>(batch), a.stream()),
+                               "cudaMemset2DAsync (halo)"));
+    } else {  // the predecessor is this rank's own segment (zigzag, rank cp-1)
+      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, x, mesh.OwnerOf(j - 1).k, len - width, width,
+                                   batch, a.stream()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ins: dhalo [rows,width,c]. outs: dx [rows,len,c]: each segment's last `width` rows get the halo
+// gradient of the segment after it, every other row zero.
+absl::Status RunHaloExchangeBackward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const int64_t batch = a.i(0), segs = a.i(1), len = a.i(2), channels = a.i(3), width = a.i(4);
+  const int64_t me = a.cp_index();
+  const DType dtype = a.in_dtype(0);
+  const size_t es = ElementBytes(dtype);
+  const SegmentWindow dhalo{const_cast<std::byte*>(a.in<std::byte>(0)), segs, width, channels, es};
+  const SegmentWindow dx{a.out<std::byte>(0), segs, len, channels, es};
+  HCP_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dx.base, 0, batch * segs * len * channels * es,
+                                           a.stream()),
+                           "cudaMemsetAsync (halo gradient)"));
+  Carver carve(a.workspace());
+  const SegmentWindow send{carve.take<std::byte>(batch * width * channels * es), 1, width,
+                           channels, es};
+  const SegmentWindow recv{carve.take<std::byte>(batch * width * channels * es), 1, width,
+                           channels, es};
+  for (int64_t k = 0; k < segs; ++k) {
+    const int64_t j = mesh.GlobalSegment(me, k);
+    const int dest = RemoteOwner(mesh, me, j - 1), source = RemoteOwner(mesh, me, j + 1);
+    if (dest != kNoRank) {
+      HCP_RETURN_IF_ERROR(CopyRows(send, 0, 0, dhalo, k, 0, width, batch, a.stream()));
+    }
+    a.nccl().SendRecv(send.base, batch * width * channels, dest, recv.base,
+                      batch * width * channels, source, NcclType(dtype), Group::kCp, a.stream());
+    if (source != kNoRank) {
+      HCP_RETURN_IF_ERROR(CopyRows(dx, k, len - width, recv, 0, 0, width, batch, a.stream()));
+    } else if (j + 1 < mesh.segments()) {  // the successor is this rank's own segment
+      HCP_RETURN_IF_ERROR(CopyRows(dx, k, len - width, dhalo, mesh.OwnerOf(j + 1).k, 0, width,
+                                   batch, a.stream()));
+    }  // else: the sequence's last segment feeds no halo (its tail stays zero)
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// State scan. ints: batch, segs, heads, head_dim, state, strategy (0 all-gather, 1 chain).
+//   all-gather: every rank gathers every rank's g and s (ds_in) and walks all segments itself,
+//     writing only its own: one collective, no sequential dependency between ranks.
+//   chain: the carry travels from owner to owner in sequence order, one send/recv per hop.
+namespace {
+
+struct StateSizes {
+  int64_t batch, segs, heads, pn;
+  int64_t g_count() const { return batch * segs * heads; }
+  int64_t state_count() const { return g_count() * pn; }
+  int64_t run_count() const { return batch * heads * pn; }
+};
+StateSizes StateSizesOf(const Args& a) { return {a.i(0), a.i(1), a.i(2), a.i(3) * a.i(4)}; }
+
+}  // namespace
+
+// ins: g [rows,heads], s [rows,heads,pn]. outs: s_in (as s).
+absl::Status RunStateScanForward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const StateSizes z = StateSizesOf(a);
+  const int64_t me = a.cp_index(), cp = mesh.cp, S = mesh.segments();
+  const float* g = a.in<float>(0);
+  const float* s = a.in<float>(1);
+  float* s_in = a.out<float>(0);
+  Carver carve(a.workspace());
+  float* run = carve.take<float>(z.run_count());
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
+  if (a.i(5) == 0) {
+    float* g_all = carve.take<float>(cp * z.g_count());
+    float* s_all = carve.take<float>(cp * z.state_count());
+    a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
+    a.nccl().AllGather(s, s_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
+    for (int64_t j = 0; j < S; ++j) {
+      const auto [owner, k] = mesh.OwnerOf(j);
+      HCP_RETURN_IF_ERROR(Done(cuda::state_pass_forward(
+          a.stream(), owner == me ? s_in : nullptr, run, g_all + owner * z.g_count(),
+          s_all + owner * z.state_count(), z.batch, z.segs, k, z.heads, z.pn)));
+    }
+    return absl::OkStatus();
+  }
+  for (int64_t j = 0; j < S; ++j) {
+    const auto [owner, k] = mesh.OwnerOf(j);
+    if (owner != me) continue;
+    if (const int from = RemoteOwner(mesh, me, j - 1); from != kNoRank) {
+      a.nccl().SendRecv(nullptr, 0, kNoRank, run, z.run_count(), from, ncclFloat32, Group::kCp,
+                        a.stream());
+    }  // else: j == 0 (zeros) or the previous segment was this rank's (run holds its carry)
+    HCP_RETURN_IF_ERROR(Done(cuda::state_pass_forward(a.stream(), s_in, run, g, s, z.batch, z.segs,
+                                                      k, z.heads, z.pn)));
+    if (const int to = RemoteOwner(mesh, me, j + 1); to != kNoRank) {
+      a.nccl().SendRecv(run, z.run_count(), to, nullptr, 0, kNoRank, ncclFloat32, Group::kCp,
+                        a.stream());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ins: ds_in, g, s_in. outs: dg, ds.
+absl::Status RunStateScanBackward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const StateSizes z = StateSizesOf(a);
+  const int64_t me = a.cp_index(), cp = mesh.cp, S = mesh.segments();
+  const float* ds_in = a.in<float>(0);
+  const float* g = a.in<float>(1);
+  const float* s_in = a.in<float>(2);
+  float* dg = a.out<float>(0);
+  float* ds = a.out<float>(1);
+  Carver carve(a.workspace());
+  float* run = carve.take<float>(z.run_count());
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
+  if (a.i(5) == 0) {
+    float* g_all = carve.take<float>(cp * z.g_count());
+    float* ds_in_all = carve.take<float>(cp * z.state_count());
+    a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
+    a.nccl().AllGather(ds_in, ds_in_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
+    for (int64_t j = S - 1; j >= 0; --j) {
+      const auto [owner, k] = mesh.OwnerOf(j);
+      const bool mine = owner == me;
+      HCP_RETURN_IF_ERROR(Done(cuda::state_pass_backward(
+          a.stream(), mine ? dg : nullptr, mine ? ds : nullptr, run, g_all + owner * z.g_count(),
+          ds_in_all + owner * z.state_count(), mine ? s_in : nullptr, z.batch, z.segs, k, z.heads,
+          z.pn)));
+    }
+    return absl::OkStatus();
+  }
+  for (int64_t j = S - 1; j >= 0; --j) {
+    const auto [owner, k] = mesh.OwnerOf(j);
+    if (owner != me) continue;
+    if (const int from = RemoteOwner(mesh, me, j + 1); from != kNoRank) {
+      a.nccl().SendRecv(nullptr, 0, kNoRank, run, z.run_count(), from, ncclFloat32, Group::kCp,
+                        a.stream());
+    }
+    HCP_RETURN_IF_ERROR(Done(cuda::state_pass_backward(a.stream(), dg, ds, run, g, ds_in, s_in,
+                                                       z.batch, z.segs, k, z.heads, z.pn)));
+    if (const int to = RemoteOwner(mesh, me, j - 1); to != kNoRank) {
+      a.nccl().SendRecv(run, z.run_count(), to, nullptr, 0, kNoRank, ncclFloat32, Group::kCp,
+                        a.stream());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ring attention. ints: batch, seq (local), q_heads, kv_heads, head_dim, causal. floats: scale.
+// The attention kernels run on one (query segment, key segment) pair of one batch row at a time,
+// whose rows are contiguous in the [b, s, h, d] tensors; the pairs of a ring step are the CPU's
+// (VisiblePairs: a key segment entirely after a query segment is skipped when causal).
+namespace {
+
+struct RingShape {
+  int64_t batch, seq, q_heads, kv_heads, dim, segs, len;
+  bool causal;
+  int64_t q_count() const { return batch * seq * q_heads * dim; }
+  int64_t kv_count() const { return batch * seq * kv_heads * dim; }
+  int64_t lse_count() const { return batch * q_heads * seq; }
+  // Offsets of batch row b, local segment k: in a q-like / kv-like tensor, and in lse's row 0.
+  int64_t q_at(int64_t b, int64_t k) const { return (b * seq + k * len) * q_heads * dim; }
+  int64_t kv_at(int64_t b, int64_t k) const { return (b * seq + k * len) * kv_heads * dim; }
+  int64_t lse_at(int64_t b, int64_t k) const { return b * q_heads * seq + k * len; }
+  cuda::AttentionShape piece() const { return {1, len, len, q_heads, kv_heads, dim}; }
+};
+
+RingShape RingShapeOf(const Args& a) {
+  const int64_t segs = a.mesh().segments_per_rank();
+  return RingShape{a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), segs, a.i(1) / segs, a.i(5) != 0};
+}
+
+struct Pair {
+  int64_t kq, kk, q_pos0, k_pos0;
+};
+std::vector<Pair> VisiblePairs(const plan::Mesh& mesh, int64_t me, int64_t source,
+                               const RingShape& r) {
+  std::vector<Pair> pairs;
+  for (int64_t kq = 0; kq < r.segs; ++kq) {
+    for (int64_t kk = 0; kk < r.segs; ++kk) {
+      const int64_t q_pos0 = mesh.GlobalSegment(me, kq) * r.len;
+      const int64_t k_pos0 = mesh.GlobalSegment(source, kk) * r.len;
+      if (r.causal && k_pos0 > q_pos0 + r.len - 1) continue;
+      pairs.push_back({kq, kk, q_pos0, k_pos0});
+    }
+  }
+  return pairs;
+}
+
+// Starts passing `block` (count elements of `type`) to the next rank of the ring and receiving
+// the previous rank's into `incoming`, on the communication stream, once the compute stream has
+// finished with `incoming` (it held the block of two steps ago); `arrived` is recorded after.
+void StartRingShift(const Args& a, const void* block, void* incoming, size_t count,
+                    ncclDataType_t type) {
+  const int64_t cp = a.mesh().cp, me = a.cp_index();
+  cudaEventRecord(a.resources().compute_done, a.stream());
+  cudaStreamWaitEvent(a.resources().comm_stream, a.resources().compute_done, 0);
+  a.nccl().SendRecv(block, count, static_cast<int>((me + 1) % cp), incoming, count,
+                    static_cast<int>((me - 1 + cp) % cp), type, Group::kCp,
+                    a.resources().comm_stream);
+  cudaEventRecord(a.resources().comm_done, a.resources().comm_stream);
+}
+// The compute stream waits for the block StartRingShift is receiving.
+absl::Status AwaitRingShift(const Args& a) {
+  return Cuda(cudaStreamWaitEvent(a.stream(), a.resources().comm_done, 0), "cudaStreamWaitEvent");
+}
+
+}  // namespace
+
+// ins: q, k, v. outs: out, lse. Per ring step: prefetch the next K/V block while this one's pairs
+// run; each pair's partial result merges into fp32 running sums, rounded to bf16 at the end.
+absl::Status RunRingAttentionForward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const RingShape r = RingShapeOf(a);
+  const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
+  const float scale = a.f(0);
+  Carver carve(a.workspace());
+  bf16* blocks[2] = {carve.take<bf16>(2 * kv), carve.take<bf16>(2 * kv)};  // [k | v] each
+  float* acc_out = carve.take<float>(r.q_count());
+  float* acc_lse = carve.take<float>(r.lse_count());
+  bf16* part_out = carve.take<bf16>(r.len * r.q_heads * r.dim);
+  float* part_lse = carve.take<float>(r.q_heads * r.len);
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(1), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, a.in<bf16>(2), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_out, 0.f, r.q_count())));
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_lse, -INFINITY, r.lse_count())));
+  const bf16* q = a.in<bf16>(0);
+  for (int64_t step = 0; step < cp; ++step) {
+    const bf16* block = blocks[step % 2];
+    if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
+    const int64_t source = (me - step + cp) % cp;
+    for (const Pair& p : VisiblePairs(mesh, me, source, r)) {
+      for (int64_t b = 0; b < r.batch; ++b) {
+        HCP_RETURN_IF_ERROR(Done(cuda::attention_forward(
+            a.stream(), part_out, part_lse, q + r.q_at(b, p.kq), block + r.kv_at(b, p.kk),
+            block + kv + r.kv_at(b, p.kk), r.piece(), scale, r.causal, p.q_pos0, p.k_pos0)));
+        HCP_RETURN_IF_ERROR(Done(cuda::attention_merge(
+            a.stream(), acc_out + r.q_at(b, p.kq), acc_lse + r.lse_at(b, p.kq), r.seq, part_out,
+            part_lse, r.len, r.q_heads, r.dim)));
+      }
+    }
+    if (step + 1 < cp) HCP_RETURN_IF_ERROR(AwaitRingShift(a));
+  }
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(0), acc_out, r.q_count())));
+  return Done(cuda::copy<float>(a.stream(), a.out<float>(1), acc_lse, r.lse_count()));
+}
+
+// ins: dout, q, k, v, out, lse. outs: dq, dk, dv. K/V travel ahead on the communication stream;
+// their fp32 gradient sums [dk | dv] follow once this step's pairs have added to them, and after
+// the last step go home (the block then in hand is the next rank's).
+absl::Status RunRingAttentionBackward(const Args& a) {
+  const plan::Mesh& mesh = a.mesh();
+  const RingShape r = RingShapeOf(a);
+  const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
+  const float scale = a.f(0);
+  const int next = static_cast<int>((me + 1) % cp), previous = static_cast<int>((me - 1 + cp) % cp);
+  Carver carve(a.workspace());
+  bf16* blocks[2] = {carve.take<bf16>(2 * kv), carve.take<bf16>(2 * kv)};    // [k | v]
+  float* grads[2] = {carve.take<float>(2 * kv), carve.take<float>(2 * kv)};  // [dk | dv]
+  float* dq_sum = carve.take<float>(r.q_count());
+  bf16* dq_part = carve.take<bf16>(r.len * r.q_heads * r.dim);
+  bf16* dk_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
+  bf16* dv_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
+  float* lse_piece = carve.take<float>(r.q_heads * r.len);
+  const cuda::Workspace kernel_ws{
+      carve.take<std::byte>(cuda::attention_backward_workspace_bytes(r.piece())),
+      cuda::attention_backward_workspace_bytes(r.piece())};
+  const bf16 *dout = a.in<bf16>(0), *q = a.in<bf16>(1), *out = a.in<bf16>(4);
+  const float* lse = a.in<float>(5);
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(2), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, a.in<bf16>(3), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), grads[0], 0.f, 2 * kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), dq_sum, 0.f, r.q_count())));
+  for (int64_t step = 0; step < cp; ++step) {
+    const bf16* block = blocks[step % 2];
+    float* grad = grads[step % 2];
+    if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
+    const int64_t source = (me - step + cp) % cp;
+    for (const Pair& p : VisiblePairs(mesh, me, source, r)) {
+      for (int64_t b = 0; b < r.batch; ++b) {
+        // The query rows' lse, [q_heads, len] out of [q_heads, seq].
+        HCP_RETURN_IF_ERROR(Cuda(
+            cudaMemcpy2DAsync(lse_piece, r.len * sizeof(float), lse + r.lse_at(b, p.kq),
+                              r.seq * sizeof(float), r.len * sizeof(float), r.q_heads,
+                              cudaMemcpyDeviceToDevice, a.stream()),
+            "cudaMemcpy2DAsync (lse)"));
+        HCP_RETURN_IF_ERROR(Done(cuda::attention_backward(
+            a.stream(), dq_part, dk_part, dv_part, dout + r.q_at(b, p.kq), q + r.q_at(b, p.kq),
+            block + r.kv_at(b, p.kk), block + kv + r.kv_at(b, p.kk), out + r.q_at(b, p.kq),
+            lse_piece, r.piece(), scale, r.causal, p.q_pos0, p.k_pos0, kernel_ws)));
+        const int64_t q_piece = r.len * r.q_heads * r.dim, kv_piece = r.len * r.kv_heads * r.dim;
+        HCP_RETURN_IF_ERROR(
+            Done(cuda::accumulate(a.stream(), dq_sum + r.q_at(b, p.kq), dq_part, q_piece)));
+        HCP_RETURN_IF_ERROR(
+            Done(cuda::accumulate(a.stream(), grad + r.kv_at(b, p.kk), dk_part, kv_piece)));
+        HCP_RETURN_IF_ERROR(
+            Done(cuda::accumulate(a.stream(), grad + kv + r.kv_at(b, p.kk), dv_part, kv_piece)));
+      }
+    }
+    if (step + 1 < cp) HCP_RETURN_IF_ERROR(AwaitRingShift(a));
+    if (cp > 1) {  // the gradient sums follow their block (after the last step: home)
+      a.nccl().SendRecv(grad, 2 * kv, next, grads[(step + 1) % 2], 2 * kv, previous, ncclFloat32,
+                        Group::kCp, a.stream());
+    }
+  }
+  // This rank's own dK/dV sums are now in hand.
+  float* mine = cp > 1 ? grads[cp % 2] : grads[0];
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(1), mine, kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(2), mine + kv, kv)));
+  return Done(cuda::cast(a.stream(), a.out<bf16>(0), dq_sum, r.q_count()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// ins: x. outs: y. ints: n, group (0 world, 1 cp, 2 dp). Summed by NCCL in the buffer's dtype.
+absl::Status RunAllReduce(const Args& a) {
+  const DType dtype = a.in_dtype(0);
+  a.nccl().AllReduceSum(a.in<std::byte>(0), a.out<std::byte>(0), a.i(0), NcclType(dtype),
+                        Group(a.i(1)), a.stream());
+  return absl::OkStatus();
+}
+
+// The scratch the collectives carve from the workspace (0 for other kernels), in the order they
+// carve it.
+size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step) {
+  Carver carve(cuda::Workspace{});
+  const std::vector<int64_t>& v = step.ints;
+  switch (step.kernel) {
+    case plan::KernelId::HaloExchangeForward:
+    case plan::KernelId::HaloExchangeBackward:
+      carve.take<float>(v[0] * v[4] * v[3]);  // element size <= 4
+      carve.take<float>(v[0] * v[4] * v[3]);
+      break;
+    case plan::KernelId::StateScanForward:
+    case plan::KernelId::StateScanBackward: {
+      const StateSizes z{v[0], v[1], v[2], v[3] * v[4]};
+      carve.take<float>(z.run_count());
+      if (v[5] == 0) {
+        carve.take<float>(plan.mesh.cp * z.g_count());
+        carve.take<float>(plan.mesh.cp * z.state_count());
+      }
+      break;
+    }
+    case plan::KernelId::RingAttentionForward:
+    case plan::KernelId::RingAttentionBackward: {
+      const int64_t segs = plan.mesh.segments_per_rank();
+      const RingShape r{v[0], v[1], v[2], v[3], v[4], segs, v[1] / segs, v[5] != 0};
+      const int64_t kv = r.kv_count();
+      carve.take<bf16>(2 * kv);
+      carve.take<bf16>(2 * kv);
+      if (step.kernel == plan::KernelId::RingAttentionForward) {
+        carve.take<float>(r.q_count());
+        carve.take<float>(r.lse_count());
+        carve.take<bf16>(r.len * r.q_heads * r.dim);
+        carve.take<float>(r.q_heads * r.len);
+      } else {
+        carve.take<float>(2 * kv);
+        carve.take<float>(2 * kv);
+        carve.take<float>(r.q_count());
+        carve.take<bf16>(r.len * r.q_heads * r.dim);
+        carve.take<bf16>(r.len * r.kv_heads * r.dim);
+        carve.take<bf16>(r.len * r.kv_heads * r.dim);
+        carve.take<float>(r.q_heads * r.len);
+        carve.take<std::byte>(cuda::attention_backward_workspace_bytes(r.piece()));
+      }
+      break;
+    }
+    default:
+      return 0;
+  }
+  return carve.used();
+}
+
+}  // namespace hcp::cuda_backend::detail

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds what scripts/gpu/run_plan_tests.sh runs on a GPU machine, into build-gpu/bundle:
-#   bin/      hybridcp (runtime commands: bench, run-step, train ...) and test_plan_step
-#   lib/      the shared libraries they need that the GPU machines lack (Abseil, ...)
+#   bin/      hybridcp (runtime commands: bench, run-step, train ...), test_plan_step and
+#             test_kernels_cuda
+#   lib/      the shared libraries they need that the GPU machines lack (Abseil, ...);
+#   lib/mpi/  Debian's OpenMPI libraries, for a machine without OpenMPI (the GPU machines have
+#             their own, which must match their mpirun: the run scripts use those)
 #   plans/    the compiled plans (bf16 for the GPU, f32 for the CPU reference)
 #   text.bin  real text as bytes (the Debian licence texts), for a training run
 # Needs the compiler build (build/bin/hybridcp, from scripts/test.sh or the default preset) to
@@ -19,11 +22,11 @@ JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDCP_BUILD_COMPILER=OFF \
   -DHYBRIDCP_BUILD_TESTS=ON -DHYBRIDCP_ENABLE_CUDA=ON >/dev/null
-ninja -C "$BUILD" -j"$JOBS" hybridcp test_plan_step
+ninja -C "$BUILD" -j"$JOBS" hybridcp test_plan_step test_kernels_cuda
 
 rm -rf "$BUNDLE"
-mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/plans"
-cp "$BUILD/bin/hybridcp" "$BUILD/bin/test_plan_step" "$BUNDLE/bin/"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib/mpi" "$BUNDLE/plans"
+cp "$BUILD/bin/hybridcp" "$BUILD/bin/test_plan_step" "$BUILD/bin/test_kernels_cuda" "$BUNDLE/bin/"
 strip "$BUNDLE"/bin/*
 # Every shared library outside glibc, libstdc++ and the CUDA toolkit (which the GPU machines
 # have in newer versions). Debian's OpenMPI libraries travel as one consistent set: the bench
@@ -32,7 +35,12 @@ for bin in "$BUNDLE"/bin/*; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcudart|libcublasLt|libcublas|libnccl)\.so' |
-  while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
+  while read -r lib; do
+    case $(basename "$lib") in
+      libmpi* | libopen-* | libevent* | libhwloc* | libpmix* | libudev*) cp -L "$lib" "$BUNDLE/lib/mpi/" ;;
+      *) cp -L "$lib" "$BUNDLE/lib/" ;;
+    esac
+  done
 
 config=$ROOT/tests/configs/granite-gpu-small.json
 for shape in "512 2" "300 1"; do
@@ -42,6 +50,14 @@ for shape in "512 2" "300 1"; do
       -o "$BUNDLE/plans/small-$seq-$dtype.plan"
   done
 done
+# Context parallelism on 2 GPUs (scripts/gpu/run_cp_tests.sh): zigzag with the all-gather state
+# scan, contiguous with the chain; checked against the one-rank f32 plan above.
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout zigzag \
+  --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp2-zigzag.plan"
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout contiguous \
+  --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp2-chain.plan"
+"$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
+  --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
 # With activation recomputation: the same step, and a sequence 8 times longer on one GPU.

@@ -16,7 +16,10 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUNDLE=${1:-$ROOT/build-gpu/bundle}
-export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
+# The machine's own OpenMPI if it has one; Debian's copy from the bundle otherwise.
+ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
 LOG=${OUT:-/tmp}/plan_tests.log
 status=0
 

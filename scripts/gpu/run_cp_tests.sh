@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Context parallelism on the 2-GPU machine (device kind nvidia-h200-x2), from the bundle of
+# scripts/gpu/make_bundle.sh:
+#   run(command="scripts/gpu/run_cp_tests.sh", carry=["build-gpu/bundle"], kind="nvidia-h200-x2")
+# 1. test_kernels_cuda, small shapes: every CUDA kernel against the CPU oracle, including the
+#    collectives' device halves (attention_merge, accumulate, state_pass).
+# 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json
+#    (zigzag + all-gather state scan; contiguous + chain) on 2 GPUs through NCCL against the
+#    one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU tolerances.
+# 3. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
+#    two (the same tokens per GPU), then 20 steps with AdamW on real text at cp=2.
+# Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUNDLE=${1:-$ROOT/build-gpu/bundle}
+LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
+# The machine's own OpenMPI matches its mpirun; Debian's copy only where there is none.
+ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+LOG=${OUT:-/tmp}/cp_tests.log
+GPUS=${GPUS:-2}
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$GPUS"
+  -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NCCL_DEBUG=WARN)
+status=0
+
+run() {
+  echo "== $(date +%T) $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "== $(date +%T) exit $rc" | tee -a "$LOG"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
+nvidia-smi topo -m 2>&1 | head -4 | tee -a "$LOG"
+if [ "${SKIP_KERNEL_TESTS:-0}" != 1 ]; then
+  run "$BUNDLE/bin/test_kernels_cuda" --small --no-timing
+fi
+P=$BUNDLE/plans
+for plan in "$P/small-512-bf16-cp2-zigzag.plan" "$P/small-512-bf16-cp2-chain.plan"; do
+  run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$plan" "$P/small-512-f32.plan"
+done
+run "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
+  --profile
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" \
+  --data "$BUNDLE/text.bin" --steps 20 --warmup 0 --optimizer --lr 3e-4
+exit $status

@@ -127,10 +127,14 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
                                "cudaStreamCreateWithFlags"));
   HCP_RETURN_IF_ERROR(FromCuda(
       cudaStreamCreateWithFlags(&exec->comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  for (cudaEvent_t* event : {&exec->compute_done_, &exec->comm_done_}) {
+  HCP_RETURN_IF_ERROR(FromCuda(
+      cudaStreamCreateWithFlags(&exec->grad_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  for (cudaEvent_t* event : {&exec->compute_done_, &exec->comm_done_, &exec->grads_ready_,
+                             &exec->grads_summed_}) {
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
   }
+  exec->OrderGradientsByReadiness();
   for (int a = 0; a < plan::kNumArenas; ++a) {
     const auto arena = plan::Arena(a);
     const uint64_t bytes = RoundUp(plan.arena_bytes[a]);  // never null, even when empty
@@ -170,7 +174,8 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(optimizer_memory_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
-  for (cudaEvent_t event : {compute_done_, comm_done_}) {
+  if (grad_stream_ != nullptr) cudaStreamDestroy(grad_stream_);
+  for (cudaEvent_t event : {compute_done_, comm_done_, grads_ready_, grads_summed_}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
 }
@@ -367,6 +372,54 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
 // ---------------------------------------------------------------------------------------------
 // Running the plan.
 
+// A gradient can be summed once the last step that touches any byte of it (writes it, or reads
+// it to add to it) has run; steps may use a gradient through a view: compare byte ranges in the
+// Gradients arena.
+void CudaExecutor::OrderGradientsByReadiness() {
+  std::vector<std::pair<size_t, uint32_t>> ready;  // (last writing step, parameter)
+  for (uint32_t i = 0; i < plan_.parameters.size(); ++i) {
+    const plan::Buffer& g = plan_.buffers[plan_.parameters[i].gradient];
+    size_t last = 0;
+    for (size_t s = 0; s < plan_.steps.size(); ++s) {
+      for (const std::vector<uint32_t>* list : {&plan_.steps[s].ins, &plan_.steps[s].outs}) {
+        for (uint32_t index : *list) {
+          const plan::Buffer& o = plan_.buffers[index];
+          if (o.arena == plan::Arena::Gradients && o.offset < g.offset + g.bytes() &&
+              g.offset < o.offset + o.bytes()) {
+            last = s;
+          }
+        }
+      }
+    }
+    ready.push_back({last, i});
+  }
+  std::stable_sort(ready.begin(), ready.end());
+  for (const auto& [step, parameter] : ready) {
+    ready_after_step_.push_back(step);
+    ready_order_.push_back(parameter);
+  }
+}
+
+void CudaExecutor::StartGradientSums(size_t first, size_t last) {
+  cudaEventRecord(grads_ready_, stream_);
+  cudaStreamWaitEvent(grad_stream_, grads_ready_, 0);
+  nccl_->GroupStart();
+  for (size_t r = first; r < last; ++r) {
+    const plan::Buffer& g = plan_.buffers[plan_.parameters[ready_order_[r]].gradient];
+    std::byte* data = arenas_[static_cast<int>(g.arena)] + g.offset;
+    nccl_->AllReduceSum(data, data, g.elements,
+                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
+                        comm::Group::kWorld, grad_stream_);
+  }
+  nccl_->GroupEnd();
+}
+
+absl::Status CudaExecutor::RunStepAndSumGradients() {
+  absl::Status status = RunSteps(nullptr, /*sum_gradients=*/nccl_ != nullptr);
+  if (nccl_ == nullptr) return status;
+  return comm::AgreeOnStatus(nccl_->host(), status);
+}
+
 absl::Status CudaExecutor::RunStep() {
   absl::Status status = RunSteps(nullptr);
   if (nccl_ == nullptr) return status;
@@ -382,7 +435,7 @@ absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel) {
   return comm::AgreeOnStatus(nccl_->host(), status);
 }
 
-absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
+absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients) {
   HCP_RETURN_IF_ERROR(Activate());
   const bool profile = ms_per_kernel != nullptr;
   const size_t steps = plan_.steps.size();
@@ -409,7 +462,14 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
+  size_t summed = 0;  // gradient sums started, in ready_order_
   for (size_t i = 0; i < steps; ++i) {
+    if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
+      size_t ready = summed;
+      while (ready < ready_order_.size() && ready_after_step_[ready] < i) ++ready;
+      if (ready > summed) StartGradientSums(summed, ready);
+      summed = ready;
+    }
     absl::Status status = cuda_backend::RunCudaStep(plan_, i, arenas_, resources);
     if (!status.ok()) {
       // Let the queued steps finish before anyone reads buffers. With several ranks the others
@@ -421,6 +481,11 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel) {
     if (profile) {
       HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
     }
+  }
+  if (sum_gradients) {
+    if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
+    cudaEventRecord(grads_summed_, grad_stream_);
+    cudaStreamWaitEvent(stream_, grads_summed_, 0);
   }
   // A kernel that faults surfaces here; which step it was is not known without waiting after
   // every step (compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 tell).

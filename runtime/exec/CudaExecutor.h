@@ -130,6 +130,10 @@ class CudaExecutor {
   // each gradient's dtype), so every rank holds the whole global batch's gradient. Collective;
   // once per optimizer step, after gradient accumulation. Nothing to do with one rank.
   absl::Status SumGradientsOverRanks();
+  // RunStep, then SumGradientsOverRanks, overlapped: each parameter's all-reduce starts on a
+  // stream of its own as soon as the last step writing its gradient has run, while the rest of
+  // the backward goes on. For a step without gradient accumulation (the same result).
+  absl::Status RunStepAndSumGradients();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
   // sums, fixed order) and summed in double on the host in parameter order.
   absl::StatusOr<double> GradientSquaredNorm();
@@ -178,7 +182,11 @@ class CudaExecutor {
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
-  absl::Status RunSteps(std::vector<double>* ms_per_kernel);
+  absl::Status RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients = false);
+  // Queues the all-reduce of parameters [first, last) of ready_order_ on grad_stream_, after the
+  // work queued on stream_ so far.
+  void StartGradientSums(size_t first, size_t last);
+  void OrderGradientsByReadiness();
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;
@@ -203,6 +211,13 @@ class CudaExecutor {
   cudaStream_t comm_stream_ = nullptr;       // the collectives' second stream and its events
   cudaEvent_t compute_done_ = nullptr;
   cudaEvent_t comm_done_ = nullptr;
+  // The overlapped gradient sums (RunStepAndSumGradients): their stream and events, the
+  // parameters in the order their gradients are complete, and after which step each is.
+  cudaStream_t grad_stream_ = nullptr;
+  cudaEvent_t grads_ready_ = nullptr;
+  cudaEvent_t grads_summed_ = nullptr;
+  std::vector<uint32_t> ready_order_;     // parameter indices
+  std::vector<size_t> ready_after_step_;  // per entry of ready_order_
   int32_t* bad_position_ = nullptr;
   double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
   void* optimizer_memory_ = nullptr;

@@ -7,7 +7,9 @@
 # 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json
 #    (zigzag + all-gather state scan; contiguous + chain) on 2 GPUs through NCCL against the
 #    one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU tolerances.
-# 3. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
+# 3. test_nccl_failure: a rank that skips a collective, then one that exits mid-job: the job
+#    must end (non-zero) within a minute, the first with rank 0's timeout message.
+# 4. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
 #    two (the same tokens per GPU), then 20 steps with AdamW on real text at cp=2.
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log.
 set -uo pipefail
@@ -42,6 +44,27 @@ P=$BUNDLE/plans
 for plan in "$P/small-512-bf16-cp2-zigzag.plan" "$P/small-512-bf16-cp2-chain.plan"; do
   run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$plan" "$P/small-512-f32.plan"
 done
+# A job that must fail: within 60 s, not zero, its output matching $1.
+expect_failure() {
+  local pattern=$1 start output rc
+  shift
+  echo "== $(date +%T) (must fail within 60 s, matching '$pattern') $*" | tee -a "$LOG"
+  start=$(date +%s)
+  output=$(timeout 100 "$@" 2>&1)
+  rc=$?
+  local elapsed=$(($(date +%s) - start))
+  echo "$output" | tail -8 | tee -a "$LOG"
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$elapsed" -lt 60 ] && grep -q "$pattern" <<<"$output"; then
+    echo "== PASS: ended with status $rc after ${elapsed} s" | tee -a "$LOG"
+  else
+    echo "== FAIL: status $rc after ${elapsed} s" | tee -a "$LOG"
+    status=1
+  fi
+}
+expect_failure "did not finish within 10 s" "${MPIRUN[@]}" "$BUNDLE/bin/test_nccl_failure" hang
+expect_failure "first all-reduce ok" "${MPIRUN[@]}" "$BUNDLE/bin/test_nccl_failure" exit
+
+if [ "${SKIP_BENCH:-0}" = 1 ]; then exit $status; fi
 run "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
   --profile

@@ -201,8 +201,7 @@ absl::Status RunBench(const Args& args) {
     HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
     HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
     auto start = std::chrono::steady_clock::now();
-    HCP_RETURN_IF_ERROR(exec->RunStep());
-    HCP_RETURN_IF_ERROR(exec->SumGradientsOverRanks());
+    HCP_RETURN_IF_ERROR(exec->RunStepAndSumGradients());
     const double step_seconds = Seconds(start);
     const float loss = exec->Loss();
     double opt_seconds = 0;

@@ -57,6 +57,15 @@ done
   --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp2-zigzag.plan"
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp2-chain.plan"
+# The transformers fixture with the CUDA kernels' shapes (made on the GPU machine, see
+# tests/fixtures/make_fixtures.py): its plans, on one GPU and on two.
+gpu_config=$ROOT/tests/configs/gpu-shapes.json
+for dtype in bf16 f32; do
+  "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype $dtype \
+    -o "$BUNDLE/plans/gpu-shapes-$dtype.plan"
+done
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
+  -o "$BUNDLE/plans/gpu-shapes-bf16-cp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \

@@ -7,11 +7,15 @@
 # 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json
 #    (zigzag + all-gather state scan; contiguous + chain) on 2 GPUs through NCCL against the
 #    one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU tolerances.
+# 2b. With PyTorch and transformers on the machine: tests/fixtures/make_fixtures.py makes the
+#    gpu-shapes fixture (into $OUT/fixtures, to be brought back and committed), and
+#    test_plan_step holds the GPU to transformers directly on it, on 1 GPU and with cp=2.
 # 3. test_nccl_failure: a rank that skips a collective, then one that exits mid-job: the job
 #    must end (non-zero) within a minute, the first with rank 0's timeout message.
 # 4. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
 #    two (the same tokens per GPU), then 20 steps with AdamW on real text at cp=2.
-# Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log.
+# Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
+# SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain"), SKIP_ONE_GPU_BENCH=1, SKIP_BENCH=1.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,9 +45,23 @@ if [ "${SKIP_KERNEL_TESTS:-0}" != 1 ]; then
   run "$BUNDLE/bin/test_kernels_cuda" --small --no-timing
 fi
 P=$BUNDLE/plans
-for plan in "$P/small-512-bf16-cp2-zigzag.plan" "$P/small-512-bf16-cp2-chain.plan"; do
-  run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$plan" "$P/small-512-f32.plan"
+for name in ${CP_PLANS:-zigzag chain}; do
+  run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/small-512-bf16-cp2-$name.plan" \
+    "$P/small-512-f32.plan"
 done
+FIX=${OUT:-/tmp}/fixtures
+if python3 -c "import torch, transformers" 2>/dev/null; then
+  run python3 "$ROOT/tests/fixtures/make_fixtures.py" "$FIX" gpu-shapes
+  REF=(--weights "$FIX/gpu-shapes" --inputs "$FIX/gpu-shapes/reference.safetensors"
+    --reference "$FIX/gpu-shapes/reference.safetensors")
+  run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16.plan" "$P/gpu-shapes-f32.plan" "${REF[@]}"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16-cp2.plan" \
+    "$P/gpu-shapes-f32.plan" "${REF[@]}"
+else
+  echo "== no PyTorch/transformers here: the fixture comparison did not run" | tee -a "$LOG"
+  status=1
+fi
+
 # A job that must fail: within 60 s, not zero, its output matching $1.
 expect_failure() {
   local pattern=$1 start output rc
@@ -65,7 +83,9 @@ expect_failure "did not finish within 10 s" "${MPIRUN[@]}" "$BUNDLE/bin/test_ncc
 expect_failure "first all-reduce ok" "${MPIRUN[@]}" "$BUNDLE/bin/test_nccl_failure" exit
 
 if [ "${SKIP_BENCH:-0}" = 1 ]; then exit $status; fi
-run "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
+if [ "${SKIP_ONE_GPU_BENCH:-0}" != 1 ]; then
+  run "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
+fi
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
   --profile
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" \

@@ -4,6 +4,7 @@
 // gradient, rms(g_gpu - g_cpu) / rms(g_cpu); then exercises the GPU optimizer (one AdamW update,
 // a second, profiled step) and prints the time per kind of kernel.
 //   test_plan_step BF16.plan F32.plan [--seed N] [--device N] [--weights DIR] [--inputs FILE]
+//                  [--reference FILE]
 //   test_plan_step --tiny [--seed N] [--device N]
 //   mpirun -np N test_plan_step BF16_CP.plan F32.plan ...     (a context-parallel bf16 plan)
 // The two plans: `hybridcp compile CONFIG --seq S --micro-batch B --dtype bf16 -o BF16.plan` and
@@ -235,7 +236,7 @@ int Main(int argc, char** argv) {
   uint64_t seed = 1234;
   int device = 0;
   bool tiny = false;
-  std::string weights_dir, inputs_path;
+  std::string weights_dir, inputs_path, reference_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--tiny") {
@@ -248,6 +249,8 @@ int Main(int argc, char** argv) {
       weights_dir = argv[++i];
     } else if (arg == "--inputs" && i + 1 < argc) {
       inputs_path = argv[++i];
+    } else if (arg == "--reference" && i + 1 < argc) {
+      reference_path = argv[++i];
     } else if (!arg.starts_with("--")) {
       paths.push_back(arg);
     } else {
@@ -259,6 +262,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: test_plan_step BF16.plan F32.plan [--seed N] [--device N]\n"
                  "         [--weights CHECKPOINT_DIR] [--inputs FILE.safetensors]\n"
+                 "         [--reference FIXTURE/reference.safetensors]\n"
                  "       test_plan_step --tiny [--seed N] [--device N]\n");
     return 2;
   }
@@ -426,6 +430,31 @@ int Main(int argc, char** argv) {
     std::printf(
         "%s gradients summed after the step vs during it: worst rel rms %.2e (tolerance %.0e)\n",
         same ? "PASS" : "FAIL", worst_difference, kSameSumTolerance);
+  }
+  // Against transformers itself: the fixture's fp32 loss and gradients.
+  if (!reference_path.empty()) {
+    const SafetensorsFile reference = OrFail(SafetensorsFile::Open(reference_path));
+    const double ref_loss = OrFail(reference.ReadF32("loss")).at(0);
+    const double error = std::abs(gpu_loss - ref_loss) / std::abs(ref_loss);
+    const bool loss_ok = error <= kLossTolerance;
+    ok &= loss_ok;
+    std::printf("%s loss vs transformers: gpu %.6f, transformers %.6f, relative difference %.2e\n",
+                loss_ok ? "PASS" : "FAIL", gpu_loss, ref_loss, error);
+    double worst_plain = 0, worst_moe = 0;
+    bool grads_ok = true;
+    for (const plan::Parameter& p : bf16_plan.parameters) {
+      const std::vector<float> g_ref = OrFail(reference.ReadF32("grad." + p.name));
+      const double e = RelativeRms(OrFail(gpu->Gradient(p.name)), g_ref);
+      const bool moe = has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
+                                       p.name.find(".post_attention_layernorm.") != std::string::npos);
+      grads_ok &= e <= (moe ? MoeTolerance(flips) : kGradientTolerance);
+      (moe ? worst_moe : worst_plain) = std::max(moe ? worst_moe : worst_plain, e);
+    }
+    ok &= grads_ok;
+    std::printf(
+        "%s gradients vs transformers: worst rel rms %.2e (tolerance %.0e), MoE %.2e (tolerance "
+        "%.2e)\n",
+        grads_ok ? "PASS" : "FAIL", worst_plain, kGradientTolerance, worst_moe, MoeTolerance(flips));
   }
   std::vector<GradientError> worst = errors;
   std::sort(worst.begin(), worst.end(),

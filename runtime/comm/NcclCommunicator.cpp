@@ -92,10 +92,15 @@ ncclComm_t NcclCommunicator::CommOf(Group group) const {
 }
 
 void NcclCommunicator::Fail(const std::string& message) {
-  for (ncclComm_t comm : {cp_, dp_, world_}) {
-    if (comm != nullptr) ncclCommAbort(comm);
-  }
-  cp_ = dp_ = world_ = nullptr;
+  // No ncclCommAbort first: it waits for the kernels in flight, and one that waits for a peer
+  // that never comes keeps it waiting (seen on the H200s: a rank that skipped an all-reduce left
+  // its peer hanging in the abort, message unprinted). Ending the job (the host communicator's
+  // Abort: MPI_Abort, after which mpirun ends every rank) releases the GPUs and NCCL's resources
+  // anyway. Should that itself not return, a watchdog ends this process, and mpirun the rest.
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    std::_Exit(70);
+  }).detach();
   host_.Abort(absl::InternalError(message));
   std::abort();  // Abort does not return; this tells the compiler so through the virtual call
 }

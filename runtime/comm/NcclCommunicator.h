@@ -5,9 +5,10 @@
 //
 // Failure: every call is enqueued on a stream and returns at once. Wait() is where a rank
 // notices trouble: it polls the stream and NCCL's asynchronous error, and if NCCL failed or
-// the work did not finish within the timeout (a peer died or hangs), it aborts the NCCL
-// communicators and then the whole job through the host communicator, with a message naming the
-// rank and what it was waiting for, so no rank is left hanging.
+// the work did not finish within the timeout (a peer died or hangs), it ends the whole job
+// through the host communicator (mpirun then ends every rank), with a message naming the rank
+// and what it was waiting for, so no rank is left hanging (scripts/gpu/run_cp_tests.sh checks
+// both a rank that hangs and one that exits, with tests/cuda/test_nccl_failure).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -77,6 +77,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   (*nccl)->AllReduceSum(data, data, 1, ncclFloat32, comm::Group::kWorld, stream);
+  std::printf("rank %d: waiting for the second all-reduce (timeout %d s)\n", ranks.world_rank(),
+              static_cast<int>(kTimeout.count()));
+  std::fflush(stdout);
   (*nccl)->Wait(stream, "the second all-reduce");  // never returns: the job ends in here
   std::printf("rank %d: the second all-reduce finished: the failure went unnoticed\n",
               ranks.world_rank());

@@ -66,6 +66,12 @@ for dtype in bf16 f32; do
 done
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
   -o "$BUNDLE/plans/gpu-shapes-bf16-cp2.plan"
+# Long context on 2 GPUs: s = 131072 split in two, with activation recomputation.
+"$HCP" compile --model granite-4.0-h-tiny --seq 131072 --micro-batch 1 --dtype bf16 --cp 2 \
+  --layout zigzag --recompute -o "$BUNDLE/plans/tiny-131072-bf16-cp2-recompute.plan"
+# Data parallelism on 2 GPUs: each its own sequence of 8192, gradients summed over both.
+"$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 --dp 2 \
+  -o "$BUNDLE/plans/tiny-8192-bf16-dp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \

@@ -13,7 +13,9 @@
 # 3. test_nccl_failure: a rank that skips a collective, then one that exits mid-job: the job
 #    must end (non-zero) within a minute, the first with rank 0's timeout message.
 # 4. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
-#    two (the same tokens per GPU), then 20 steps with AdamW on real text at cp=2.
+#    two (the same tokens per GPU), s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
+#    then 20 steps with AdamW on real text at
+#    cp=2 (SKIP_TRAIN=1 leaves it out).
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
 # SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain"), SKIP_ONE_GPU_BENCH=1, SKIP_BENCH=1.
 set -uo pipefail
@@ -88,6 +90,10 @@ if [ "${SKIP_ONE_GPU_BENCH:-0}" != 1 ]; then
 fi
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
   --profile
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16-dp2.plan" --steps 5 --warmup 2
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-131072-bf16-cp2-recompute.plan" --steps 2 \
+  --warmup 1
+[ "${SKIP_TRAIN:-0}" = 1 ] && exit $status
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" \
   --data "$BUNDLE/text.bin" --steps 20 --warmup 0 --optimizer --lr 3e-4
 exit $status

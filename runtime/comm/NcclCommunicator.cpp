@@ -149,19 +149,18 @@ void NcclCommunicator::Wait(cudaStream_t stream, const std::string& what) {
     cudaError_t state = cudaStreamQuery(stream);
     if (state == cudaSuccess) return;
     if (state != cudaErrorNotReady) {
-      Fail(absl::StrFormat("rank %d: %s: %s", host_.world_rank(), what, cudaGetErrorString(state)));
+      Fail(absl::StrFormat("%s: %s", what, cudaGetErrorString(state)));
     }
     for (ncclComm_t comm : {world_, cp_, dp_}) {
       ncclResult_t async = ncclSuccess;
       if (comm != nullptr && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
           async != ncclSuccess && async != ncclInProgress) {
-        Fail(absl::StrFormat("rank %d: %s: NCCL error %s", host_.world_rank(), what,
-                             ncclGetErrorString(async)));
+        Fail(absl::StrFormat("%s: NCCL error %s", what, ncclGetErrorString(async)));
       }
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      Fail(absl::StrFormat("rank %d: %s did not finish within %d s: another rank failed or hangs",
-                           host_.world_rank(), what, static_cast<int>(timeout_.count())));
+      Fail(absl::StrFormat("%s did not finish within %d s: another rank failed or hangs", what,
+                           static_cast<int>(timeout_.count())));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

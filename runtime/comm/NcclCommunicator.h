@@ -53,7 +53,9 @@ class NcclCommunicator {
                 int source, ncclDataType_t type, Group group, cudaStream_t stream);
 
   // Waits for `stream` to drain; on an NCCL error or after the timeout, aborts the job with a
-  // message that says what was being waited for ("step 12 (ring_attention.forward)").
+  // message that says what was being waited for; the host communicator's Abort puts the rank in
+  // front ("rank 0: error: running the plan's steps did not finish within 600 s: another rank
+  // failed or hangs").
   void Wait(cudaStream_t stream, const std::string& what);
 
  private:

@@ -132,7 +132,7 @@ struct Plan {
   uint32_t loss = 0;        // F32 [1]: the micro-batch's scaled loss, summed over its cp group
   uint32_t loss_scale = 0;  // F32 [1] in Inputs: 1 / (valid tokens of the whole step)
   std::vector<Step> steps;
-  double flops_per_step = 0.0;  // all ranks together
+  double flops_per_step = 0.0;  // one micro-batch (the cp ranks of one dp replica together)
   Mesh mesh;                    // absent in the file: one rank
 
   uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }

@@ -74,6 +74,7 @@ expect_failure() {
   rc=$?
   local elapsed=$(($(date +%s) - start))
   echo "$output" | tail -8 | tee -a "$LOG"
+  grep "$pattern" <<<"$output" | head -2 | sed 's/^/   matched: /' | tee -a "$LOG"
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$elapsed" -lt 60 ] && grep -q "$pattern" <<<"$output"; then
     echo "== PASS: ended with status $rc after ${elapsed} s" | tee -a "$LOG"
   else

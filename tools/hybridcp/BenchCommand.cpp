@@ -236,7 +236,8 @@ absl::Status RunBench(const Args& args) {
   }
 
   const double per_step = fwd_bwd_seconds / o.steps;
-  const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.world());
+  // flops_per_step counts one micro-batch, which the cp ranks of a dp replica share.
+  const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.cp);
   std::printf("\nforward + backward: %s tokens/s/GPU, %.1f ms per step, MFU %.1f%%\n",
               train::FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), 1e3 * per_step,
               100.0 * flops / per_step / kPeakFlops);

@@ -105,8 +105,8 @@ void NcclCommunicator::Fail(const std::string& message) {
   std::abort();  // Abort does not return; this tells the compiler so through the virtual call
 }
 
-void NcclCommunicator::AllReduceSum(const void* send, void* recv, size_t count,
-                                    ncclDataType_t type, Group group, cudaStream_t stream) {
+void NcclCommunicator::AllReduceSum(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                    Group group, cudaStream_t stream) {
   ncclResult_t r = ncclAllReduce(send, recv, count, type, ncclSum, CommOf(group), stream);
   if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllReduce: %s", ncclGetErrorString(r)));
 }

@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
       cudaStreamCreateWithFlags(&exec->comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   HCP_RETURN_IF_ERROR(FromCuda(
       cudaStreamCreateWithFlags(&exec->grad_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  for (cudaEvent_t* event : {&exec->compute_done_, &exec->comm_done_, &exec->grads_ready_,
-                             &exec->grads_summed_}) {
+  for (cudaEvent_t* event :
+       {&exec->compute_done_, &exec->comm_done_, &exec->grads_ready_, &exec->grads_summed_}) {
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
   }

@@ -208,7 +208,7 @@ class CudaExecutor {
   cuda::GemmContext* gemm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   comm::NcclCommunicator* nccl_ = nullptr;  // null: one rank
-  cudaStream_t comm_stream_ = nullptr;       // the collectives' second stream and its events
+  cudaStream_t comm_stream_ = nullptr;      // the collectives' second stream and its events
   cudaEvent_t compute_done_ = nullptr;
   cudaEvent_t comm_done_ = nullptr;
   // The overlapped gradient sums (RunStepAndSumGradients): their stream and events, the

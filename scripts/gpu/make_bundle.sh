@@ -65,7 +65,9 @@ for dtype in bf16 f32; do
     -o "$BUNDLE/plans/gpu-shapes-$dtype.plan"
 done
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
-  -o "$BUNDLE/plans/gpu-shapes-bf16-cp2.plan"
+  --state-scan allgather -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-zigzag.plan"
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout contiguous \
+  --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-chain.plan"
 # Long context on 2 GPUs: s = 131072 split in two, with activation recomputation.
 "$HCP" compile --model granite-4.0-h-tiny --seq 131072 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag --recompute -o "$BUNDLE/plans/tiny-131072-bf16-cp2-recompute.plan"

@@ -9,37 +9,24 @@
 #    one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU tolerances.
 # 2b. With PyTorch and transformers on the machine: tests/fixtures/make_fixtures.py makes the
 #    gpu-shapes fixture (into $OUT/fixtures, to be brought back and committed), and
-#    test_plan_step holds the GPU to transformers directly on it, on 1 GPU and with cp=2.
+#    test_plan_step holds the GPU to transformers directly on it, on 1 GPU and with cp=2
+#    (zigzag + all-gather state scan, contiguous + chain).
 # 3. test_nccl_failure: a rank that skips a collective, then one that exits mid-job: the job
 #    must end (non-zero) within a minute, the first with rank 0's timeout message.
 # 4. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
 #    two (the same tokens per GPU), s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
-#    then 20 steps with AdamW on real text at
-#    cp=2 (SKIP_TRAIN=1 leaves it out).
+#    then 20 steps with AdamW on real text at cp=2 (SKIP_TRAIN=1 leaves it out).
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
 # SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain"), SKIP_ONE_GPU_BENCH=1, SKIP_BENCH=1.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUNDLE=${1:-$ROOT/build-gpu/bundle}
-LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
-# The machine's own OpenMPI matches its mpirun; Debian's copy only where there is none.
-ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"
-export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
 LOG=${OUT:-/tmp}/cp_tests.log
+source "$ROOT/scripts/gpu/common.sh"
 GPUS=${GPUS:-2}
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$GPUS"
   -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NCCL_DEBUG=WARN)
-status=0
-
-run() {
-  echo "== $(date +%T) $*" | tee -a "$LOG"
-  "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "== $(date +%T) exit $rc" | tee -a "$LOG"
-  [ "$rc" -eq 0 ] || status=1
-}
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
 nvidia-smi topo -m 2>&1 | head -4 | tee -a "$LOG"
@@ -57,8 +44,10 @@ if python3 -c "import torch, transformers" 2>/dev/null; then
   REF=(--weights "$FIX/gpu-shapes" --inputs "$FIX/gpu-shapes/reference.safetensors"
     --reference "$FIX/gpu-shapes/reference.safetensors")
   run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16.plan" "$P/gpu-shapes-f32.plan" "${REF[@]}"
-  run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16-cp2.plan" \
-    "$P/gpu-shapes-f32.plan" "${REF[@]}"
+  for name in zigzag chain; do
+    run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16-cp2-$name.plan" \
+      "$P/gpu-shapes-f32.plan" "${REF[@]}"
+  done
 else
   echo "== no PyTorch/transformers here: the fixture comparison did not run" | tee -a "$LOG"
   status=1

@@ -16,20 +16,8 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUNDLE=${1:-$ROOT/build-gpu/bundle}
-LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
-# The machine's own OpenMPI if it has one; Debian's copy from the bundle otherwise.
-ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"
-export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
 LOG=${OUT:-/tmp}/plan_tests.log
-status=0
-
-run() {
-  echo "== $(date +%T) $*" | tee -a "$LOG"
-  "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "== $(date +%T) exit $rc" | tee -a "$LOG"
-  [ "$rc" -eq 0 ] || status=1
-}
+source "$ROOT/scripts/gpu/common.sh"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
 for plan in "$BUNDLE"/plans/small-*-bf16.plan; do

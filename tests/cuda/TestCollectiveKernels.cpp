@@ -33,7 +33,7 @@ void merge_case(Context& ctx, int64_t len, int64_t heads, int64_t dim) {
   const std::vector<float> part_out = randn(len * row, ctx.seed(), 1.f);  // bf16 values
   std::vector<float> part_lse = randn(heads * len, ctx.seed(), 2.f, false);
   for (int64_t h = 0; h < heads; ++h) {
-    part_lse[h * len] = -INFINITY;  // a row that saw no key of this block
+    part_lse[h * len] = -INFINITY;           // a row that saw no key of this block
     acc_lse[h * seq + len + 1] = -INFINITY;  // a row that has seen nothing yet
     for (int64_t d = 0; d < dim; ++d) acc_out[(len + 1) * row + h * dim + d] = 0.f;
   }
@@ -57,8 +57,7 @@ void merge_case(Context& ctx, int64_t len, int64_t heads, int64_t dim) {
                                seq, heads, dim);
   ctx.report("attention_merge", shape_str({len, heads, dim}),
              {{"out", rel_rms(d_acc_out.download(), {ref_out.begin(), ref_out.end()}), kTolMerge},
-              {"lse", rel_rms(d_acc_lse.download(), {ref_lse.begin(), ref_lse.end()}),
-               kTolMerge}});
+              {"lse", rel_rms(d_acc_lse.download(), {ref_lse.begin(), ref_lse.end()}), kTolMerge}});
 }
 
 void accumulate_case(Context& ctx, int64_t n) {
@@ -81,7 +80,8 @@ void state_pass_case(Context& ctx, int64_t batch, int64_t segs, int64_t heads, i
   const std::vector<float> g = randu(gn, ctx.seed(), -3.f, 0.f, false);
   const std::vector<float> s = randn(sn, ctx.seed(), 1.f, false);
   const std::vector<float> ds_in = randn(sn, ctx.seed(), 1.f, false);
-  Dev<float> d_g = to_device<float>(g), d_s = to_device<float>(s), d_ds_in = to_device<float>(ds_in);
+  Dev<float> d_g = to_device<float>(g), d_s = to_device<float>(s),
+             d_ds_in = to_device<float>(ds_in);
   Dev<float> s_in(sn), run(rn), dg(gn), ds(sn);
   for (Dev<float>* d : {&s_in, &dg, &ds}) d->poison();
   check(fill<float>(ctx.stream(), run.get(), 0.f, rn));

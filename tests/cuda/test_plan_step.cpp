@@ -309,9 +309,8 @@ int Main(int argc, char** argv) {
       "test_plan_step: %s (bf16, %d GPU(s), cp=%d) vs %s (f32, CPU): %s, %d x %d tokens, seed "
       "%llu\n",
       paths[0].c_str(), static_cast<int>(gpus), static_cast<int>(bf16_plan.mesh.cp),
-      paths[1].c_str(), f32_plan.model.c_str(),
-              static_cast<int>(f32_plan.micro_batch), static_cast<int>(f32_plan.seq),
-              static_cast<unsigned long long>(seed));
+      paths[1].c_str(), f32_plan.model.c_str(), static_cast<int>(f32_plan.micro_batch),
+      static_cast<int>(f32_plan.seq), static_cast<unsigned long long>(seed));
 
   // Tokens: from --inputs (input_ids and targets, as the transformers fixtures hold them), else
   // pseudo-random ids with targets = the next token (the last of each sequence ignored).
@@ -374,7 +373,8 @@ int Main(int argc, char** argv) {
               kLossTolerance);
 
   // Gradients, parameter by parameter in the bf16 plan's order.
-  const double flips = RoutingFlipFraction(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
+  const double flips =
+      RoutingFlipFraction(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
   std::printf(
       "MoE routing: %.2f%% of the tokens pick other experts than the f32 run (MoE "
       "gradient tolerance %.2e)\n",
@@ -415,8 +415,8 @@ int Main(int argc, char** argv) {
     for (const plan::Parameter& p : bf16_plan.parameters) {
       overlapped.push_back(OrFail(gpu->Gradient(p.name)));
     }
-    for (absl::Status s : {gpu->SetInputs(ids, targets), gpu->RunStep(),
-                           gpu->SumGradientsOverRanks()}) {
+    for (absl::Status s :
+         {gpu->SetInputs(ids, targets), gpu->RunStep(), gpu->SumGradientsOverRanks()}) {
       if (!s.ok()) Fail(s);
     }
     double worst_difference = 0;
@@ -445,8 +445,9 @@ int Main(int argc, char** argv) {
     for (const plan::Parameter& p : bf16_plan.parameters) {
       const std::vector<float> g_ref = OrFail(reference.ReadF32("grad." + p.name));
       const double e = RelativeRms(OrFail(gpu->Gradient(p.name)), g_ref);
-      const bool moe = has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
-                                       p.name.find(".post_attention_layernorm.") != std::string::npos);
+      const bool moe =
+          has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
+                          p.name.find(".post_attention_layernorm.") != std::string::npos);
       grads_ok &= e <= (moe ? MoeTolerance(flips) : kGradientTolerance);
       (moe ? worst_moe : worst_plain) = std::max(moe ? worst_moe : worst_plain, e);
     }
@@ -454,7 +455,8 @@ int Main(int argc, char** argv) {
     std::printf(
         "%s gradients vs transformers: worst rel rms %.2e (tolerance %.0e), MoE %.2e (tolerance "
         "%.2e)\n",
-        grads_ok ? "PASS" : "FAIL", worst_plain, kGradientTolerance, worst_moe, MoeTolerance(flips));
+        grads_ok ? "PASS" : "FAIL", worst_plain, kGradientTolerance, worst_moe,
+        MoeTolerance(flips));
   }
   std::vector<GradientError> worst = errors;
   std::sort(worst.begin(), worst.end(),

@@ -158,8 +158,8 @@ absl::Status RunBench(const Args& args) {
   std::unique_ptr<comm::NcclCommunicator> nccl;
   if (ranks.world_size() > 1) {
     o.device = comm::NcclCommunicator::LocalDevice(ranks);
-    HCP_ASSIGN_OR_RETURN(nccl,
-                         comm::NcclCommunicator::Create(ranks, o.device, std::chrono::seconds(600)));
+    HCP_ASSIGN_OR_RETURN(
+        nccl, comm::NcclCommunicator::Create(ranks, o.device, std::chrono::seconds(600)));
     // Rank 0 reports; the others would print the same lines.
     if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) {
       return absl::InternalError("cannot silence the output of ranks other than 0");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/comm/World.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
@@ -17,7 +18,6 @@
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
 #include "tools/hybridcp/StepResult.h"
-#include "runtime/comm/World.h"
 
 namespace hcp {
 namespace {

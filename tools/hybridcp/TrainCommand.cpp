@@ -7,12 +7,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/comm/World.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/ByteTokenizer.h"
 #include "runtime/train/Plot.h"
 #include "runtime/train/Trainer.h"
 #include "tools/hybridcp/Commands.h"
-#include "runtime/comm/World.h"
 
 namespace hcp {
 namespace {

@@ -365,7 +365,8 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
 size_t WorkspaceBytes(const plan::Plan& plan) {
   size_t bytes = 0;
   for (const plan::Step& step : plan.steps) {
-    bytes = std::max({bytes, StepWorkspaceBytes(step), detail::CollectiveWorkspaceBytes(plan, step)});
+    bytes =
+        std::max({bytes, StepWorkspaceBytes(step), detail::CollectiveWorkspaceBytes(plan, step)});
   }
   return bytes;
 }

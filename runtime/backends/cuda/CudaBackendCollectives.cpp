@@ -90,40 +90,62 @@ absl::Status CopyRows(const SegmentWindow& to, int64_t kt, int64_t rt, const Seg
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Halo exchange. ins: x [rows,len,c]. outs: halo [rows,width,c]. ints: batch, segs, len,
-// channels, width. Exchange k moves every rank's segment-k tail to the rank of the next segment.
+// Halo exchange. ints: batch, segs, len, channels, width. Exchange k moves every rank's segment-k
+// tail to the rank of the next segment (the backward: the halo gradients back).
+namespace {
+
+// A step's halo geometry, in the conv input's element type, and its transfer buffers.
+struct Halo {
+  int64_t batch, segs, len, channels, width, me;
+  DType dtype;
+  size_t es;
+  SegmentWindow send, recv;  // [batch, width, c] each: one segment's rows per batch row
+
+  static Halo Of(const Args& a) {
+    Halo h{a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.cp_index(), a.in_dtype(0), 0, {}, {}};
+    h.es = ElementBytes(h.dtype);
+    Carver carve(a.workspace());
+    h.send = {carve.take<std::byte>(h.piece() * h.es), 1, h.width, h.channels, h.es};
+    h.recv = {carve.take<std::byte>(h.piece() * h.es), 1, h.width, h.channels, h.es};
+    return h;
+  }
+  int64_t piece() const { return batch * width * channels; }
+  SegmentWindow Window(const std::byte* base, int64_t n) const {
+    return {const_cast<std::byte*>(base), segs, n, channels, es};
+  }
+  // Sends `send` to dest and receives `recv` from source (either may be kNoRank).
+  void Exchange(const Args& a, int dest, int source) const {
+    a.nccl().SendRecv(send.base, piece(), dest, recv.base, piece(), source, NcclType(dtype),
+                      Group::kCp, a.stream());
+  }
+};
+
+}  // namespace
+
+// ins: x [rows,len,c]. outs: halo [rows,width,c].
 absl::Status RunHaloExchangeForward(const Args& a) {
   const plan::Mesh& mesh = a.mesh();
-  const int64_t batch = a.i(0), segs = a.i(1), len = a.i(2), channels = a.i(3), width = a.i(4);
-  const int64_t me = a.cp_index();
-  const DType dtype = a.in_dtype(0);
-  const size_t es = ElementBytes(dtype);
-  const SegmentWindow x{const_cast<std::byte*>(a.in<std::byte>(0)), segs, len, channels, es};
-  const SegmentWindow halo{a.out<std::byte>(0), segs, width, channels, es};
-  Carver carve(a.workspace());
-  // send / recv: [batch, width, c] each, one segment's tail per batch row.
-  const SegmentWindow send{carve.take<std::byte>(batch * width * channels * es), 1, width,
-                           channels, es};
-  const SegmentWindow recv{carve.take<std::byte>(batch * width * channels * es), 1, width,
-                           channels, es};
-  for (int64_t k = 0; k < segs; ++k) {
-    const int64_t j = mesh.GlobalSegment(me, k);
-    const int dest = RemoteOwner(mesh, me, j + 1), source = RemoteOwner(mesh, me, j - 1);
+  const Halo h = Halo::Of(a);
+  const SegmentWindow x = h.Window(a.in<std::byte>(0), h.len);
+  const SegmentWindow halo = h.Window(a.out<std::byte>(0), h.width);
+  for (int64_t k = 0; k < h.segs; ++k) {
+    const int64_t j = mesh.GlobalSegment(h.me, k);
+    const int dest = RemoteOwner(mesh, h.me, j + 1), source = RemoteOwner(mesh, h.me, j - 1);
     if (dest != kNoRank) {
-      HCP_RETURN_IF_ERROR(CopyRows(send, 0, 0, x, k, len - width, width, batch, a.stream()));
+      HCP_RETURN_IF_ERROR(
+          CopyRows(h.send, 0, 0, x, k, h.len - h.width, h.width, h.batch, a.stream()));
     }
-    a.nccl().SendRecv(send.base, batch * width * channels, dest, recv.base,
-                      batch * width * channels, source, NcclType(dtype), Group::kCp, a.stream());
+    h.Exchange(a, dest, source);
     if (source != kNoRank) {
-      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, recv, 0, 0, width, batch, a.stream()));
+      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, h.recv, 0, 0, h.width, h.batch, a.stream()));
     } else if (j == 0) {  // the sequence starts here: zeros
       HCP_RETURN_IF_ERROR(Cuda(cudaMemset2DAsync(halo.at(k, 0), halo.pitch(), 0,
-                                                 static_cast<size_t>(width * channels) * es,
-                                                 static_cast<size_t>(batch), a.stream()),
+                                                 static_cast<size_t>(h.width * h.channels) * h.es,
+                                                 static_cast<size_t>(h.batch), a.stream()),
                                "cudaMemset2DAsync (halo)"));
     } else {  // the predecessor is this rank's own segment (zigzag, rank cp-1)
-      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, x, mesh.OwnerOf(j - 1).k, len - width, width,
-                                   batch, a.stream()));
+      HCP_RETURN_IF_ERROR(CopyRows(halo, k, 0, x, mesh.OwnerOf(j - 1).k, h.len - h.width, h.width,
+                                   h.batch, a.stream()));
     }
   }
   return absl::OkStatus();
@@ -133,33 +155,25 @@ absl::Status RunHaloExchangeForward(const Args& a) {
 // gradient of the segment after it, every other row zero.
 absl::Status RunHaloExchangeBackward(const Args& a) {
   const plan::Mesh& mesh = a.mesh();
-  const int64_t batch = a.i(0), segs = a.i(1), len = a.i(2), channels = a.i(3), width = a.i(4);
-  const int64_t me = a.cp_index();
-  const DType dtype = a.in_dtype(0);
-  const size_t es = ElementBytes(dtype);
-  const SegmentWindow dhalo{const_cast<std::byte*>(a.in<std::byte>(0)), segs, width, channels, es};
-  const SegmentWindow dx{a.out<std::byte>(0), segs, len, channels, es};
-  HCP_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dx.base, 0, batch * segs * len * channels * es,
-                                           a.stream()),
-                           "cudaMemsetAsync (halo gradient)"));
-  Carver carve(a.workspace());
-  const SegmentWindow send{carve.take<std::byte>(batch * width * channels * es), 1, width,
-                           channels, es};
-  const SegmentWindow recv{carve.take<std::byte>(batch * width * channels * es), 1, width,
-                           channels, es};
-  for (int64_t k = 0; k < segs; ++k) {
-    const int64_t j = mesh.GlobalSegment(me, k);
-    const int dest = RemoteOwner(mesh, me, j - 1), source = RemoteOwner(mesh, me, j + 1);
+  const Halo h = Halo::Of(a);
+  const SegmentWindow dhalo = h.Window(a.in<std::byte>(0), h.width);
+  const SegmentWindow dx = h.Window(a.out<std::byte>(0), h.len);
+  HCP_RETURN_IF_ERROR(
+      Cuda(cudaMemsetAsync(dx.base, 0, h.batch * h.segs * h.len * h.channels * h.es, a.stream()),
+           "cudaMemsetAsync (halo gradient)"));
+  for (int64_t k = 0; k < h.segs; ++k) {
+    const int64_t j = mesh.GlobalSegment(h.me, k);
+    const int dest = RemoteOwner(mesh, h.me, j - 1), source = RemoteOwner(mesh, h.me, j + 1);
     if (dest != kNoRank) {
-      HCP_RETURN_IF_ERROR(CopyRows(send, 0, 0, dhalo, k, 0, width, batch, a.stream()));
+      HCP_RETURN_IF_ERROR(CopyRows(h.send, 0, 0, dhalo, k, 0, h.width, h.batch, a.stream()));
     }
-    a.nccl().SendRecv(send.base, batch * width * channels, dest, recv.base,
-                      batch * width * channels, source, NcclType(dtype), Group::kCp, a.stream());
+    h.Exchange(a, dest, source);
     if (source != kNoRank) {
-      HCP_RETURN_IF_ERROR(CopyRows(dx, k, len - width, recv, 0, 0, width, batch, a.stream()));
+      HCP_RETURN_IF_ERROR(
+          CopyRows(dx, k, h.len - h.width, h.recv, 0, 0, h.width, h.batch, a.stream()));
     } else if (j + 1 < mesh.segments()) {  // the successor is this rank's own segment
-      HCP_RETURN_IF_ERROR(CopyRows(dx, k, len - width, dhalo, mesh.OwnerOf(j + 1).k, 0, width,
-                                   batch, a.stream()));
+      HCP_RETURN_IF_ERROR(CopyRows(dx, k, h.len - h.width, dhalo, mesh.OwnerOf(j + 1).k, 0, h.width,
+                                   h.batch, a.stream()));
     }  // else: the sequence's last segment feeds no halo (its tail stays zero)
   }
   return absl::OkStatus();
@@ -182,40 +196,45 @@ StateSizes StateSizesOf(const Args& a) { return {a.i(0), a.i(1), a.i(2), a.i(3) 
 
 }  // namespace
 
-// ins: g [rows,heads], s [rows,heads,pn]. outs: s_in (as s).
-absl::Status RunStateScanForward(const Args& a) {
+namespace {
+
+// Walks the sequence's segments in order (or in reverse), carrying `run` [batch, heads, pn] from
+// one to the next (zeros before the first), and calls step(mine, k, g, states, run) for each
+// segment this rank handles: with the all-gather strategy every segment, its g and states
+// (s, or ds_in) read from the owner's gathered copy; with the chain only this rank's own, the
+// carry received from the previous segment's owner first and passed to the next one's after.
+template <typename Step>
+absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, const float* g,
+                          const float* states, Step step) {
   const plan::Mesh& mesh = a.mesh();
-  const StateSizes z = StateSizesOf(a);
-  const int64_t me = a.cp_index(), cp = mesh.cp, S = mesh.segments();
-  const float* g = a.in<float>(0);
-  const float* s = a.in<float>(1);
-  float* s_in = a.out<float>(0);
+  const int64_t me = a.cp_index(), S = mesh.segments(), direction = reverse ? -1 : 1;
   Carver carve(a.workspace());
   float* run = carve.take<float>(z.run_count());
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
-  if (a.i(5) == 0) {
-    float* g_all = carve.take<float>(cp * z.g_count());
-    float* s_all = carve.take<float>(cp * z.state_count());
+  const bool all_gather = a.i(5) == 0;
+  float* g_all = nullptr;
+  float* states_all = nullptr;
+  if (all_gather) {
+    g_all = carve.take<float>(mesh.cp * z.g_count());
+    states_all = carve.take<float>(mesh.cp * z.state_count());
     a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
-    a.nccl().AllGather(s, s_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
-    for (int64_t j = 0; j < S; ++j) {
-      const auto [owner, k] = mesh.OwnerOf(j);
-      HCP_RETURN_IF_ERROR(Done(cuda::state_pass_forward(
-          a.stream(), owner == me ? s_in : nullptr, run, g_all + owner * z.g_count(),
-          s_all + owner * z.state_count(), z.batch, z.segs, k, z.heads, z.pn)));
-    }
-    return absl::OkStatus();
+    a.nccl().AllGather(states, states_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
   }
-  for (int64_t j = 0; j < S; ++j) {
+  for (int64_t n = 0; n < S; ++n) {
+    const int64_t j = reverse ? S - 1 - n : n;
     const auto [owner, k] = mesh.OwnerOf(j);
+    if (all_gather) {
+      HCP_RETURN_IF_ERROR(step(owner == me, k, g_all + owner * z.g_count(),
+                               states_all + owner * z.state_count(), run));
+      continue;
+    }
     if (owner != me) continue;
-    if (const int from = RemoteOwner(mesh, me, j - 1); from != kNoRank) {
+    if (const int from = RemoteOwner(mesh, me, j - direction); from != kNoRank) {
       a.nccl().SendRecv(nullptr, 0, kNoRank, run, z.run_count(), from, ncclFloat32, Group::kCp,
                         a.stream());
-    }  // else: j == 0 (zeros) or the previous segment was this rank's (run holds its carry)
-    HCP_RETURN_IF_ERROR(Done(cuda::state_pass_forward(a.stream(), s_in, run, g, s, z.batch, z.segs,
-                                                      k, z.heads, z.pn)));
-    if (const int to = RemoteOwner(mesh, me, j + 1); to != kNoRank) {
+    }  // else: the first segment (zeros) or the previous one was this rank's (run holds it)
+    HCP_RETURN_IF_ERROR(step(true, k, g, states, run));
+    if (const int to = RemoteOwner(mesh, me, j + direction); to != kNoRank) {
       a.nccl().SendRecv(run, z.run_count(), to, nullptr, 0, kNoRank, ncclFloat32, Group::kCp,
                         a.stream());
     }
@@ -223,49 +242,32 @@ absl::Status RunStateScanForward(const Args& a) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+// ins: g [rows,heads], s [rows,heads,pn]. outs: s_in (as s).
+absl::Status RunStateScanForward(const Args& a) {
+  const StateSizes z = StateSizesOf(a);
+  float* s_in = a.out<float>(0);
+  return WalkSegments(
+      a, z, /*reverse=*/false, a.in<float>(0), a.in<float>(1),
+      [&](bool mine, int64_t k, const float* g, const float* s, float* run) {
+        return Done(cuda::state_pass_forward(a.stream(), mine ? s_in : nullptr, run, g, s, z.batch,
+                                             z.segs, k, z.heads, z.pn));
+      });
+}
+
 // ins: ds_in, g, s_in. outs: dg, ds.
 absl::Status RunStateScanBackward(const Args& a) {
-  const plan::Mesh& mesh = a.mesh();
   const StateSizes z = StateSizesOf(a);
-  const int64_t me = a.cp_index(), cp = mesh.cp, S = mesh.segments();
-  const float* ds_in = a.in<float>(0);
-  const float* g = a.in<float>(1);
   const float* s_in = a.in<float>(2);
   float* dg = a.out<float>(0);
   float* ds = a.out<float>(1);
-  Carver carve(a.workspace());
-  float* run = carve.take<float>(z.run_count());
-  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
-  if (a.i(5) == 0) {
-    float* g_all = carve.take<float>(cp * z.g_count());
-    float* ds_in_all = carve.take<float>(cp * z.state_count());
-    a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
-    a.nccl().AllGather(ds_in, ds_in_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
-    for (int64_t j = S - 1; j >= 0; --j) {
-      const auto [owner, k] = mesh.OwnerOf(j);
-      const bool mine = owner == me;
-      HCP_RETURN_IF_ERROR(Done(cuda::state_pass_backward(
-          a.stream(), mine ? dg : nullptr, mine ? ds : nullptr, run, g_all + owner * z.g_count(),
-          ds_in_all + owner * z.state_count(), mine ? s_in : nullptr, z.batch, z.segs, k, z.heads,
-          z.pn)));
-    }
-    return absl::OkStatus();
-  }
-  for (int64_t j = S - 1; j >= 0; --j) {
-    const auto [owner, k] = mesh.OwnerOf(j);
-    if (owner != me) continue;
-    if (const int from = RemoteOwner(mesh, me, j + 1); from != kNoRank) {
-      a.nccl().SendRecv(nullptr, 0, kNoRank, run, z.run_count(), from, ncclFloat32, Group::kCp,
-                        a.stream());
-    }
-    HCP_RETURN_IF_ERROR(Done(cuda::state_pass_backward(a.stream(), dg, ds, run, g, ds_in, s_in,
-                                                       z.batch, z.segs, k, z.heads, z.pn)));
-    if (const int to = RemoteOwner(mesh, me, j - 1); to != kNoRank) {
-      a.nccl().SendRecv(run, z.run_count(), to, nullptr, 0, kNoRank, ncclFloat32, Group::kCp,
-                        a.stream());
-    }
-  }
-  return absl::OkStatus();
+  return WalkSegments(a, z, /*reverse=*/true, a.in<float>(1), a.in<float>(0),
+                      [&](bool mine, int64_t k, const float* g, const float* ds_in, float* run) {
+                        return Done(cuda::state_pass_backward(
+                            a.stream(), mine ? dg : nullptr, mine ? ds : nullptr, run, g, ds_in,
+                            mine ? s_in : nullptr, z.batch, z.segs, k, z.heads, z.pn));
+                      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -357,9 +359,9 @@ absl::Status RunRingAttentionForward(const Args& a) {
         HCP_RETURN_IF_ERROR(Done(cuda::attention_forward(
             a.stream(), part_out, part_lse, q + r.q_at(b, p.kq), block + r.kv_at(b, p.kk),
             block + kv + r.kv_at(b, p.kk), r.piece(), scale, r.causal, p.q_pos0, p.k_pos0)));
-        HCP_RETURN_IF_ERROR(Done(cuda::attention_merge(
-            a.stream(), acc_out + r.q_at(b, p.kq), acc_lse + r.lse_at(b, p.kq), r.seq, part_out,
-            part_lse, r.len, r.q_heads, r.dim)));
+        HCP_RETURN_IF_ERROR(Done(cuda::attention_merge(a.stream(), acc_out + r.q_at(b, p.kq),
+                                                       acc_lse + r.lse_at(b, p.kq), r.seq, part_out,
+                                                       part_lse, r.len, r.q_heads, r.dim)));
       }
     }
     if (step + 1 < cp) HCP_RETURN_IF_ERROR(AwaitRingShift(a));
@@ -402,11 +404,11 @@ absl::Status RunRingAttentionBackward(const Args& a) {
     for (const Pair& p : VisiblePairs(mesh, me, source, r)) {
       for (int64_t b = 0; b < r.batch; ++b) {
         // The query rows' lse, [q_heads, len] out of [q_heads, seq].
-        HCP_RETURN_IF_ERROR(Cuda(
-            cudaMemcpy2DAsync(lse_piece, r.len * sizeof(float), lse + r.lse_at(b, p.kq),
-                              r.seq * sizeof(float), r.len * sizeof(float), r.q_heads,
-                              cudaMemcpyDeviceToDevice, a.stream()),
-            "cudaMemcpy2DAsync (lse)"));
+        HCP_RETURN_IF_ERROR(
+            Cuda(cudaMemcpy2DAsync(lse_piece, r.len * sizeof(float), lse + r.lse_at(b, p.kq),
+                                   r.seq * sizeof(float), r.len * sizeof(float), r.q_heads,
+                                   cudaMemcpyDeviceToDevice, a.stream()),
+                 "cudaMemcpy2DAsync (lse)"));
         HCP_RETURN_IF_ERROR(Done(cuda::attention_backward(
             a.stream(), dq_part, dk_part, dv_part, dout + r.q_at(b, p.kq), q + r.q_at(b, p.kq),
             block + r.kv_at(b, p.kk), block + kv + r.kv_at(b, p.kk), out + r.q_at(b, p.kq),

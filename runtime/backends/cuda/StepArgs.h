@@ -48,7 +48,9 @@ class Args {
   // The collectives' communicator (CheckPlanRunsOnCuda and the executor make sure a plan with
   // collectives has one) and this rank's place in the cp group.
   comm::NcclCommunicator& nccl() const { return *resources_.nccl; }
-  int64_t cp_index() const { return resources_.nccl == nullptr ? 0 : resources_.nccl->host().cp_index(); }
+  int64_t cp_index() const {
+    return resources_.nccl == nullptr ? 0 : resources_.nccl->host().cp_index();
+  }
   cuda::GemmContext* gemm() const { return resources_.gemm; }
   cuda::Workspace workspace() const { return resources_.workspace; }
   int32_t* bad_position() const { return resources_.bad_position; }

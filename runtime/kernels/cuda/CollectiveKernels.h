@@ -37,7 +37,8 @@ Status accumulate(cudaStream_t stream, float* y, const bf16* x, int64_t n);
 // ---------------------------------------------------------------------------------------------
 // Mamba state passing (StatePassing.cu). Per batch row b and head h, over the segments j of the
 // sequence in order:  s_in[j+1] = exp(g[j]) s_in[j] + s[j],  s_in[0] = 0, and the transpose
-//   G[j] = ds_in[j] + exp(g[j]) G[j+1],  G[S] = 0;  ds[j] = G[j+1],  dg[j] = exp(g[j]) <s_in[j], G[j+1]>.
+//   G[j] = ds_in[j] + exp(g[j]) G[j+1],  G[S] = 0;  ds[j] = G[j+1],  dg[j] = exp(g[j]) <s_in[j],
+//   G[j+1]>.
 // A segment's arrays come as one local segment k of a rank's [batch * segs, heads(, pn)] arrays
 // (row b * segs + k; pn = head_dim * state). `run` [batch, heads, pn] fp32 is the recurrence's
 // carry between segments.

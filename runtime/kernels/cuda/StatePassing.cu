@@ -12,8 +12,7 @@ namespace {
 using detail::launch_status;
 
 __global__ void forward_kernel(float* s_in, float* run, const float* g, const float* s,
-                               int64_t batch, int64_t segs, int64_t k, int64_t heads,
-                               int64_t pn) {
+                               int64_t batch, int64_t segs, int64_t k, int64_t heads, int64_t pn) {
   const int64_t n = batch * heads * pn;
   for (int64_t m = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; m < n;
        m += int64_t{gridDim.x} * blockDim.x) {
@@ -64,7 +63,7 @@ Status state_pass_forward(cudaStream_t stream, float* s_in, float* run, const fl
   if (n == 0) return Status();
   constexpr int kThreads = 256;
   forward_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(s_in, run, g, s, batch,
-                                                                          segs, k, heads, pn);
+                                                                         segs, k, heads, pn);
   return launch_status("state_pass_forward");
 }
 

@@ -1,0 +1,17 @@
+# Sourced by the scripts/gpu/run_*.sh scripts that run from a bundle (scripts/gpu/make_bundle.sh):
+# the library path, the log and the `run` helper. Expects BUNDLE and LOG to be set.
+LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
+# The machine's own OpenMPI if it has one (it matches its mpirun); Debian's copy otherwise.
+ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines
+status=0
+
+# Runs a command, its output to stdout and $LOG; a non-zero exit sets status=1.
+run() {
+  echo "== $(date +%T) $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "== $(date +%T) exit $rc" | tee -a "$LOG"
+  [ "$rc" -eq 0 ] || status=1
+}

@@ -1,15 +1,10 @@
 #include "runtime/train/Trainer.h"
 
-#include <unistd.h>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
@@ -17,36 +12,18 @@
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/TokenData.h"
+#include "runtime/train/TrainLoop.h"
 #include "runtime/train/TrainState.h"
-#include "runtime/weights/AtomicFile.h"
 #include "runtime/weights/Checkpoint.h"
 
 namespace hcp::train {
 namespace {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-constexpr char kEmbeddingName[] = "model.embed_tokens.weight";
-
-// The vocabulary: the rows of the embedding table.
-absl::StatusOr<int64_t> VocabularyOf(const plan::Plan& plan) {
-  for (const plan::Parameter& p : plan.parameters) {
-    if (p.name == kEmbeddingName) return plan.buffers[p.buffer].shape.at(0);
-  }
-  return absl::InvalidArgumentError("the plan has no model.embed_tokens.weight");
-}
 
 absl::StatusOr<FlatLayout> LayoutOf(const plan::Plan& plan) {
   std::vector<ParamSpec> specs;
   for (const plan::Parameter& p : plan.parameters)
     specs.push_back(ParamSpec::WithDefaultDecay(p.name, plan.buffers[p.buffer].shape));
   return FlatLayout::Create(std::move(specs));
-}
-
-int64_t CountValid(std::span<const int32_t> targets) {
-  return std::count_if(targets.begin(), targets.end(),
-                       [](int32_t t) { return t != plan::kIgnoredTarget; });
 }
 
 // Every rank contributes [begin, end) of `flat` (its slice of a partition of [0, size)); all end
@@ -87,9 +64,6 @@ class Loop {
   void WriteBackGradients();
   absl::Status Update(const AdamWUpdate& update);
   absl::Status SaveCheckpoint(int64_t steps_done);
-  absl::Status WriteCheckpointFiles(const std::string& dir, int64_t steps_done,
-                                    const std::vector<float>& exp_avg,
-                                    const std::vector<float>& exp_avg_sq);
 
   comm::Communicator& comm_;
   const plan::Plan& plan_;
@@ -142,16 +116,9 @@ absl::Status Loop::Setup() {
   if (options_.resume) {
     if (options_.checkpoint_dir.empty())
       return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
-    std::ifstream latest(fs::path(options_.checkpoint_dir) / kLatestFileName);
-    std::string name;
-    absl::Status found = absl::OkStatus();
-    if (!(latest >> name)) {
-      found = absl::NotFoundError(
-          absl::StrFormat("%s has no complete checkpoint to resume from (no '%s' file)",
-                          options_.checkpoint_dir, kLatestFileName));
-    }
-    HCP_RETURN_IF_ERROR(Agree(found));
-    HCP_RETURN_IF_ERROR(ResumeFrom((fs::path(options_.checkpoint_dir) / name).string()));
+    absl::StatusOr<std::string> latest = LatestCheckpoint(options_.checkpoint_dir);
+    HCP_RETURN_IF_ERROR(Agree(latest.status()));
+    HCP_RETURN_IF_ERROR(ResumeFrom(*latest));
   } else if (!options_.init_weights.empty()) {
     absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
     HCP_RETURN_IF_ERROR(Agree(weights.status()));
@@ -289,7 +256,6 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   record.loss = loss;
   record.lr = lr;
   record.grad_norm = norm;
-  record.tokens += batcher_->config().global_batch() * plan_.seq;
   record.skipped = !decision.applied();
   if (!decision.applied() && root()) {
     std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
@@ -299,34 +265,12 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
 }
 
 absl::Status Loop::Run() {
-  MetricsRecord record;
-  record.tokens = first_step_ * batcher_->config().global_batch() * plan_.seq;
-  const int64_t last =
-      options_.stop_after > 0 ? std::min(options_.stop_after, options_.steps) : options_.steps;
-  const auto start = Clock::now();
-  int64_t tokens_at_start = record.tokens;
-  for (int64_t step = first_step_; step < last; ++step) {
-    HCP_RETURN_IF_ERROR(Step(step, record));
-    record.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-    record.tokens_per_s = (record.tokens - tokens_at_start) / std::max(record.elapsed_s, 1e-9);
-    if (root()) {
-      if (metrics_) HCP_RETURN_IF_ERROR(metrics_->Append(record));
-      bool log = (step + 1) % std::max<int64_t>(options_.log_every, 1) == 0 ||
-                 step == first_step_ || step + 1 == last;
-      if (log) {
-        double eta =
-            EstimateEta(record.elapsed_s, step + 1 - first_step_, options_.steps - step - 1);
-        std::printf("%s\n", FormatProgress(record, options_.steps, eta).c_str());
-        std::fflush(stdout);
-      }
-    }
-    bool checkpoint =
-        !options_.checkpoint_dir.empty() &&
-        ((options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0) ||
-         step + 1 == last);
-    if (checkpoint) HCP_RETURN_IF_ERROR(SaveCheckpoint(step + 1));
-  }
-  return absl::OkStatus();
+  LoopHooks hooks;
+  hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
+  hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
+  return RunTrainingSteps(options_, root(), first_step_,
+                          batcher_->config().global_batch() * plan_.seq,
+                          metrics_ ? &*metrics_ : nullptr, hooks);
 }
 
 // --- checkpoints ----------------------------------------------------------------------------
@@ -358,70 +302,21 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
   }
   absl::Status written = absl::OkStatus();
   if (root()) {
-    std::string name = CheckpointName(steps_done);
-    fs::path dir = fs::path(options_.checkpoint_dir);
-    // Written under a temporary name, renamed when complete, then `latest` switched over: the
-    // previous checkpoint stays the valid one until the new one is whole.
-    fs::path staging = dir / absl::StrFormat(".%s.tmp.%d", name, getpid());
-    std::error_code error;
-    fs::remove_all(staging, error);
-    written = WriteCheckpointFiles(staging.string(), steps_done, exp_avg, exp_avg_sq);
-    if (written.ok()) {
-      fs::remove_all(dir / name, error);
-      fs::rename(staging, dir / name, error);
-      if (error) {
-        written = absl::InternalError(absl::StrFormat("cannot move %s into place: %s",
-                                                      (dir / name).string(), error.message()));
-      }
-    }
-    if (written.ok()) written = WriteFileAtomically((dir / kLatestFileName).string(), name + "\n");
-    if (!written.ok()) {
-      fs::remove_all(staging, error);
-    } else {
-      std::printf("checkpoint %s\n", (dir / name).string().c_str());
-      if (metrics_) written = metrics_->Sync();
-      // Keep the newest two complete checkpoints.
-      std::vector<std::string> old;
-      for (const auto& entry : fs::directory_iterator(dir, error)) {
-        std::string n = entry.path().filename().string();
-        if (n.rfind("step-", 0) == 0 && n < name) old.push_back(n);
-      }
-      std::sort(old.begin(), old.end());
-      for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(dir / old[i], error);
-    }
+    TrainState state;
+    state.step = steps_done;
+    state.data = batcher_->state();
+    state.rng = {options_.seed, 0};
+    state.optimizer_updates = optimizer_->updates();
+    state.optimizer = options_.adamw;
+    state.schedule = options_.schedule;
+    const CheckpointContents contents{full_values_, full_exp_avg_, full_exp_avg_sq_, state,
+                                      options_.model_config};
+    written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
+      return WriteCheckpointFiles(dir, plan_, contents);
+    });
+    if (written.ok() && metrics_) written = metrics_->Sync();
   }
   return Agree(written);
-}
-
-absl::Status Loop::WriteCheckpointFiles(const std::string& dir, int64_t steps_done,
-                                        const std::vector<float>& exp_avg,
-                                        const std::vector<float>& exp_avg_sq) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) {
-    return absl::InternalError(absl::StrFormat("cannot create %s: %s", dir, error.message()));
-  }
-  std::vector<TensorToWrite> weights;
-  std::vector<MomentsToWrite> moments;
-  for (size_t i = 0; i < layout_->size(); ++i) {
-    const std::string& name = layout_->param(i).name;
-    std::vector<int64_t> shape = plan_.FullShape(plan_.parameters[i]);
-    weights.push_back({name, DType::F32, shape, full_values_[i], {}});
-    moments.push_back({name, shape, full_exp_avg_[i], full_exp_avg_sq_[i]});
-  }
-  HCP_RETURN_IF_ERROR(WriteCheckpoint(dir, weights));
-  if (!options_.model_config.empty()) {
-    HCP_RETURN_IF_ERROR(
-        WriteFileAtomically((fs::path(dir) / "config.json").string(), options_.model_config));
-  }
-  TrainState state;
-  state.step = steps_done;
-  state.data = batcher_->state();
-  state.rng = {options_.seed, 0};
-  state.optimizer_updates = optimizer_->updates();
-  state.optimizer = options_.adamw;
-  state.schedule = options_.schedule;
-  return SaveTrainState(dir, state, moments);
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+// What the training loops share, whichever backend runs the steps (Trainer.cpp on CPU ranks,
+// CudaTrainer.cpp on GPUs): the vocabulary and valid-target count of a batch, the step loop with
+// its progress lines, metrics and checkpoint cadence, and the checkpoint directory's protocol
+// (files written under a temporary name, renamed when whole, `latest` switched over, the newest
+// two kept).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/train/Metrics.h"
+#include "runtime/train/TrainState.h"
+#include "runtime/train/Trainer.h"
+
+namespace hcp::train {
+
+// The vocabulary: the rows of the embedding table.
+absl::StatusOr<int64_t> VocabularyOf(const plan::Plan& plan);
+// Targets that count in the loss (not plan::kIgnoredTarget).
+int64_t CountValid(std::span<const int32_t> targets);
+
+// The path of checkpoint_dir's latest complete checkpoint; NotFound when there is none.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir);
+
+// Writes checkpoint CheckpointName(steps_done) into checkpoint_dir: write(staging) fills a
+// temporary directory, which is then renamed into place and named in `latest`; older
+// checkpoints beyond the newest two are removed. One rank calls it (the others hold the same).
+absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_done,
+                               const std::function<absl::Status(const std::string&)>& write);
+
+// A checkpoint's files in `dir`: model.safetensors (every parameter's whole fp32 tensor, Hugging
+// Face names), config.json when model_config is not empty, and the train state with the AdamW
+// moments. values, exp_avg and exp_avg_sq hold one whole tensor per plan parameter, in order.
+struct CheckpointContents {
+  const std::vector<std::vector<float>>& values;
+  const std::vector<std::vector<float>>& exp_avg;
+  const std::vector<std::vector<float>>& exp_avg_sq;
+  TrainState state;
+  std::string model_config;
+};
+absl::Status WriteCheckpointFiles(const std::string& dir, const plan::Plan& plan,
+                                  const CheckpointContents& contents);
+
+// The loop: steps [first_step, last) with last = options.stop_after or options.steps; after each,
+// on the root rank the metrics line and (every log_every steps, the first and the last) the
+// progress line, then, when due, save(steps_done) on every rank. step(step, record) runs one
+// optimizer step and fills record's step, loss, lr, grad_norm and skipped; the loop adds tokens
+// (tokens_per_step each), elapsed time and throughput.
+struct LoopHooks {
+  std::function<absl::Status(int64_t step, MetricsRecord& record)> step;
+  std::function<absl::Status(int64_t steps_done)> save;
+};
+absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t first_step,
+                              int64_t tokens_per_step, MetricsWriter* metrics,
+                              const LoopHooks& hooks);
+
+}  // namespace hcp::train

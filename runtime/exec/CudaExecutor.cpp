@@ -694,4 +694,24 @@ absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvgSq(std::string_view name)
   return DownloadF32(slot->v, plan_.buffers[FindParameter(name)->buffer].elements);
 }
 
+absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<const float> master,
+                                             std::span<const float> m, std::span<const float> v) {
+  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
+  const plan::Parameter& p = *FindParameter(name);
+  const uint64_t n = plan_.buffers[p.buffer].elements;
+  if (master.size() != n || m.size() != n || v.size() != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer state of '%s': %d / %d / %d values for a parameter of %d", name, master.size(),
+        m.size(), v.size(), n));
+  }
+  HCP_RETURN_IF_ERROR(ToDevice(slot->m, m.data(), sizeof(float) * n));
+  HCP_RETURN_IF_ERROR(ToDevice(slot->v, v.data(), sizeof(float) * n));
+  // The master, and the compute copy rounded from it (an f32 parameter is its own master).
+  HCP_RETURN_IF_ERROR(ToDevice(slot->master, master.data(), sizeof(float) * n));
+  if (plan_.buffers[p.buffer].dtype == plan::DType::BF16) {
+    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, master));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace hcp

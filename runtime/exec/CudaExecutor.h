@@ -147,6 +147,10 @@ class CudaExecutor {
   absl::StatusOr<std::vector<float>> Master(std::string_view name) const;
   absl::StatusOr<std::vector<float>> ExpAvg(std::string_view name) const;
   absl::StatusOr<std::vector<float>> ExpAvgSq(std::string_view name) const;
+  // Sets a parameter's optimizer state (resuming from a checkpoint): its fp32 master, from which
+  // the bf16 compute copy is rounded again, and the moments. Needs InitOptimizer.
+  absl::Status SetOptimizerState(std::string_view name, std::span<const float> master,
+                                 std::span<const float> m, std::span<const float> v);
 
   // Device memory. allocated_bytes: what this executor holds (arenas, workspace, the cuBLASLt
   // context's workspace, small buffers and, once InitOptimizer has run, the optimizer state).

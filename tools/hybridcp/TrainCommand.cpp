@@ -1,5 +1,6 @@
 // `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and the
 // two helpers around it: `tokenize` (raw text -> token file) and `plot` (metrics -> SVG).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,9 @@
 #include "absl/strings/str_split.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
+#ifdef HYBRIDCP_HAVE_CUDA
+#include "runtime/train/CudaTrainer.h"
+#endif
 #include "runtime/support/Status.h"
 #include "runtime/train/ByteTokenizer.h"
 #include "runtime/train/Plot.h"
@@ -53,6 +57,11 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   return o;
 }
 
+bool IsBf16Plan(const plan::Plan& plan) {
+  return std::any_of(plan.buffers.begin(), plan.buffers.end(),
+                     [](const plan::Buffer& b) { return b.dtype == plan::DType::BF16; });
+}
+
 absl::Status Train(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
   HCP_ASSIGN_OR_RETURN(World world, World::Join());
@@ -60,6 +69,16 @@ absl::Status Train(const Args& args) {
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world.comm(), mine.plan, mine.hash));
   absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));
+  // A bf16 plan trains on the GPUs (the CUDA backend), an f32 plan on CPU ranks.
+  if (IsBf16Plan(*mine.plan)) {
+#ifdef HYBRIDCP_HAVE_CUDA
+    return train::TrainOnGpus(world.comm(), *mine.plan, *options);
+#else
+    return absl::FailedPreconditionError(
+        "the plan stores its tensors in bf16, which the CUDA backend runs, but this hybridcp was "
+        "built without CUDA; compile the plan without --dtype bf16 to train on CPU ranks");
+#endif
+  }
   return train::Train(world.comm(), *mine.plan, *options);
 }
 
@@ -101,7 +120,8 @@ absl::Status Plot(const Args& args) {
 Command MakeTrainCommand() {
   return Command{
       "train",
-      "train on token data: every rank of the plan's mesh (start them with mpirun -np N)",
+      "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
+      "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
       "train FILE.plan --data TOKENS --steps N [--grad-accum N] [--lr X --warmup N --min-lr X] "
       "[--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--metrics FILE.jsonl]",
       {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},

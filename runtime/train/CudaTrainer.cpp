@@ -1,0 +1,264 @@
+#include "runtime/train/CudaTrainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
+#include "runtime/comm/NcclCommunicator.h"
+#include "runtime/exec/CudaExecutor.h"
+#include "runtime/support/Status.h"
+#include "runtime/train/Metrics.h"
+#include "runtime/train/TokenData.h"
+#include "runtime/train/TrainLoop.h"
+#include "runtime/train/TrainState.h"
+#include "runtime/weights/Checkpoint.h"
+
+namespace hcp::train {
+namespace {
+
+// How long a rank waits for the others in one step before it ends the job.
+constexpr std::chrono::seconds kStepTimeout(600);
+
+class GpuLoop {
+ public:
+  GpuLoop(comm::Communicator& comm, const plan::Plan& plan, const TrainOptions& options)
+      : comm_(comm), plan_(plan), options_(options) {}
+
+  absl::Status Setup();
+  absl::Status Run();
+
+ private:
+  bool root() const { return comm_.world_rank() == 0; }
+  absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
+  absl::Status CheckOptions() const;
+  absl::Status ResumeFrom(const std::string& checkpoint);
+  absl::Status Step(int64_t step, MetricsRecord& record);
+  absl::Status SaveCheckpoint(int64_t steps_done);
+
+  comm::Communicator& comm_;
+  const plan::Plan& plan_;
+  TrainOptions options_;
+  std::unique_ptr<comm::NcclCommunicator> nccl_;
+  std::unique_ptr<CudaExecutor> executor_;
+  std::optional<TokenFile> data_;
+  std::optional<TokenBatcher> batcher_;
+  std::optional<MetricsWriter> metrics_;
+  int64_t first_step_ = 0;
+  int64_t updates_ = 0;  // AdamW updates applied (its t)
+};
+
+absl::Status GpuLoop::CheckOptions() const {
+  if (options_.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
+  if (options_.grad_accum != 1) {
+    return absl::UnimplementedError(
+        "--grad-accum above 1 is not supported on the GPU yet (train a bf16 plan without it, or "
+        "an f32 plan on CPU ranks)");
+  }
+  if (options_.shard_optimizer) {
+    return absl::UnimplementedError(
+        "--shard-optimizer is not supported on the GPU yet: every GPU keeps the whole optimizer "
+        "state");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuLoop::Setup() {
+  HCP_RETURN_IF_ERROR(CheckOptions());
+  options_.schedule.total_steps = options_.steps;
+  HCP_RETURN_IF_ERROR(ValidateSchedule(options_.schedule));
+  HCP_RETURN_IF_ERROR(ValidateAdamWConfig(options_.adamw));
+  // One GPU per rank; NCCL between them when there are several.
+  CudaExecutor::Options exec_options;
+  if (comm_.world_size() > 1) {
+    exec_options.device = comm::NcclCommunicator::LocalDevice(comm_);
+    absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
+        comm::NcclCommunicator::Create(comm_, exec_options.device, kStepTimeout);
+    HCP_RETURN_IF_ERROR(Agree(nccl.status()));
+    nccl_ = std::move(*nccl);
+    exec_options.nccl = nccl_.get();
+  }
+  absl::StatusOr<std::unique_ptr<CudaExecutor>> executor =
+      CudaExecutor::Create(plan_, exec_options);
+  HCP_RETURN_IF_ERROR(Agree(executor.status()));
+  executor_ = std::move(*executor);
+  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabularyOf(plan_));
+
+  // Every rank opens the data; a rank that cannot stops every rank.
+  absl::StatusOr<TokenFile> data = TokenFile::Open(options_.data);
+  HCP_RETURN_IF_ERROR(Agree(data.status()));
+  data_ = std::move(*data);
+  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, /*grad_accum=*/1, vocab};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data_, batch);
+  HCP_RETURN_IF_ERROR(Agree(batcher.status()));
+  batcher_ = std::move(*batcher);
+
+  if (options_.resume) {
+    if (options_.checkpoint_dir.empty())
+      return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
+    absl::StatusOr<std::string> latest = LatestCheckpoint(options_.checkpoint_dir);
+    HCP_RETURN_IF_ERROR(Agree(latest.status()));
+    HCP_RETURN_IF_ERROR(ResumeFrom(*latest));
+  } else {
+    absl::Status set;
+    if (!options_.init_weights.empty()) {
+      absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
+      set = weights.ok() ? executor_->LoadParameters(*weights) : weights.status();
+    } else {
+      set = executor_->InitializeParameters(options_.seed);
+    }
+    if (set.ok()) set = executor_->InitOptimizer();
+    HCP_RETURN_IF_ERROR(Agree(set));
+  }
+  if (root() && !options_.metrics.empty()) {
+    absl::StatusOr<MetricsWriter> metrics = MetricsWriter::Open(options_.metrics);
+    HCP_RETURN_IF_ERROR(Agree(metrics.status()));
+    metrics_ = std::move(*metrics);
+  } else if (!options_.metrics.empty()) {
+    HCP_RETURN_IF_ERROR(Agree(absl::OkStatus()));
+  }
+  return absl::OkStatus();
+}
+
+// The checkpoint's values are the fp32 masters: the parameters load from them (the bf16 compute
+// copies rounded from them), then the optimizer state is set from them and the moments, so the
+// run continues as if it had not stopped.
+absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
+  absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
+  std::vector<ParamSpec> full;
+  for (const plan::Parameter& p : plan_.parameters) {
+    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan_.FullShape(p)));
+  }
+  absl::StatusOr<TrainStateReader> state =
+      weights.ok() ? TrainStateReader::Open(checkpoint, full) : weights.status();
+  absl::Status loaded = state.status();
+  if (loaded.ok()) loaded = executor_->LoadParameters(*weights);
+  if (loaded.ok()) loaded = executor_->InitOptimizer();
+  for (const plan::Parameter& p : plan_.parameters) {
+    if (!loaded.ok()) break;
+    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
+    std::vector<float> master(n), m(n), v(n);
+    loaded = weights->ReadF32Range(p.name, 0, n, master.data());
+    if (loaded.ok()) loaded = state->ReadMomentsRange(p.name, 0, n, m.data(), v.data());
+    if (loaded.ok()) loaded = executor_->SetOptimizerState(p.name, master, m, v);
+  }
+  if (loaded.ok()) loaded = batcher_->Restore(state->state().data);
+  if (loaded.ok() && state->state().step >= options_.steps) {
+    loaded = absl::InvalidArgumentError(
+        absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
+                        state->state().step, options_.steps));
+  }
+  HCP_RETURN_IF_ERROR(Agree(loaded));
+  const TrainState& saved = state->state();
+  options_.adamw = saved.optimizer;
+  options_.schedule = saved.schedule;
+  first_step_ = saved.step;
+  updates_ = saved.optimizer_updates;
+  if (root()) {
+    std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
+                static_cast<long long>(saved.step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
+  absl::StatusOr<StepBatch> batch = batcher_->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
+  HCP_RETURN_IF_ERROR(Agree(batch.status()));
+  // 1 / valid targets of the whole step, over the micro-batches of every dp rank.
+  double valid = static_cast<double>(CountValid(batch->targets));
+  comm_.AllReduceSum(&valid, 1, comm::Group::kDp);
+  const float loss_scale = valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
+  HCP_RETURN_IF_ERROR(
+      executor_->SetInputs(batch->micro_inputs(0), batch->micro_targets(0), loss_scale));
+  HCP_RETURN_IF_ERROR(executor_->RunStepAndSumGradients());
+  double loss = executor_->Loss();  // summed over the cp group by the plan
+  comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
+
+  // The gradients are the same on every rank now: so are the norm and the decision.
+  HCP_ASSIGN_OR_RETURN(double squared_norm, executor_->GradientSquaredNorm());
+  const double norm = std::sqrt(squared_norm);
+  const StepDecision decision = DecideStep(loss, norm, options_.adamw.max_grad_norm);
+  const double lr = LearningRate(options_.schedule, step);
+  if (decision.applied()) {
+    const cuda::AdamWStep update{.lr = lr,
+                                 .beta1 = options_.adamw.beta1,
+                                 .beta2 = options_.adamw.beta2,
+                                 .eps = options_.adamw.eps,
+                                 .weight_decay = options_.adamw.weight_decay,
+                                 .clip_coef = decision.clip_coef,
+                                 .t = updates_ + 1};
+    HCP_RETURN_IF_ERROR(Agree(executor_->OptimizerStep(update, [this](const plan::Parameter& p) {
+      return DefaultDecay(p.name, plan_.FullShape(p));
+    })));
+    ++updates_;
+  }
+  record.step = step + 1;
+  record.loss = loss;
+  record.lr = lr;
+  record.grad_norm = norm;
+  record.skipped = !decision.applied();
+  if (!decision.applied() && root()) {
+    std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
+                std::string(StepOutcomeName(decision.outcome)).c_str());
+  }
+  return absl::OkStatus();
+}
+
+// Every rank holds every parameter whole (ep = 1): rank 0 downloads and writes.
+absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
+  absl::Status written = absl::OkStatus();
+  if (root()) {
+    std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
+    for (const plan::Parameter& p : plan_.parameters) {
+      if (!written.ok()) break;
+      absl::StatusOr<std::vector<float>> master = executor_->Master(p.name);
+      absl::StatusOr<std::vector<float>> m = executor_->ExpAvg(p.name);
+      absl::StatusOr<std::vector<float>> v = executor_->ExpAvgSq(p.name);
+      for (const absl::Status& s : {master.status(), m.status(), v.status()}) {
+        if (written.ok()) written = s;
+      }
+      if (!written.ok()) break;
+      values.push_back(*std::move(master));
+      exp_avg.push_back(*std::move(m));
+      exp_avg_sq.push_back(*std::move(v));
+    }
+    if (written.ok()) {
+      TrainState state;
+      state.step = steps_done;
+      state.data = batcher_->state();
+      state.rng = {options_.seed, 0};
+      state.optimizer_updates = updates_;
+      state.optimizer = options_.adamw;
+      state.schedule = options_.schedule;
+      const CheckpointContents contents{values, exp_avg, exp_avg_sq, state, options_.model_config};
+      written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
+        return WriteCheckpointFiles(dir, plan_, contents);
+      });
+    }
+    if (written.ok() && metrics_) written = metrics_->Sync();
+  }
+  return Agree(written);
+}
+
+absl::Status GpuLoop::Run() {
+  LoopHooks hooks;
+  hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
+  hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
+  return RunTrainingSteps(options_, root(), first_step_,
+                          batcher_->config().global_batch() * plan_.seq,
+                          metrics_ ? &*metrics_ : nullptr, hooks);
+}
+
+}  // namespace
+
+absl::Status TrainOnGpus(comm::Communicator& comm, const plan::Plan& plan,
+                         const TrainOptions& options) {
+  GpuLoop loop(comm, plan, options);
+  HCP_RETURN_IF_ERROR(loop.Setup());
+  return loop.Run();
+}
+
+}  // namespace hcp::train

@@ -172,6 +172,7 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(bad_position_);
   cudaFree(squares_);
   cudaFree(optimizer_memory_);
+  cudaFree(gradient_stash_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   if (grad_stream_ != nullptr) cudaStreamDestroy(grad_stream_);
@@ -597,6 +598,53 @@ absl::Status CudaExecutor::InitOptimizer() {
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "initialising the optimizer state"));
   SampleMemory();
   return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::StashGradients(bool first) {
+  HCP_RETURN_IF_ERROR(Activate());
+  const int gradients = static_cast<int>(plan::Arena::Gradients);
+  const uint64_t bytes = RoundUp(plan_.arena_bytes[gradients]);
+  if (gradient_stash_ == nullptr) {
+    void* memory = nullptr;
+    HCP_RETURN_IF_ERROR(Allocate(&memory, bytes, "the gradient accumulation stash"));
+    gradient_stash_ = static_cast<std::byte*>(memory);
+  }
+  if (first) {
+    HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(gradient_stash_, arenas_[gradients], bytes,
+                                                 cudaMemcpyDeviceToDevice, stream_),
+                                 "stashing the gradients"));
+    return FromCuda(cudaStreamSynchronize(stream_), "stashing the gradients");
+  }
+  return AddGradients(/*into_stash=*/true);
+}
+
+absl::Status CudaExecutor::AddStashedGradients() {
+  if (gradient_stash_ == nullptr) {
+    return absl::FailedPreconditionError("AddStashedGradients before StashGradients");
+  }
+  HCP_RETURN_IF_ERROR(Activate());
+  return AddGradients(/*into_stash=*/false);
+}
+
+// stash += gradients, or gradients += stash, parameter by parameter in each one's dtype.
+absl::Status CudaExecutor::AddGradients(bool into_stash) {
+  for (const plan::Parameter& p : plan_.parameters) {
+    const plan::Buffer& g = plan_.buffers[p.gradient];
+    std::byte* gradient = Address(p.gradient);
+    std::byte* stashed = gradient_stash_ + g.offset;
+    std::byte* out = into_stash ? stashed : gradient;
+    const auto n = static_cast<int64_t>(g.elements);
+    const cuda::Status s =
+        g.dtype == plan::DType::BF16
+            ? cuda::binary(stream_, cuda::BinaryOp::kAdd, reinterpret_cast<cuda::bf16*>(out),
+                           reinterpret_cast<const cuda::bf16*>(stashed),
+                           reinterpret_cast<const cuda::bf16*>(gradient), n, n)
+            : cuda::binary(stream_, cuda::BinaryOp::kAdd, reinterpret_cast<float*>(out),
+                           reinterpret_cast<const float*>(stashed),
+                           reinterpret_cast<const float*>(gradient), n, n);
+    HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(s));
+  }
+  return FromCuda(cudaStreamSynchronize(stream_), "accumulating the gradients");
 }
 
 absl::Status CudaExecutor::SumGradientsOverRanks() {

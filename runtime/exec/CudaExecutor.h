@@ -134,6 +134,14 @@ class CudaExecutor {
   // stream of its own as soon as the last step writing its gradient has run, while the rest of
   // the backward goes on. For a step without gradient accumulation (the same result).
   absl::Status RunStepAndSumGradients();
+  // Gradient accumulation over micro-batches (each step of the plan overwrites its gradients):
+  // after every micro-batch but the last, StashGradients(first) keeps this micro-batch's
+  // gradients (the first) or adds them to what is kept; after the last, AddStashedGradients adds
+  // the kept sum into the gradients, then SumGradientsOverRanks. The stash is one more gradients
+  // arena of device memory, allocated at the first use, in each gradient's dtype (a bf16
+  // gradient's running sum is rounded to bf16 after each addition, computed in fp32).
+  absl::Status StashGradients(bool first);
+  absl::Status AddStashedGradients();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
   // sums, fixed order) and summed in double on the host in parameter order.
   absl::StatusOr<double> GradientSquaredNorm();
@@ -191,6 +199,7 @@ class CudaExecutor {
   // work queued on stream_ so far.
   void StartGradientSums(size_t first, size_t last);
   void OrderGradientsByReadiness();
+  absl::Status AddGradients(bool into_stash);
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;
@@ -225,6 +234,7 @@ class CudaExecutor {
   int32_t* bad_position_ = nullptr;
   double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
   void* optimizer_memory_ = nullptr;
+  std::byte* gradient_stash_ = nullptr;  // StashGradients' arena, same layout as the gradients
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
   std::vector<cudaEvent_t> events_;       // RunStepProfiled's, one more than the steps
   uint64_t allocated_bytes_ = 0;

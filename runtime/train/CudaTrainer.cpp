@@ -53,11 +53,6 @@ class GpuLoop {
 
 absl::Status GpuLoop::CheckOptions() const {
   if (options_.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
-  if (options_.grad_accum != 1) {
-    return absl::UnimplementedError(
-        "--grad-accum above 1 is not supported on the GPU yet (train a bf16 plan without it, or "
-        "an f32 plan on CPU ranks)");
-  }
   if (options_.shard_optimizer) {
     return absl::UnimplementedError(
         "--shard-optimizer is not supported on the GPU yet: every GPU keeps the whole optimizer "
@@ -91,7 +86,7 @@ absl::Status GpuLoop::Setup() {
   absl::StatusOr<TokenFile> data = TokenFile::Open(options_.data);
   HCP_RETURN_IF_ERROR(Agree(data.status()));
   data_ = std::move(*data);
-  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, /*grad_accum=*/1, vocab};
+  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, options_.grad_accum, vocab};
   absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data_, batch);
   HCP_RETURN_IF_ERROR(Agree(batcher.status()));
   batcher_ = std::move(*batcher);
@@ -171,10 +166,21 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
   double valid = static_cast<double>(CountValid(batch->targets));
   comm_.AllReduceSum(&valid, 1, comm::Group::kDp);
   const float loss_scale = valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
-  HCP_RETURN_IF_ERROR(
-      executor_->SetInputs(batch->micro_inputs(0), batch->micro_targets(0), loss_scale));
-  HCP_RETURN_IF_ERROR(executor_->RunStepAndSumGradients());
-  double loss = executor_->Loss();  // summed over the cp group by the plan
+  double loss = 0;
+  const int64_t micro_batches = options_.grad_accum;
+  for (int64_t a = 0; a < micro_batches; ++a) {
+    HCP_RETURN_IF_ERROR(
+        executor_->SetInputs(batch->micro_inputs(a), batch->micro_targets(a), loss_scale));
+    if (micro_batches == 1) {  // the gradient sums overlap the backward
+      HCP_RETURN_IF_ERROR(executor_->RunStepAndSumGradients());
+    } else {
+      HCP_RETURN_IF_ERROR(executor_->RunStep());
+      HCP_RETURN_IF_ERROR(a + 1 < micro_batches ? executor_->StashGradients(/*first=*/a == 0)
+                                                : executor_->AddStashedGradients());
+    }
+    loss += executor_->Loss();  // summed over the cp group by the plan
+  }
+  if (micro_batches > 1) HCP_RETURN_IF_ERROR(executor_->SumGradientsOverRanks());
   comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
 
   // The gradients are the same on every rank now: so are the norm and the decision.

@@ -4,9 +4,10 @@
 // policy, clipping, metrics and checkpoints (the same files: a GPU run resumes from its own
 // checkpoints, and its checkpoints hold fp32 masters a CPU run can load too).
 //
-// Not on the GPU yet (refused up front, with the same error on every rank): gradient
-// accumulation (--grad-accum > 1: the gradients of several micro-batches would need an fp32
-// accumulator on the device) and the sharded optimizer (--shard-optimizer).
+// Gradient accumulation keeps the running sum of the micro-batches' gradients in a second
+// gradients arena on the device, in each gradient's dtype (CudaExecutor::StashGradients). Not on
+// the GPU yet (refused up front, with the same error on every rank): the sharded optimizer
+// (--shard-optimizer).
 #pragma once
 
 #include "absl/status/status.h"

@@ -57,6 +57,10 @@ done
   --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp2-zigzag.plan"
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp2-chain.plan"
+# Gradient accumulation (train --grad-accum 2): one sequence per micro-batch, on 1 GPU and 2.
+"$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 -o "$BUNDLE/plans/small-512x1-bf16.plan"
+"$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
+  -o "$BUNDLE/plans/small-512x1-bf16-cp2-zigzag.plan"
 # The transformers fixture with the CUDA kernels' shapes (made on the GPU machine, see
 # tests/fixtures/make_fixtures.py): its plans, on one GPU and on two.
 gpu_config=$ROOT/tests/configs/gpu-shapes.json

@@ -748,9 +748,9 @@ absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<co
   const plan::Parameter& p = *FindParameter(name);
   const uint64_t n = plan_.buffers[p.buffer].elements;
   if (master.size() != n || m.size() != n || v.size() != n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "optimizer state of '%s': %d / %d / %d values for a parameter of %d", name, master.size(),
-        m.size(), v.size(), n));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer state of '%s': %d / %d / %d values for a parameter of %d", name,
+                        master.size(), m.size(), v.size(), n));
   }
   HCP_RETURN_IF_ERROR(ToDevice(slot->m, m.data(), sizeof(float) * n));
   HCP_RETURN_IF_ERROR(ToDevice(slot->v, v.data(), sizeof(float) * n));

@@ -234,7 +234,7 @@ class CudaExecutor {
   int32_t* bad_position_ = nullptr;
   double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
   void* optimizer_memory_ = nullptr;
-  std::byte* gradient_stash_ = nullptr;  // StashGradients' arena, same layout as the gradients
+  std::byte* gradient_stash_ = nullptr;   // StashGradients' arena, same layout as the gradients
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
   std::vector<cudaEvent_t> events_;       // RunStepProfiled's, one more than the steps
   uint64_t allocated_bytes_ = 0;

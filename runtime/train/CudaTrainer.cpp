@@ -44,15 +44,13 @@ class GpuLoop {
   TrainOptions options_;
   std::unique_ptr<comm::NcclCommunicator> nccl_;
   std::unique_ptr<CudaExecutor> executor_;
-  std::optional<TokenFile> data_;
-  std::optional<TokenBatcher> batcher_;
+  TrainingData data_;
   std::optional<MetricsWriter> metrics_;
   int64_t first_step_ = 0;
   int64_t updates_ = 0;  // AdamW updates applied (its t)
 };
 
 absl::Status GpuLoop::CheckOptions() const {
-  if (options_.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
   if (options_.shard_optimizer) {
     return absl::UnimplementedError(
         "--shard-optimizer is not supported on the GPU yet: every GPU keeps the whole optimizer "
@@ -62,10 +60,8 @@ absl::Status GpuLoop::CheckOptions() const {
 }
 
 absl::Status GpuLoop::Setup() {
+  HCP_RETURN_IF_ERROR(PrepareOptions(options_));
   HCP_RETURN_IF_ERROR(CheckOptions());
-  options_.schedule.total_steps = options_.steps;
-  HCP_RETURN_IF_ERROR(ValidateSchedule(options_.schedule));
-  HCP_RETURN_IF_ERROR(ValidateAdamWConfig(options_.adamw));
   // One GPU per rank; NCCL between them when there are several.
   CudaExecutor::Options exec_options;
   if (comm_.world_size() > 1) {
@@ -80,23 +76,11 @@ absl::Status GpuLoop::Setup() {
       CudaExecutor::Create(plan_, exec_options);
   HCP_RETURN_IF_ERROR(Agree(executor.status()));
   executor_ = std::move(*executor);
-  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabularyOf(plan_));
-
-  // Every rank opens the data; a rank that cannot stops every rank.
-  absl::StatusOr<TokenFile> data = TokenFile::Open(options_.data);
-  HCP_RETURN_IF_ERROR(Agree(data.status()));
-  data_ = std::move(*data);
-  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, options_.grad_accum, vocab};
-  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data_, batch);
-  HCP_RETURN_IF_ERROR(Agree(batcher.status()));
-  batcher_ = std::move(*batcher);
+  HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
 
   if (options_.resume) {
-    if (options_.checkpoint_dir.empty())
-      return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
-    absl::StatusOr<std::string> latest = LatestCheckpoint(options_.checkpoint_dir);
-    HCP_RETURN_IF_ERROR(Agree(latest.status()));
-    HCP_RETURN_IF_ERROR(ResumeFrom(*latest));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
+    HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else {
     absl::Status set;
     if (!options_.init_weights.empty()) {
@@ -108,14 +92,7 @@ absl::Status GpuLoop::Setup() {
     if (set.ok()) set = executor_->InitOptimizer();
     HCP_RETURN_IF_ERROR(Agree(set));
   }
-  if (root() && !options_.metrics.empty()) {
-    absl::StatusOr<MetricsWriter> metrics = MetricsWriter::Open(options_.metrics);
-    HCP_RETURN_IF_ERROR(Agree(metrics.status()));
-    metrics_ = std::move(*metrics);
-  } else if (!options_.metrics.empty()) {
-    HCP_RETURN_IF_ERROR(Agree(absl::OkStatus()));
-  }
-  return absl::OkStatus();
+  return OpenMetrics(comm_, options_, metrics_);
 }
 
 // The checkpoint's values are the fp32 masters: the parameters load from them (the bf16 compute
@@ -140,7 +117,7 @@ absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
     if (loaded.ok()) loaded = state->ReadMomentsRange(p.name, 0, n, m.data(), v.data());
     if (loaded.ok()) loaded = executor_->SetOptimizerState(p.name, master, m, v);
   }
-  if (loaded.ok()) loaded = batcher_->Restore(state->state().data);
+  if (loaded.ok()) loaded = data_.batcher->Restore(state->state().data);
   if (loaded.ok() && state->state().step >= options_.steps) {
     loaded = absl::InvalidArgumentError(
         absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
@@ -160,12 +137,10 @@ absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
 }
 
 absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
-  absl::StatusOr<StepBatch> batch = batcher_->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
+  absl::StatusOr<StepBatch> batch =
+      data_.batcher->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
   HCP_RETURN_IF_ERROR(Agree(batch.status()));
-  // 1 / valid targets of the whole step, over the micro-batches of every dp rank.
-  double valid = static_cast<double>(CountValid(batch->targets));
-  comm_.AllReduceSum(&valid, 1, comm::Group::kDp);
-  const float loss_scale = valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
+  const float loss_scale = StepLossScale(comm_, *batch);
   double loss = 0;
   const int64_t micro_batches = options_.grad_accum;
   for (int64_t a = 0; a < micro_batches; ++a) {
@@ -201,15 +176,7 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
     })));
     ++updates_;
   }
-  record.step = step + 1;
-  record.loss = loss;
-  record.lr = lr;
-  record.grad_norm = norm;
-  record.skipped = !decision.applied();
-  if (!decision.applied() && root()) {
-    std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
-                std::string(StepOutcomeName(decision.outcome)).c_str());
-  }
+  RecordStep(record, step, loss, lr, norm, decision, root());
   return absl::OkStatus();
 }
 
@@ -232,14 +199,9 @@ absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
       exp_avg_sq.push_back(*std::move(v));
     }
     if (written.ok()) {
-      TrainState state;
-      state.step = steps_done;
-      state.data = batcher_->state();
-      state.rng = {options_.seed, 0};
-      state.optimizer_updates = updates_;
-      state.optimizer = options_.adamw;
-      state.schedule = options_.schedule;
-      const CheckpointContents contents{values, exp_avg, exp_avg_sq, state, options_.model_config};
+      const CheckpointContents contents{values, exp_avg, exp_avg_sq,
+                                        StateAfter(steps_done, *data_.batcher, options_, updates_),
+                                        options_.model_config};
       written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
         return WriteCheckpointFiles(dir, plan_, contents);
       });
@@ -254,7 +216,7 @@ absl::Status GpuLoop::Run() {
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
   hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
   return RunTrainingSteps(options_, root(), first_step_,
-                          batcher_->config().global_batch() * plan_.seq,
+                          data_.batcher->config().global_batch() * plan_.seq,
                           metrics_ ? &*metrics_ : nullptr, hooks);
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/Agreement.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
 #include "runtime/weights/Checkpoint.h"
@@ -27,6 +28,80 @@ absl::StatusOr<int64_t> VocabularyOf(const plan::Plan& plan) {
 int64_t CountValid(std::span<const int32_t> targets) {
   return std::count_if(targets.begin(), targets.end(),
                        [](int32_t t) { return t != plan::kIgnoredTarget; });
+}
+
+absl::Status PrepareOptions(TrainOptions& options) {
+  if (options.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
+  options.schedule.total_steps = options.steps;
+  HCP_RETURN_IF_ERROR(ValidateSchedule(options.schedule));
+  return ValidateAdamWConfig(options.adamw);
+}
+
+absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
+                              const TrainOptions& options, TrainingData& data) {
+  absl::StatusOr<int64_t> vocab = VocabularyOf(plan);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, vocab.status()));
+  absl::StatusOr<TokenFile> file = TokenFile::Open(options.data);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, file.status()));
+  data.file = std::make_unique<TokenFile>(std::move(*file));
+  const BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum, *vocab};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data.file, batch);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
+  data.batcher = std::move(*batcher);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
+                                               const TrainOptions& options) {
+  if (options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
+  }
+  absl::StatusOr<std::string> latest = LatestCheckpoint(options.checkpoint_dir);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, latest.status()));
+  return latest;
+}
+
+absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
+                         std::optional<MetricsWriter>& metrics) {
+  if (options.metrics.empty()) return absl::OkStatus();
+  absl::Status opened = absl::OkStatus();
+  if (comm.world_rank() == 0) {
+    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(options.metrics);
+    opened = writer.status();
+    if (writer.ok()) metrics = std::move(*writer);
+  }
+  return comm::AgreeOnStatus(comm, opened);
+}
+
+float StepLossScale(comm::Communicator& comm, const StepBatch& batch) {
+  double valid = static_cast<double>(CountValid(batch.targets));
+  comm.AllReduceSum(&valid, 1, comm::Group::kDp);
+  return valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
+}
+
+void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, double grad_norm,
+                const StepDecision& decision, bool root) {
+  record.step = step + 1;
+  record.loss = loss;
+  record.lr = lr;
+  record.grad_norm = grad_norm;
+  record.skipped = !decision.applied();
+  if (!decision.applied() && root) {
+    std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
+                std::string(StepOutcomeName(decision.outcome)).c_str());
+  }
+}
+
+TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const TrainOptions& options,
+                      int64_t optimizer_updates) {
+  TrainState state;
+  state.step = steps_done;
+  state.data = batcher.state();
+  state.rng = {options.seed, 0};
+  state.optimizer_updates = optimizer_updates;
+  state.optimizer = options.adamw;
+  state.schedule = options.schedule;
+  return state;
 }
 
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir) {
@@ -53,8 +128,8 @@ absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_
     fs::remove_all(dir / name, error);
     fs::rename(staging, dir / name, error);
     if (error) {
-      written = absl::InternalError(absl::StrFormat("cannot move %s into place: %s",
-                                                    (dir / name).string(), error.message()));
+      written = absl::InternalError(
+          absl::StrFormat("cannot move %s into place: %s", (dir / name).string(), error.message()));
     }
   }
   if (written.ok()) written = WriteFileAtomically((dir / kLatestFileName).string(), name + "\n");

@@ -11,10 +11,16 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+#include <optional>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/train/AdamW.h"
 #include "runtime/train/Metrics.h"
+#include "runtime/train/TokenData.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/train/Trainer.h"
 
@@ -24,6 +30,35 @@ namespace hcp::train {
 absl::StatusOr<int64_t> VocabularyOf(const plan::Plan& plan);
 // Targets that count in the loss (not plan::kIgnoredTarget).
 int64_t CountValid(std::span<const int32_t> targets);
+
+// Setting up a run, on every rank, each step agreed so that a failing rank stops them all with
+// the same error:
+//   - the options: steps > 0, a valid schedule (its total_steps set to steps) and AdamW config;
+//   - the token file and its batcher (the plan's micro-batch and dp, options.grad_accum);
+//   - with --resume, the checkpoint to resume from (checkpoint_dir's latest);
+//   - rank 0's metrics file.
+absl::Status PrepareOptions(TrainOptions& options);
+struct TrainingData {
+  std::unique_ptr<TokenFile> file;
+  std::optional<TokenBatcher> batcher;
+};
+absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
+                              const TrainOptions& options, TrainingData& data);
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
+                                               const TrainOptions& options);
+absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
+                         std::optional<MetricsWriter>& metrics);
+
+// 1 / (valid targets of the whole step: every micro-batch of every dp rank), so each
+// micro-batch's scaled loss and gradients add up to the step's mean. Collective over dp.
+float StepLossScale(comm::Communicator& comm, const StepBatch& batch);
+// Fills `record` after step `step` (0-based) and, on the root rank, says when the update was
+// skipped.
+void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, double grad_norm,
+                const StepDecision& decision, bool root);
+// What a checkpoint after steps_done records besides the tensors.
+TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const TrainOptions& options,
+                      int64_t optimizer_updates);
 
 // The path of checkpoint_dir's latest complete checkpoint; NotFound when there is none.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir);

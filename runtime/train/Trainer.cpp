@@ -69,8 +69,7 @@ class Loop {
   const plan::Plan& plan_;
   TrainOptions options_;
   std::unique_ptr<CpuExecutor> executor_;
-  std::optional<TokenFile> data_;
-  std::optional<TokenBatcher> batcher_;
+  TrainingData data_;
   std::optional<FlatLayout> layout_;
   std::optional<AdamW> optimizer_;
   std::optional<MetricsWriter> metrics_;
@@ -81,23 +80,11 @@ class Loop {
 };
 
 absl::Status Loop::Setup() {
-  if (options_.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
-  options_.schedule.total_steps = options_.steps;
-  HCP_RETURN_IF_ERROR(ValidateSchedule(options_.schedule));
-  HCP_RETURN_IF_ERROR(ValidateAdamWConfig(options_.adamw));
+  HCP_RETURN_IF_ERROR(PrepareOptions(options_));
   HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_));
-  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabularyOf(plan_));
   HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_));
   layout_ = std::move(layout);
-
-  // Every rank opens the data; a rank that cannot stops every rank.
-  absl::StatusOr<TokenFile> data = TokenFile::Open(options_.data);
-  HCP_RETURN_IF_ERROR(Agree(data.status()));
-  data_ = std::move(*data);
-  BatchConfig batch{plan_.seq, plan_.micro_batch, plan_.mesh.dp, options_.grad_accum, vocab};
-  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data_, batch);
-  HCP_RETURN_IF_ERROR(Agree(batcher.status()));
-  batcher_ = std::move(*batcher);
+  HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
 
   std::optional<FlatRange> owned;
   if (options_.shard_optimizer) {
@@ -114,11 +101,8 @@ absl::Status Loop::Setup() {
   gradients_.assign(layout_->total(), 0.0f);
 
   if (options_.resume) {
-    if (options_.checkpoint_dir.empty())
-      return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
-    absl::StatusOr<std::string> latest = LatestCheckpoint(options_.checkpoint_dir);
-    HCP_RETURN_IF_ERROR(Agree(latest.status()));
-    HCP_RETURN_IF_ERROR(ResumeFrom(*latest));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
+    HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else if (!options_.init_weights.empty()) {
     absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
     HCP_RETURN_IF_ERROR(Agree(weights.status()));
@@ -126,14 +110,7 @@ absl::Status Loop::Setup() {
   } else {
     executor_->InitializeParameters(options_.seed);
   }
-  if (root() && !options_.metrics.empty()) {
-    absl::StatusOr<MetricsWriter> metrics = MetricsWriter::Open(options_.metrics);
-    HCP_RETURN_IF_ERROR(Agree(metrics.status()));
-    metrics_ = std::move(*metrics);
-  } else if (!options_.metrics.empty()) {
-    HCP_RETURN_IF_ERROR(Agree(absl::OkStatus()));
-  }
-  return absl::OkStatus();
+  return OpenMetrics(comm_, options_, metrics_);
 }
 
 absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
@@ -150,7 +127,7 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   // The saved run's optimizer and schedule, so that it continues exactly.
   const TrainState& saved = state->state();
   absl::Status loaded = LoadMoments(*state);
-  if (loaded.ok()) loaded = batcher_->Restore(saved.data);
+  if (loaded.ok()) loaded = data_.batcher->Restore(saved.data);
   if (loaded.ok() && saved.step >= options_.steps) {
     loaded = absl::InvalidArgumentError(
         absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
@@ -225,12 +202,10 @@ absl::Status Loop::Update(const AdamWUpdate& update) {
 }
 
 absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
-  absl::StatusOr<StepBatch> batch = batcher_->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
+  absl::StatusOr<StepBatch> batch =
+      data_.batcher->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
   HCP_RETURN_IF_ERROR(Agree(batch.status()));
-  // 1 / valid targets of the whole step, over every micro-batch of every dp rank.
-  double valid = static_cast<double>(CountValid(batch->targets));
-  comm_.AllReduceSum(&valid, 1, comm::Group::kDp);
-  const float loss_scale = valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
+  const float loss_scale = StepLossScale(comm_, *batch);
 
   double loss = 0;
   for (int64_t a = 0; a < options_.grad_accum; ++a) {
@@ -252,15 +227,7 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   if (decision.applied()) {
     HCP_RETURN_IF_ERROR(Agree(Update(optimizer_->NextUpdate(lr, decision.clip_coef))));
   }
-  record.step = step + 1;
-  record.loss = loss;
-  record.lr = lr;
-  record.grad_norm = norm;
-  record.skipped = !decision.applied();
-  if (!decision.applied() && root()) {
-    std::printf("step %lld: %s; the update was skipped\n", static_cast<long long>(step + 1),
-                std::string(StepOutcomeName(decision.outcome)).c_str());
-  }
+  RecordStep(record, step, loss, lr, norm, decision, root());
   return absl::OkStatus();
 }
 
@@ -269,7 +236,7 @@ absl::Status Loop::Run() {
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
   hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
   return RunTrainingSteps(options_, root(), first_step_,
-                          batcher_->config().global_batch() * plan_.seq,
+                          data_.batcher->config().global_batch() * plan_.seq,
                           metrics_ ? &*metrics_ : nullptr, hooks);
 }
 
@@ -302,15 +269,10 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
   }
   absl::Status written = absl::OkStatus();
   if (root()) {
-    TrainState state;
-    state.step = steps_done;
-    state.data = batcher_->state();
-    state.rng = {options_.seed, 0};
-    state.optimizer_updates = optimizer_->updates();
-    state.optimizer = options_.adamw;
-    state.schedule = options_.schedule;
-    const CheckpointContents contents{full_values_, full_exp_avg_, full_exp_avg_sq_, state,
-                                      options_.model_config};
+    const CheckpointContents contents{
+        full_values_, full_exp_avg_, full_exp_avg_sq_,
+        StateAfter(steps_done, *data_.batcher, options_, optimizer_->updates()),
+        options_.model_config};
     written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
       return WriteCheckpointFiles(dir, plan_, contents);
     });

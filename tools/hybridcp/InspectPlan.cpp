@@ -1,5 +1,6 @@
 // `hybridcp inspect FILE.plan`: what a plan holds and costs: memory per arena (the activation
 // arena is the step's peak activation memory), kernels, FLOPs per step.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -9,6 +10,9 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "tools/hybridcp/Commands.h"
+#ifdef HYBRIDCP_HAVE_CUDA
+#include "runtime/backends/cuda/CudaBackend.h"
+#endif
 
 namespace hcp {
 namespace {
@@ -60,11 +64,30 @@ bool LooksLikePlanFile(const std::string& path) {
          std::equal(magic, magic + sizeof(magic), plan::kPlanMagic);
 }
 
+// Where the plan runs: an f32 plan on CPU ranks (the reference backend), a bf16 plan on GPUs, one
+// process each, if the CUDA backend takes it (and this build has it).
+std::string RunsOn(const plan::Plan& plan) {
+  const long long ranks = plan.mesh.world();
+  const bool bf16 = std::any_of(plan.buffers.begin(), plan.buffers.end(),
+                                [](const plan::Buffer& b) { return b.dtype == plan::DType::BF16; });
+  if (!bf16) return absl::StrFormat("%lld CPU rank(s) (an f32 plan)", ranks);
+#ifdef HYBRIDCP_HAVE_CUDA
+  if (absl::Status s = cuda_backend::CheckPlanRunsOnCuda(plan); !s.ok()) {
+    return absl::StrFormat("nothing yet (a bf16 plan the CUDA backend does not take: %s)",
+                           s.message());
+  }
+  return absl::StrFormat("%lld GPU(s), one process each (a bf16 plan)", ranks);
+#else
+  return absl::StrFormat("%lld GPU(s) (a bf16 plan), with a hybridcp built with CUDA", ranks);
+#endif
+}
+
 absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
   std::printf("plan: %s (%s)\n", path.c_str(), plan.producer.c_str());
   std::printf("model: %s, micro-batch %lld x seq %lld\n", plan.model.c_str(),
               static_cast<long long>(plan.micro_batch), static_cast<long long>(plan.seq));
+  std::printf("runs on: %s\n", RunsOn(plan).c_str());
   uint64_t parameters = 0;
   for (const plan::Parameter& p : plan.parameters) parameters += plan.buffers[p.buffer].elements;
   std::printf("parameters: %zu tensors, %llu values\n", plan.parameters.size(),

@@ -150,8 +150,9 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
       HCP_RETURN_IF_ERROR(executor_->RunStepAndSumGradients());
     } else {
       HCP_RETURN_IF_ERROR(executor_->RunStep());
-      HCP_RETURN_IF_ERROR(a + 1 < micro_batches ? executor_->StashGradients(/*first=*/a == 0)
-                                                : executor_->AddStashedGradients());
+      // The stash is allocated at its first use: a rank without the memory stops them all.
+      HCP_RETURN_IF_ERROR(Agree(a + 1 < micro_batches ? executor_->StashGradients(/*first=*/a == 0)
+                                                      : executor_->AddStashedGradients()));
     }
     loss += executor_->Loss();  // summed over the cp group by the plan
   }

@@ -347,7 +347,7 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
   // (one rank: the sequences whole, in order).
   const plan::Mesh& mesh = plan_.mesh;
   const int64_t len = plan_.seq / mesh.segments(), segs = mesh.segments_per_rank();
-  const int64_t local = plan_.micro_batch * segs * len;
+  const int64_t local = plan_.local_tokens();
   std::vector<int32_t> local_ids(local), local_targets(local);
   for (int64_t b = 0; b < plan_.micro_batch; ++b) {
     for (int64_t k = 0; k < segs; ++k) {
@@ -401,18 +401,25 @@ void CudaExecutor::OrderGradientsByReadiness() {
   }
 }
 
+// One NCCL launch for the lot. bf16 gradients are summed in bf16 (one rounding per addition, as
+// a bf16 data-parallel all-reduce is); the f32 ones (dt_bias, A_log, D) in f32.
+void CudaExecutor::QueueGradientSums(size_t first, size_t last, cudaStream_t stream) {
+  nccl_->GroupStart();
+  for (size_t r = first; r < last; ++r) {
+    const uint32_t gradient = plan_.parameters[ready_order_[r]].gradient;
+    const plan::Buffer& g = plan_.buffers[gradient];
+    std::byte* data = Address(gradient);
+    nccl_->AllReduceSum(data, data, g.elements,
+                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
+                        comm::Group::kWorld, stream);
+  }
+  nccl_->GroupEnd();
+}
+
 void CudaExecutor::StartGradientSums(size_t first, size_t last) {
   cudaEventRecord(grads_ready_, stream_);
   cudaStreamWaitEvent(grad_stream_, grads_ready_, 0);
-  nccl_->GroupStart();
-  for (size_t r = first; r < last; ++r) {
-    const plan::Buffer& g = plan_.buffers[plan_.parameters[ready_order_[r]].gradient];
-    std::byte* data = arenas_[static_cast<int>(g.arena)] + g.offset;
-    nccl_->AllReduceSum(data, data, g.elements,
-                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
-                        comm::Group::kWorld, grad_stream_);
-  }
-  nccl_->GroupEnd();
+  QueueGradientSums(first, last, grad_stream_);
 }
 
 absl::Status CudaExecutor::RunStepAndSumGradients() {
@@ -650,17 +657,7 @@ absl::Status CudaExecutor::AddGradients(bool into_stash) {
 absl::Status CudaExecutor::SumGradientsOverRanks() {
   if (nccl_ == nullptr) return absl::OkStatus();
   HCP_RETURN_IF_ERROR(Activate());
-  // One NCCL launch for all of them. bf16 gradients are summed in bf16 (one rounding per
-  // addition, as a bf16 data-parallel all-reduce is); the f32 ones (dt_bias, A_log, D) in f32.
-  nccl_->GroupStart();
-  for (const plan::Parameter& p : plan_.parameters) {
-    const plan::Buffer& g = plan_.buffers[p.gradient];
-    std::byte* data = Address(p.gradient);
-    nccl_->AllReduceSum(data, data, g.elements,
-                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
-                        comm::Group::kWorld, stream_);
-  }
-  nccl_->GroupEnd();
+  QueueGradientSums(0, ready_order_.size(), stream_);
   return Wait("summing the gradients over the ranks");
 }
 

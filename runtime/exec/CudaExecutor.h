@@ -198,6 +198,8 @@ class CudaExecutor {
   // Queues the all-reduce of parameters [first, last) of ready_order_ on grad_stream_, after the
   // work queued on stream_ so far.
   void StartGradientSums(size_t first, size_t last);
+  // The all-reduces of parameters [first, last) of ready_order_, queued on `stream`.
+  void QueueGradientSums(size_t first, size_t last, cudaStream_t stream);
   void OrderGradientsByReadiness();
   absl::Status AddGradients(bool into_stash);
   absl::Status DescribeBadInput(int32_t position) const;

@@ -74,6 +74,11 @@ uint64_t Plan::total_arena_bytes() const {
   return total;
 }
 
+bool Plan::StoresBf16() const {
+  return std::any_of(buffers.begin(), buffers.end(),
+                     [](const Buffer& b) { return b.dtype == DType::BF16; });
+}
+
 uint64_t Plan::ShardedGradientsOffset() const {
   uint64_t offset = arena_size(Arena::Gradients);
   for (const Parameter& p : parameters) {

@@ -145,6 +145,9 @@ struct Plan {
   // this). The arena size when no parameter is sharded.
   uint64_t ShardedGradientsOffset() const;
   uint64_t total_arena_bytes() const;
+  // Whether any buffer is bf16: a plan compiled with --dtype bf16, which the CUDA backend runs
+  // (the CPU backend runs f32 plans).
+  bool StoresBf16() const;
   // Tokens of one global micro-batch: micro_batch * seq (what CpuExecutor::SetInputs takes).
   int64_t tokens() const { return micro_batch * seq; }
   // Tokens per sequence on one rank, and of the rank's micro-batch (input_ids' size).

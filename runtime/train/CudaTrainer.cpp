@@ -10,6 +10,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/NcclCommunicator.h"
 #include "runtime/exec/CudaExecutor.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/TokenData.h"
@@ -95,9 +96,9 @@ absl::Status GpuLoop::Setup() {
   return OpenMetrics(comm_, options_, metrics_);
 }
 
-// The checkpoint's values are the fp32 masters: the parameters load from them (the bf16 compute
-// copies rounded from them), then the optimizer state is set from them and the moments, so the
-// run continues as if it had not stopped.
+// The checkpoint's values are the fp32 masters: each parameter's master and moments are set from
+// it (the bf16 compute copy rounded from the master), so the run continues as if it had not
+// stopped. Each tensor is read once.
 absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
   absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
   std::vector<ParamSpec> full;
@@ -107,7 +108,7 @@ absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
   absl::StatusOr<TrainStateReader> state =
       weights.ok() ? TrainStateReader::Open(checkpoint, full) : weights.status();
   absl::Status loaded = state.status();
-  if (loaded.ok()) loaded = executor_->LoadParameters(*weights);
+  if (loaded.ok()) loaded = CheckCheckpointHasParameters(plan_, *weights);
   if (loaded.ok()) loaded = executor_->InitOptimizer();
   for (const plan::Parameter& p : plan_.parameters) {
     if (!loaded.ok()) break;

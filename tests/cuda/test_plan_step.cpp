@@ -80,6 +80,14 @@ double MoeTolerance(double flip_fraction) {
   return kGradientTolerance + 2.0 * std::sqrt(2.0 * flip_fraction);
 }
 
+// The parameters held to MoeTolerance in a model with experts: the MoE block's, and the norm
+// right before it (its gradient is the routed experts' input gradient, contracted over the
+// tokens).
+bool UnderMoeTolerance(const std::string& name) {
+  return name.find(".block_sparse_moe.") != std::string::npos ||
+         name.find(".post_attention_layernorm.") != std::string::npos;
+}
+
 // The indices of the moe_route.forward steps, in plan order.
 std::vector<size_t> RoutingSteps(const plan::Plan& plan) {
   std::vector<size_t> steps;
@@ -392,11 +400,7 @@ int Main(int argc, char** argv) {
     }
     const double error = RelativeRms(g_gpu, g_cpu);
     errors.push_back({p.name, static_cast<int64_t>(g_gpu.size()), error});
-    // The MoE block's parameters, and the norm right before it (its gradient is the routed
-    // experts' input gradient, contracted over the tokens).
-    const bool moe =
-        has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
-                        p.name.find(".post_attention_layernorm.") != std::string::npos);
+    const bool moe = has_experts && UnderMoeTolerance(p.name);
     const double tolerance = moe ? MoeTolerance(flips) : kGradientTolerance;
     ok &= error <= tolerance;
     std::printf("%s grad %-60s %10lld  rel rms %.2e%s\n", error <= tolerance ? "PASS" : "FAIL",
@@ -445,9 +449,7 @@ int Main(int argc, char** argv) {
     for (const plan::Parameter& p : bf16_plan.parameters) {
       const std::vector<float> g_ref = OrFail(reference.ReadF32("grad." + p.name));
       const double e = RelativeRms(OrFail(gpu->Gradient(p.name)), g_ref);
-      const bool moe =
-          has_experts && (p.name.find(".block_sparse_moe.") != std::string::npos ||
-                          p.name.find(".post_attention_layernorm.") != std::string::npos);
+      const bool moe = has_experts && UnderMoeTolerance(p.name);
       grads_ok &= e <= (moe ? MoeTolerance(flips) : kGradientTolerance);
       (moe ? worst_moe : worst_plain) = std::max(moe ? worst_moe : worst_plain, e);
     }

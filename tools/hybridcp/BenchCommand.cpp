@@ -22,6 +22,7 @@
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Format.h"
 #include "runtime/train/TokenData.h"
+#include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
 
 namespace hcp {
@@ -112,14 +113,6 @@ class Batches {
   std::unique_ptr<train::TokenBatcher> batcher_;
 };
 
-// The vocabulary size: the embedding table's rows.
-absl::StatusOr<int64_t> VocabOf(const plan::Plan& plan) {
-  for (const plan::Parameter& p : plan.parameters) {
-    if (p.name == "model.embed_tokens.weight") return plan.FullShape(p)[0];
-  }
-  return absl::InvalidArgumentError("the plan has no model.embed_tokens.weight");
-}
-
 void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
   std::vector<std::pair<double, int>> rows;
   double total = 0;
@@ -165,7 +158,7 @@ absl::Status RunBench(const Args& args) {
       return absl::InternalError("cannot silence the output of ranks other than 0");
     }
   }
-  HCP_ASSIGN_OR_RETURN(int64_t vocab, VocabOf(plan));
+  HCP_ASSIGN_OR_RETURN(int64_t vocab, train::VocabularyOf(plan));
   HCP_ASSIGN_OR_RETURN(Batches batches,
                        Batches::Create(o, plan, vocab, nccl ? ranks.dp_index() : 0));
 
@@ -193,7 +186,7 @@ absl::Status RunBench(const Args& args) {
   };
 
   // Tokens per GPU per step: a cp group shares one micro-batch; each dp index has its own.
-  const int64_t tokens = plan.tokens() / plan.mesh.cp;
+  const int64_t tokens = plan.local_tokens();
   std::vector<int32_t> ids, targets;
   double fwd_bwd_seconds = 0, optimizer_seconds = 0;
   std::vector<float> losses;

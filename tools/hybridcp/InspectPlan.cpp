@@ -1,6 +1,5 @@
 // `hybridcp inspect FILE.plan`: what a plan holds and costs: memory per arena (the activation
 // arena is the step's peak activation memory), kernels, FLOPs per step.
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -68,9 +67,7 @@ bool LooksLikePlanFile(const std::string& path) {
 // process each, if the CUDA backend takes it (and this build has it).
 std::string RunsOn(const plan::Plan& plan) {
   const long long ranks = plan.mesh.world();
-  const bool bf16 = std::any_of(plan.buffers.begin(), plan.buffers.end(),
-                                [](const plan::Buffer& b) { return b.dtype == plan::DType::BF16; });
-  if (!bf16) return absl::StrFormat("%lld CPU rank(s) (an f32 plan)", ranks);
+  if (!plan.StoresBf16()) return absl::StrFormat("%lld CPU rank(s) (an f32 plan)", ranks);
 #ifdef HYBRIDCP_HAVE_CUDA
   if (absl::Status s = cuda_backend::CheckPlanRunsOnCuda(plan); !s.ok()) {
     return absl::StrFormat("nothing yet (a bf16 plan the CUDA backend does not take: %s)",

@@ -1,6 +1,5 @@
 // `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and the
 // two helpers around it: `tokenize` (raw text -> token file) and `plot` (metrics -> SVG).
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -57,11 +56,6 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   return o;
 }
 
-bool IsBf16Plan(const plan::Plan& plan) {
-  return std::any_of(plan.buffers.begin(), plan.buffers.end(),
-                     [](const plan::Buffer& b) { return b.dtype == plan::DType::BF16; });
-}
-
 absl::Status Train(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
   HCP_ASSIGN_OR_RETURN(World world, World::Join());
@@ -70,7 +64,7 @@ absl::Status Train(const Args& args) {
   absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));
   // A bf16 plan trains on the GPUs (the CUDA backend), an f32 plan on CPU ranks.
-  if (IsBf16Plan(*mine.plan)) {
+  if (mine.plan->StoresBf16()) {
 #ifdef HYBRIDCP_HAVE_CUDA
     return train::TrainOnGpus(world.comm(), *mine.plan, *options);
 #else

@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/SegmentRoutes.h"
 
 namespace hcp::cpu {
 namespace {
 
 using comm::Group;
 using comm::kNoRank;
+using comm::RemoteOwner;
+using comm::VisiblePairs;
 
 template <typename T>
 std::span<const std::byte> Bytes(const std::vector<T>& v) {
@@ -23,14 +26,6 @@ std::span<const std::byte> Bytes(const std::vector<T>& v) {
 template <typename T>
 std::span<std::byte> Bytes(std::vector<T>& v) {
   return std::as_writable_bytes(std::span(v));
-}
-
-// The cp rank that holds global segment j, or kNoRank if there is no segment j or this rank
-// holds it itself (no message then).
-int RemoteOwner(const plan::Mesh& mesh, int64_t me, int64_t j) {
-  if (j < 0 || j >= mesh.segments()) return kNoRank;
-  const int64_t owner = mesh.OwnerOf(j).cp_index;
-  return owner == me ? kNoRank : static_cast<int>(owner);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,26 +300,6 @@ struct Pieces {
   }
 };
 
-// The (query segment, key segment) pairs of one ring step: global positions, and whether the
-// keys all lie after the queries (skipped when causal: positions are whole segments, so a key
-// segment is entirely before, the same as, or entirely after a query segment).
-struct PiecePair {
-  int64_t kq, kk, q_pos0, k_pos0;
-};
-std::vector<PiecePair> VisiblePairs(const plan::Mesh& mesh, int64_t me, int64_t source, int64_t len,
-                                    bool causal) {
-  std::vector<PiecePair> pairs;
-  for (int64_t kq = 0; kq < mesh.segments_per_rank(); ++kq) {
-    for (int64_t kk = 0; kk < mesh.segments_per_rank(); ++kk) {
-      const int64_t q_pos0 = mesh.GlobalSegment(me, kq) * len;
-      const int64_t k_pos0 = mesh.GlobalSegment(source, kk) * len;
-      if (causal && k_pos0 > q_pos0 + len - 1) continue;  // entirely in the future
-      pairs.push_back({kq, kk, q_pos0, k_pos0});
-    }
-  }
-  return pairs;
-}
-
 }  // namespace
 
 void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* out,
@@ -354,7 +329,7 @@ void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, fl
   std::vector<double> part_out_d(q_piece), part_lse_d(lse_piece);
   for (int64_t step = 0; step < cp; ++step) {
     const int64_t source = (me - step + cp) % cp;  // whose K/V is in hand
-    for (const PiecePair& p : VisiblePairs(mesh, me, source, len, causal)) {
+    for (const comm::SegmentPair& p : VisiblePairs(mesh, me, source, len, causal)) {
       pieces.Extract(kp.data(), block.data(), p.kk, Hkv * D);
       pieces.Extract(vp.data(), block.data() + kv_count, p.kk, Hkv * D);
       attention_forward<float>(part_out.data(), part_lse.data(), qs[p.kq].data(), kp.data(),
@@ -417,7 +392,7 @@ void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, f
     const int64_t source = (me - step + cp) % cp;
     float* block_dk = block.data() + 2 * kv_count;
     float* block_dv = block.data() + 3 * kv_count;
-    for (const PiecePair& p : VisiblePairs(mesh, me, source, len, causal)) {
+    for (const comm::SegmentPair& p : VisiblePairs(mesh, me, source, len, causal)) {
       QuerySide& s = side[p.kq];
       pieces.Extract(kp.data(), block.data(), p.kk, Hkv * D);
       pieces.Extract(vp.data(), block.data() + kv_count, p.kk, Hkv * D);

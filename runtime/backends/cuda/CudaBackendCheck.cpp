@@ -98,8 +98,10 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
     case KernelId::SsdLogDecayBackward:
       return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
     case KernelId::AttentionForward:
+    case KernelId::RingAttentionForward:
       return Signature{{B, B, B}, {B, F}};
     case KernelId::AttentionBackward:
+    case KernelId::RingAttentionBackward:
       return Signature{{B, B, B, B, B, F}, {B, B, B}};
     case KernelId::MoeRouteForward:
       return Signature{{T}, {F, I}, /*t_from_output=*/false, 0};
@@ -113,18 +115,13 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
       return Signature{{T, I}, {F, F}, /*t_from_output=*/false, 0};
     case KernelId::CrossEntropyBackward:
       return Signature{{F, T, I}, {T}, /*t_from_output=*/false, 1};
-    case KernelId::HaloExchangeForward:
+    case KernelId::HaloExchangeForward:  // the conv input's type
     case KernelId::HaloExchangeBackward:
-      return Uniform(ins, outs);  // the conv input's type
+    case KernelId::AllReduce:
+      return Uniform(ins, outs);
     case KernelId::StateScanForward:
     case KernelId::StateScanBackward:
       return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
-    case KernelId::RingAttentionForward:
-      return Signature{{B, B, B}, {B, F}};
-    case KernelId::RingAttentionBackward:
-      return Signature{{B, B, B, B, B, F}, {B, B, B}};
-    case KernelId::AllReduce:
-      return Uniform(ins, outs);
     case KernelId::MoeExpertsEpForward:
     case KernelId::MoeExpertsEpBackward:
       break;
@@ -337,9 +334,7 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
         mesh.ep));
   }
   // An f32 plan fails every step's check; say what to do instead of listing the first one.
-  const bool any_bf16 = std::any_of(plan.buffers.begin(), plan.buffers.end(),
-                                    [](const plan::Buffer& b) { return b.dtype == DType::BF16; });
-  if (!any_bf16) {
+  if (!plan.StoresBf16()) {
     return absl::InvalidArgumentError(
         "the plan stores its tensors in f32 (compiled without --dtype bf16), which the CPU "
         "backend runs; the CUDA backend runs bf16 plans: compile with --dtype bf16");

@@ -5,9 +5,10 @@
 // algorithms, and who sends what to whom, are the CPU reference's (runtime/backends/cpu/
 // DistKernels.cpp); this file only says how each step maps onto device buffers and streams.
 //
-// Scratch comes from the step workspace, carved in a fixed order that CollectiveWorkspaceBytes
-// sizes. Everything is queued on the step's stream and returns without waiting, except ring
-// attention's K/V prefetch, which runs on resources.comm_stream, ordered by two events.
+// Scratch comes from the step workspace: each collective's *Scratch::Carve cuts its pieces, and
+// CollectiveWorkspaceBytes sizes the workspace with the same Carve on a null base. Everything is
+// queued on the step's stream and returns without waiting, except ring attention's K/V prefetch,
+// which runs on resources.comm_stream, ordered by two events.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/backends/cuda/StepArgs.h"
+#include "runtime/comm/SegmentRoutes.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/kernels/cuda/SequenceKernels.h"
@@ -25,6 +27,8 @@ namespace {
 
 using comm::Group;
 using comm::kNoRank;
+using comm::RemoteOwner;
+using comm::VisiblePairs;
 using plan::DType;
 
 // Pieces of the workspace, 256-byte aligned, in order. With a null base only the size counts.
@@ -38,6 +42,7 @@ class Carver {
     return reinterpret_cast<T*>(p);
   }
   size_t used() const { return used_; }
+  Carver(const Carver&) = delete;
 
  private:
   std::byte* base_;
@@ -56,13 +61,6 @@ ncclDataType_t NcclType(DType dtype) {
     default:
       return ncclFloat32;
   }
-}
-
-// The cp rank that holds global segment j, or kNoRank if there is none or it is this rank.
-int RemoteOwner(const plan::Mesh& mesh, int64_t me, int64_t j) {
-  if (j < 0 || j >= mesh.segments()) return kNoRank;
-  const int64_t owner = mesh.OwnerOf(j).cp_index;
-  return owner == me ? kNoRank : static_cast<int>(owner);
 }
 
 // A [rows, n, channels] tensor (row = b * segs + k) of `bytes`-sized elements: rows of local
@@ -94,19 +92,33 @@ absl::Status CopyRows(const SegmentWindow& to, int64_t kt, int64_t rt, const Seg
 // tail to the rank of the next segment (the backward: the halo gradients back).
 namespace {
 
+// The transfer buffers: [batch, width, c] each, one segment's rows per batch row.
+struct HaloScratch {
+  std::byte* send;
+  std::byte* recv;
+  size_t bytes;
+  static HaloScratch Carve(cuda::Workspace ws, const std::vector<int64_t>& ints, size_t es) {
+    Carver carve(ws);
+    const int64_t piece = ints[0] * ints[4] * ints[3];  // batch * width * channels
+    HaloScratch h{carve.take<std::byte>(piece * es), carve.take<std::byte>(piece * es), 0};
+    h.bytes = carve.used();
+    return h;
+  }
+};
+
 // A step's halo geometry, in the conv input's element type, and its transfer buffers.
 struct Halo {
   int64_t batch, segs, len, channels, width, me;
   DType dtype;
   size_t es;
-  SegmentWindow send, recv;  // [batch, width, c] each: one segment's rows per batch row
+  SegmentWindow send, recv;
 
   static Halo Of(const Args& a) {
     Halo h{a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.cp_index(), a.in_dtype(0), 0, {}, {}};
     h.es = ElementBytes(h.dtype);
-    Carver carve(a.workspace());
-    h.send = {carve.take<std::byte>(h.piece() * h.es), 1, h.width, h.channels, h.es};
-    h.recv = {carve.take<std::byte>(h.piece() * h.es), 1, h.width, h.channels, h.es};
+    const HaloScratch scratch = HaloScratch::Carve(a.workspace(), a.step().ints, h.es);
+    h.send = {scratch.send, 1, h.width, h.channels, h.es};
+    h.recv = {scratch.recv, 1, h.width, h.channels, h.es};
     return h;
   }
   int64_t piece() const { return batch * width * channels; }
@@ -192,11 +204,27 @@ struct StateSizes {
   int64_t state_count() const { return g_count() * pn; }
   int64_t run_count() const { return batch * heads * pn; }
 };
-StateSizes StateSizesOf(const Args& a) { return {a.i(0), a.i(1), a.i(2), a.i(3) * a.i(4)}; }
+StateSizes StateSizesOf(const std::vector<int64_t>& ints) {
+  return {ints[0], ints[1], ints[2], ints[3] * ints[4]};
+}
 
-}  // namespace
-
-namespace {
+// The carry between segments and, with the all-gather strategy, every rank's g and states.
+struct StateScratch {
+  float* run;
+  float* g_all;       // null with the chain
+  float* states_all;  // null with the chain
+  size_t bytes;
+  static StateScratch Carve(cuda::Workspace ws, const StateSizes& z, int64_t cp, bool all_gather) {
+    Carver carve(ws);
+    StateScratch t{carve.take<float>(z.run_count()), nullptr, nullptr, 0};
+    if (all_gather) {
+      t.g_all = carve.take<float>(cp * z.g_count());
+      t.states_all = carve.take<float>(cp * z.state_count());
+    }
+    t.bytes = carve.used();
+    return t;
+  }
+};
 
 // Walks the sequence's segments in order (or in reverse), carrying `run` [batch, heads, pn] from
 // one to the next (zeros before the first), and calls step(mine, k, g, states, run) for each
@@ -208,15 +236,13 @@ absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, cons
                           const float* states, Step step) {
   const plan::Mesh& mesh = a.mesh();
   const int64_t me = a.cp_index(), S = mesh.segments(), direction = reverse ? -1 : 1;
-  Carver carve(a.workspace());
-  float* run = carve.take<float>(z.run_count());
-  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
   const bool all_gather = a.i(5) == 0;
-  float* g_all = nullptr;
-  float* states_all = nullptr;
+  const StateScratch scratch = StateScratch::Carve(a.workspace(), z, mesh.cp, all_gather);
+  float* run = scratch.run;
+  float* g_all = scratch.g_all;
+  float* states_all = scratch.states_all;
+  HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
   if (all_gather) {
-    g_all = carve.take<float>(mesh.cp * z.g_count());
-    states_all = carve.take<float>(mesh.cp * z.state_count());
     a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
     a.nccl().AllGather(states, states_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
   }
@@ -246,7 +272,7 @@ absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, cons
 
 // ins: g [rows,heads], s [rows,heads,pn]. outs: s_in (as s).
 absl::Status RunStateScanForward(const Args& a) {
-  const StateSizes z = StateSizesOf(a);
+  const StateSizes z = StateSizesOf(a.step().ints);
   float* s_in = a.out<float>(0);
   return WalkSegments(
       a, z, /*reverse=*/false, a.in<float>(0), a.in<float>(1),
@@ -258,7 +284,7 @@ absl::Status RunStateScanForward(const Args& a) {
 
 // ins: ds_in, g, s_in. outs: dg, ds.
 absl::Status RunStateScanBackward(const Args& a) {
-  const StateSizes z = StateSizesOf(a);
+  const StateSizes z = StateSizesOf(a.step().ints);
   const float* s_in = a.in<float>(2);
   float* dg = a.out<float>(0);
   float* ds = a.out<float>(1);
@@ -290,27 +316,61 @@ struct RingShape {
   cuda::AttentionShape piece() const { return {1, len, len, q_heads, kv_heads, dim}; }
 };
 
-RingShape RingShapeOf(const Args& a) {
-  const int64_t segs = a.mesh().segments_per_rank();
-  return RingShape{a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), segs, a.i(1) / segs, a.i(5) != 0};
+RingShape RingShapeOf(const std::vector<int64_t>& ints, const plan::Mesh& mesh) {
+  const int64_t segs = mesh.segments_per_rank();
+  return RingShape{ints[0], ints[1], ints[2], ints[3], ints[4], segs, ints[1] / segs, ints[5] != 0};
 }
 
-struct Pair {
-  int64_t kq, kk, q_pos0, k_pos0;
-};
-std::vector<Pair> VisiblePairs(const plan::Mesh& mesh, int64_t me, int64_t source,
-                               const RingShape& r) {
-  std::vector<Pair> pairs;
-  for (int64_t kq = 0; kq < r.segs; ++kq) {
-    for (int64_t kk = 0; kk < r.segs; ++kk) {
-      const int64_t q_pos0 = mesh.GlobalSegment(me, kq) * r.len;
-      const int64_t k_pos0 = mesh.GlobalSegment(source, kk) * r.len;
-      if (r.causal && k_pos0 > q_pos0 + r.len - 1) continue;
-      pairs.push_back({kq, kk, q_pos0, k_pos0});
-    }
+// The forward's scratch: two K/V blocks [k | v] (the one in hand, the one arriving), the fp32
+// running result, and one pair's partial result.
+struct RingForwardScratch {
+  bf16* blocks[2];
+  float* acc_out;
+  float* acc_lse;
+  bf16* part_out;
+  float* part_lse;
+  size_t bytes;
+  static RingForwardScratch Carve(cuda::Workspace ws, const RingShape& r) {
+    Carver carve(ws);
+    RingForwardScratch t{};
+    for (bf16*& block : t.blocks) block = carve.take<bf16>(2 * r.kv_count());
+    t.acc_out = carve.take<float>(r.q_count());
+    t.acc_lse = carve.take<float>(r.lse_count());
+    t.part_out = carve.take<bf16>(r.len * r.q_heads * r.dim);
+    t.part_lse = carve.take<float>(r.q_heads * r.len);
+    t.bytes = carve.used();
+    return t;
   }
-  return pairs;
-}
+};
+
+// The backward's scratch: two K/V blocks and two fp32 [dk | dv] sums travelling with them, the
+// fp32 dq sum, one pair's gradients and query lse, and the attention backward's workspace.
+struct RingBackwardScratch {
+  bf16* blocks[2];
+  float* grads[2];
+  float* dq_sum;
+  bf16* dq_part;
+  bf16* dk_part;
+  bf16* dv_part;
+  float* lse_piece;
+  cuda::Workspace kernel;
+  size_t bytes;
+  static RingBackwardScratch Carve(cuda::Workspace ws, const RingShape& r) {
+    Carver carve(ws);
+    RingBackwardScratch t{};
+    for (bf16*& block : t.blocks) block = carve.take<bf16>(2 * r.kv_count());
+    for (float*& grad : t.grads) grad = carve.take<float>(2 * r.kv_count());
+    t.dq_sum = carve.take<float>(r.q_count());
+    t.dq_part = carve.take<bf16>(r.len * r.q_heads * r.dim);
+    t.dk_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
+    t.dv_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
+    t.lse_piece = carve.take<float>(r.q_heads * r.len);
+    const size_t kernel_bytes = cuda::attention_backward_workspace_bytes(r.piece());
+    t.kernel = {carve.take<std::byte>(kernel_bytes), kernel_bytes};
+    t.bytes = carve.used();
+    return t;
+  }
+};
 
 // Starts passing `block` (count elements of `type`) to the next rank of the ring and receiving
 // the previous rank's into `incoming`, on the communication stream, once the compute stream has
@@ -336,15 +396,15 @@ absl::Status AwaitRingShift(const Args& a) {
 // run; each pair's partial result merges into fp32 running sums, rounded to bf16 at the end.
 absl::Status RunRingAttentionForward(const Args& a) {
   const plan::Mesh& mesh = a.mesh();
-  const RingShape r = RingShapeOf(a);
+  const RingShape r = RingShapeOf(a.step().ints, mesh);
   const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
   const float scale = a.f(0);
-  Carver carve(a.workspace());
-  bf16* blocks[2] = {carve.take<bf16>(2 * kv), carve.take<bf16>(2 * kv)};  // [k | v] each
-  float* acc_out = carve.take<float>(r.q_count());
-  float* acc_lse = carve.take<float>(r.lse_count());
-  bf16* part_out = carve.take<bf16>(r.len * r.q_heads * r.dim);
-  float* part_lse = carve.take<float>(r.q_heads * r.len);
+  const RingForwardScratch t = RingForwardScratch::Carve(a.workspace(), r);
+  bf16* const* blocks = t.blocks;
+  float* acc_out = t.acc_out;
+  float* acc_lse = t.acc_lse;
+  bf16* part_out = t.part_out;
+  float* part_lse = t.part_lse;
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(1), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, a.in<bf16>(2), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_out, 0.f, r.q_count())));
@@ -354,7 +414,7 @@ absl::Status RunRingAttentionForward(const Args& a) {
     const bf16* block = blocks[step % 2];
     if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
     const int64_t source = (me - step + cp) % cp;
-    for (const Pair& p : VisiblePairs(mesh, me, source, r)) {
+    for (const comm::SegmentPair& p : VisiblePairs(mesh, me, source, r.len, r.causal)) {
       for (int64_t b = 0; b < r.batch; ++b) {
         HCP_RETURN_IF_ERROR(Done(cuda::attention_forward(
             a.stream(), part_out, part_lse, q + r.q_at(b, p.kq), block + r.kv_at(b, p.kk),
@@ -375,21 +435,19 @@ absl::Status RunRingAttentionForward(const Args& a) {
 // the last step go home (the block then in hand is the next rank's).
 absl::Status RunRingAttentionBackward(const Args& a) {
   const plan::Mesh& mesh = a.mesh();
-  const RingShape r = RingShapeOf(a);
+  const RingShape r = RingShapeOf(a.step().ints, mesh);
   const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
   const float scale = a.f(0);
   const int next = static_cast<int>((me + 1) % cp), previous = static_cast<int>((me - 1 + cp) % cp);
-  Carver carve(a.workspace());
-  bf16* blocks[2] = {carve.take<bf16>(2 * kv), carve.take<bf16>(2 * kv)};    // [k | v]
-  float* grads[2] = {carve.take<float>(2 * kv), carve.take<float>(2 * kv)};  // [dk | dv]
-  float* dq_sum = carve.take<float>(r.q_count());
-  bf16* dq_part = carve.take<bf16>(r.len * r.q_heads * r.dim);
-  bf16* dk_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
-  bf16* dv_part = carve.take<bf16>(r.len * r.kv_heads * r.dim);
-  float* lse_piece = carve.take<float>(r.q_heads * r.len);
-  const cuda::Workspace kernel_ws{
-      carve.take<std::byte>(cuda::attention_backward_workspace_bytes(r.piece())),
-      cuda::attention_backward_workspace_bytes(r.piece())};
+  const RingBackwardScratch t = RingBackwardScratch::Carve(a.workspace(), r);
+  bf16* const* blocks = t.blocks;
+  float* const* grads = t.grads;
+  float* dq_sum = t.dq_sum;
+  bf16* dq_part = t.dq_part;
+  bf16* dk_part = t.dk_part;
+  bf16* dv_part = t.dv_part;
+  float* lse_piece = t.lse_piece;
+  const cuda::Workspace kernel_ws = t.kernel;
   const bf16 *dout = a.in<bf16>(0), *q = a.in<bf16>(1), *out = a.in<bf16>(4);
   const float* lse = a.in<float>(5);
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(2), kv)));
@@ -401,7 +459,7 @@ absl::Status RunRingAttentionBackward(const Args& a) {
     float* grad = grads[step % 2];
     if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
     const int64_t source = (me - step + cp) % cp;
-    for (const Pair& p : VisiblePairs(mesh, me, source, r)) {
+    for (const comm::SegmentPair& p : VisiblePairs(mesh, me, source, r.len, r.causal)) {
       for (int64_t b = 0; b < r.batch; ++b) {
         // The query rows' lse, [q_heads, len] out of [q_heads, seq].
         HCP_RETURN_IF_ERROR(
@@ -444,55 +502,25 @@ absl::Status RunAllReduce(const Args& a) {
   return absl::OkStatus();
 }
 
-// The scratch the collectives carve from the workspace (0 for other kernels), in the order they
-// carve it.
+// The scratch the collectives carve from the workspace (0 for other kernels): their own Carve on
+// a null base.
 size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step) {
-  Carver carve(cuda::Workspace{});
+  const cuda::Workspace sizing{};
   const std::vector<int64_t>& v = step.ints;
   switch (step.kernel) {
     case plan::KernelId::HaloExchangeForward:
     case plan::KernelId::HaloExchangeBackward:
-      carve.take<float>(v[0] * v[4] * v[3]);  // element size <= 4
-      carve.take<float>(v[0] * v[4] * v[3]);
-      break;
+      return HaloScratch::Carve(sizing, v, ElementBytes(plan.buffers[step.ins[0]].dtype)).bytes;
     case plan::KernelId::StateScanForward:
-    case plan::KernelId::StateScanBackward: {
-      const StateSizes z{v[0], v[1], v[2], v[3] * v[4]};
-      carve.take<float>(z.run_count());
-      if (v[5] == 0) {
-        carve.take<float>(plan.mesh.cp * z.g_count());
-        carve.take<float>(plan.mesh.cp * z.state_count());
-      }
-      break;
-    }
+    case plan::KernelId::StateScanBackward:
+      return StateScratch::Carve(sizing, StateSizesOf(v), plan.mesh.cp, v[5] == 0).bytes;
     case plan::KernelId::RingAttentionForward:
-    case plan::KernelId::RingAttentionBackward: {
-      const int64_t segs = plan.mesh.segments_per_rank();
-      const RingShape r{v[0], v[1], v[2], v[3], v[4], segs, v[1] / segs, v[5] != 0};
-      const int64_t kv = r.kv_count();
-      carve.take<bf16>(2 * kv);
-      carve.take<bf16>(2 * kv);
-      if (step.kernel == plan::KernelId::RingAttentionForward) {
-        carve.take<float>(r.q_count());
-        carve.take<float>(r.lse_count());
-        carve.take<bf16>(r.len * r.q_heads * r.dim);
-        carve.take<float>(r.q_heads * r.len);
-      } else {
-        carve.take<float>(2 * kv);
-        carve.take<float>(2 * kv);
-        carve.take<float>(r.q_count());
-        carve.take<bf16>(r.len * r.q_heads * r.dim);
-        carve.take<bf16>(r.len * r.kv_heads * r.dim);
-        carve.take<bf16>(r.len * r.kv_heads * r.dim);
-        carve.take<float>(r.q_heads * r.len);
-        carve.take<std::byte>(cuda::attention_backward_workspace_bytes(r.piece()));
-      }
-      break;
-    }
+      return RingForwardScratch::Carve(sizing, RingShapeOf(v, plan.mesh)).bytes;
+    case plan::KernelId::RingAttentionBackward:
+      return RingBackwardScratch::Carve(sizing, RingShapeOf(v, plan.mesh)).bytes;
     default:
       return 0;
   }
-  return carve.used();
 }
 
 }  // namespace hcp::cuda_backend::detail

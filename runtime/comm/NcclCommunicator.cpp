@@ -24,6 +24,25 @@ absl::Status CudaStatus(cudaError_t error, const char* what) {
       absl::StrFormat("CUDA %s failed: %s", what, cudaGetErrorString(error)));
 }
 
+size_t ElementBytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 4;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -57,6 +76,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         ncclCommSplit(nccl->world_, host.cp_index(), host.dp_index(), &nccl->dp_, nullptr),
         "ncclCommSplit (dp)");
   }
+  // The ep group: ep consecutive world ranks, ordered by expert index; the ep replicas: the
+  // ranks with this rank's expert index, one per ep group.
+  const int ep = static_cast<int>(host.mesh().ep);
+  if (local.ok() && ep > 1) {
+    local = NcclStatus(
+        ncclCommSplit(nccl->world_, host.world_rank() / ep, host.ep_index(), &nccl->ep_, nullptr),
+        "ncclCommSplit (ep)");
+  }
+  if (local.ok() && ep > 1) {
+    local = NcclStatus(ncclCommSplit(nccl->world_, host.ep_index(), host.world_rank() / ep,
+                                     &nccl->ep_replica_, nullptr),
+                       "ncclCommSplit (ep replicas)");
+  }
   if (!local.ok()) return local;
   return nccl;
 }
@@ -75,7 +107,7 @@ int NcclCommunicator::LocalDevice(const Communicator& host) {
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  for (ncclComm_t comm : {cp_, dp_, world_}) {
+  for (ncclComm_t comm : {ep_replica_, ep_, cp_, dp_, world_}) {
     if (comm != nullptr) ncclCommDestroy(comm);
   }
 }
@@ -86,12 +118,19 @@ ncclComm_t NcclCommunicator::CommOf(Group group) const {
       return cp_;
     case Group::kDp:
       return dp_;
-    default:
+    case Group::kEp:
+      if (ep_ == nullptr) break;  // ep = 1: nothing to exchange experts with
+      return ep_;
+    case Group::kEpReplica:
+      return ep_replica_ != nullptr ? ep_replica_ : world_;
+    case Group::kWorld:
       return world_;
   }
+  Fail(absl::StrFormat("NCCL communicator misuse: no %s group with ep = %d", GroupName(group),
+                       host_.mesh().ep));
 }
 
-void NcclCommunicator::Fail(const std::string& message) {
+void NcclCommunicator::Fail(const std::string& message) const {
   // No ncclCommAbort first: it waits for the kernels in flight, and one that waits for a peer
   // that never comes keeps it waiting (seen on the H200s: a rank that skipped an all-reduce left
   // its peer hanging in the abort, message unprinted). Ending the job (the host communicator's
@@ -129,6 +168,31 @@ void NcclCommunicator::AllGather(const void* send, void* recv, size_t count, ncc
   if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllGather: %s", ncclGetErrorString(r)));
 }
 
+void NcclCommunicator::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                 std::span<const int64_t> recv_counts, ncclDataType_t type,
+                                 Group group, cudaStream_t stream) {
+  ncclComm_t comm = CommOf(group);
+  const size_t element = ElementBytes(type);
+  const auto* from = static_cast<const std::byte*>(send);
+  auto* to = static_cast<std::byte*>(recv);
+  // One group, so that every pair's send and receive proceed together (no ordering deadlock).
+  ncclResult_t r = ncclGroupStart();
+  for (size_t p = 0; p < send_counts.size() && r == ncclSuccess; ++p) {
+    if (send_counts[p] > 0) {
+      r = ncclSend(from, send_counts[p], type, static_cast<int>(p), comm, stream);
+      from += send_counts[p] * element;
+    }
+    if (r == ncclSuccess && recv_counts[p] > 0) {
+      r = ncclRecv(to, recv_counts[p], type, static_cast<int>(p), comm, stream);
+      to += recv_counts[p] * element;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess)
+    Fail(absl::StrFormat("all-to-all (ncclSend/ncclRecv): %s", ncclGetErrorString(r)));
+}
+
 void NcclCommunicator::SendRecv(const void* send, size_t send_count, int dest, void* recv,
                                 size_t recv_count, int source, ncclDataType_t type, Group group,
                                 cudaStream_t stream) {
@@ -151,7 +215,7 @@ void NcclCommunicator::Wait(cudaStream_t stream, const std::string& what) {
     if (state != cudaErrorNotReady) {
       Fail(absl::StrFormat("%s: %s", what, cudaGetErrorString(state)));
     }
-    for (ncclComm_t comm : {world_, cp_, dp_}) {
+    for (ncclComm_t comm : {world_, cp_, dp_, ep_, ep_replica_}) {
       ncclResult_t async = ncclSuccess;
       if (comm != nullptr && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
           async != ncclSuccess && async != ncclInProgress) {

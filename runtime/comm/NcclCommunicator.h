@@ -1,7 +1,8 @@
 // Collectives on GPU buffers, through NCCL, one GPU per rank. The host Communicator (MPI, or one
 // local rank) bootstraps it: rank 0 of the world makes NCCL's unique id and shares it with an
-// all-gather, then the world communicator is split into the mesh's cp and dp groups, so a group
-// rank means the same here as in Communicator.h (kCp: cp_index, kDp: dp_index).
+// all-gather, then the world communicator is split into the mesh's cp and dp groups and, with
+// ep > 1, its ep and ep-replica groups, so a group rank means the same here as in
+// Communicator.h (kCp: cp_index, kDp: dp_index, kEp: ep_index, kEpReplica: world_rank / ep).
 //
 // Failure: every call is enqueued on a stream and returns at once. Wait() is where a rank
 // notices trouble: it polls the stream and NCCL's asynchronous error, and if NCCL failed or
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -48,6 +50,12 @@ class NcclCommunicator {
   // recv = every group rank's `count` elements of send, in group rank order.
   void AllGather(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
                  cudaStream_t stream);
+  // All-to-all with per-peer counts (elements of `type`): send_counts[p] elements go to group
+  // rank p, taken from `send` in group rank order, and recv_counts[p] arrive from it into `recv`
+  // likewise. recv_counts[p] must be what p sends here (exchange the counts first).
+  void AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                 std::span<const int64_t> recv_counts, ncclDataType_t type, Group group,
+                 cudaStream_t stream);
   // Sends to group rank `dest` and receives from `source` at once (either may be kNoRank).
   void SendRecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
                 int source, ncclDataType_t type, Group group, cudaStream_t stream);
@@ -62,13 +70,15 @@ class NcclCommunicator {
   NcclCommunicator(Communicator& host, std::chrono::seconds timeout)
       : host_(host), timeout_(timeout) {}
   ncclComm_t CommOf(Group group) const;
-  [[noreturn]] void Fail(const std::string& message);
+  [[noreturn]] void Fail(const std::string& message) const;
 
   Communicator& host_;
   std::chrono::seconds timeout_;
   ncclComm_t world_ = nullptr;
   ncclComm_t cp_ = nullptr;
   ncclComm_t dp_ = nullptr;
+  ncclComm_t ep_ = nullptr;          // ep > 1 only
+  ncclComm_t ep_replica_ = nullptr;  // ep > 1 only; with ep = 1 the replicas are the world
 };
 
 }  // namespace hcp::comm

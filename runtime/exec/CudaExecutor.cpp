@@ -69,11 +69,11 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   if (ranks > 1) {
     const comm::Communicator& host = options.nccl->host();
     if (!host.has_mesh() || host.mesh().cp != plan.mesh.cp || host.mesh().dp != plan.mesh.dp ||
-        host.mesh().layout != plan.mesh.layout) {
+        host.mesh().ep != plan.mesh.ep || host.mesh().layout != plan.mesh.layout) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "the communicator's mesh is not the plan's (cp=%d x dp=%d, %d ranks): set it from the "
-          "plan (Communicator::SetMesh) before creating the NCCL communicator",
-          plan.mesh.cp, plan.mesh.dp, ranks));
+          "the communicator's mesh is not the plan's (cp=%d x dp=%d, ep=%d, %d ranks): set it "
+          "from the plan (Communicator::SetMesh) before creating the NCCL communicator",
+          plan.mesh.cp, plan.mesh.dp, plan.mesh.ep, ranks));
     }
   }
   int devices = 0;
@@ -312,11 +312,33 @@ absl::StatusOr<std::vector<float>> CudaExecutor::DownloadF32(const float* device
 // ---------------------------------------------------------------------------------------------
 // Parameters and inputs.
 
+CudaExecutor::ShardRange CudaExecutor::ShardOf(const plan::Parameter& p) const {
+  const auto count = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
+  if (!p.sharded()) return ShardRange{.begin = 0, .count = count, .full = count};
+  const int64_t index = nccl_ == nullptr ? 0 : nccl_->host().ep_index();
+  return ShardRange{.begin = index * count, .count = count, .full = count * p.shards};
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::GatherFull(
+    const plan::Parameter& p, absl::StatusOr<std::vector<float>> local) const {
+  if (!p.sharded() || nccl_ == nullptr) return local;
+  // Every rank of the ep group is in this all-gather: one that cannot take part (its download
+  // failed) ends the job rather than leave the others waiting.
+  comm::Communicator& host = nccl_->host();
+  if (!local.ok()) host.Abort(local.status());
+  std::vector<float> full(ShardOf(p).full);
+  // The ep group's ranks hold the row blocks in expert-index order = group rank order.
+  host.AllGather(std::as_bytes(std::span(*local)), std::as_writable_bytes(std::span(full)),
+                 comm::Group::kEp);
+  return full;
+}
+
 absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
-  // As CpuExecutor::InitializeParameters, in fp32 on the host; one GPU holds every tensor whole.
+  // As CpuExecutor::InitializeParameters, in fp32 on the host: this rank's elements of each
+  // whole tensor (a sharded parameter's rows start at ShardOf).
   for (const plan::Parameter& p : plan_.parameters) {
     std::vector<float> value(plan_.buffers[p.buffer].elements);
-    FillInitialValues(p, seed, /*begin=*/0, value);
+    FillInitialValues(p, seed, ShardOf(p).begin, value);
     HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
   }
   return absl::OkStatus();
@@ -326,9 +348,9 @@ absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
   // Check everything first, so a bad checkpoint leaves the parameters as they were.
   HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
   for (const plan::Parameter& p : plan_.parameters) {
-    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
-    std::vector<float> value(n);
-    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, 0, n, value.data()));
+    const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
+    std::vector<float> value(range.count);
+    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
     HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
   }
   return absl::OkStatus();
@@ -409,9 +431,11 @@ void CudaExecutor::QueueGradientSums(size_t first, size_t last, cudaStream_t str
     const uint32_t gradient = plan_.parameters[ready_order_[r]].gradient;
     const plan::Buffer& g = plan_.buffers[gradient];
     std::byte* data = Address(gradient);
+    // A sharded (expert) gradient is summed over the ranks holding the same experts.
+    const bool sharded = plan_.parameters[ready_order_[r]].sharded();
     nccl_->AllReduceSum(data, data, g.elements,
                         g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
-                        comm::Group::kWorld, stream);
+                        sharded ? comm::Group::kEpReplica : comm::Group::kWorld, stream);
   }
   nccl_->GroupEnd();
 }
@@ -558,12 +582,12 @@ float CudaExecutor::Loss() const {
 
 absl::StatusOr<std::vector<float>> CudaExecutor::Parameter(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
-  return DownloadFloats(p->buffer);
+  return GatherFull(*p, DownloadFloats(p->buffer));
 }
 
 absl::StatusOr<std::vector<float>> CudaExecutor::Gradient(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
-  return DownloadFloats(p->gradient);
+  return GatherFull(*p, DownloadFloats(p->gradient));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -679,9 +703,12 @@ absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
   }
   std::vector<double> squares(count);
   HCP_RETURN_IF_ERROR(ToHost(squares.data(), squares_, sizeof(double) * count));
-  double total = 0;
-  for (double s : squares) total += s;
-  return total;
+  double replicated = 0, sharded = 0;
+  for (size_t i = 0; i < count; ++i)
+    (plan_.parameters[i].sharded() ? sharded : replicated) += squares[i];
+  // The experts' gradients are split over the ep group: their squares add up over it.
+  if (plan_.mesh.ep > 1) nccl_->host().AllReduceSum(&sharded, 1, comm::Group::kEp);
+  return replicated + sharded;
 }
 
 absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
@@ -728,15 +755,18 @@ absl::StatusOr<const CudaExecutor::OptimizerSlot*> CudaExecutor::SlotOf(
 
 absl::StatusOr<std::vector<float>> CudaExecutor::Master(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
-  return DownloadF32(slot->master, plan_.buffers[FindParameter(name)->buffer].elements);
+  const plan::Parameter& p = *FindParameter(name);
+  return GatherFull(p, DownloadF32(slot->master, plan_.buffers[p.buffer].elements));
 }
 absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvg(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
-  return DownloadF32(slot->m, plan_.buffers[FindParameter(name)->buffer].elements);
+  const plan::Parameter& p = *FindParameter(name);
+  return GatherFull(p, DownloadF32(slot->m, plan_.buffers[p.buffer].elements));
 }
 absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvgSq(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
-  return DownloadF32(slot->v, plan_.buffers[FindParameter(name)->buffer].elements);
+  const plan::Parameter& p = *FindParameter(name);
+  return GatherFull(p, DownloadF32(slot->v, plan_.buffers[p.buffer].elements));
 }
 
 absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<const float> master,

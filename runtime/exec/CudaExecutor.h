@@ -2,8 +2,11 @@
 // micro-batch, queues the plan's steps in order on one stream (runtime/backends/cuda) and keeps
 // the AdamW state (fp32 master weights and moments) on the device. CpuExecutor's API; the plan is
 // a bf16 plan (hybridcp compile --dtype bf16, see CudaBackend.h). A plan of several ranks
-// (cp x dp, ep = 1) runs one executor per rank, each on its own GPU, given the ranks' NCCL
-// communicator (Options::nccl); its collectives then go through NCCL.
+// (cp x dp, experts split over ep of them) runs one executor per rank, each on its own GPU,
+// given the ranks' NCCL communicator (Options::nccl); its collectives then go through NCCL.
+// With ep > 1 a rank holds its 1/ep of each expert tensor (Plan.h's sharded parameters); the
+// methods that return or take whole tensors say so, and those that return one of an expert
+// tensor gather it over the ep group: every rank of the group must call them alike.
 //
 //   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
 //   HCP_ASSIGN_OR_RETURN(auto exec, CudaExecutor::Create(plan));
@@ -112,7 +115,14 @@ class CudaExecutor {
   // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).
   float Loss() const;
 
-  // A parameter's value or gradient by checkpoint name, as fp32; NotFound names the parameter.
+  // Which elements of the whole (checkpoint) tensor this rank holds: all of a replicated
+  // parameter, its ep_index's rows of a sharded one.
+  struct ShardRange {
+    int64_t begin = 0, count = 0, full = 0;
+  };
+  ShardRange ShardOf(const plan::Parameter& p) const;
+  // A parameter's value or gradient by checkpoint name, as fp32, whole (an expert tensor is
+  // gathered over the ep group); NotFound names the parameter.
   absl::StatusOr<std::vector<float>> Parameter(std::string_view name) const;
   absl::StatusOr<std::vector<float>> Gradient(std::string_view name) const;
   // Any int32 buffer by index, as left by the last step (for tests: MoE routing decisions).
@@ -127,7 +137,8 @@ class CudaExecutor {
   // IS its master. Call after the parameters are set; calling it again resets the state.
   absl::Status InitOptimizer();
   // Each rank computed its gradients from its own tokens: sums them over the world (NCCL, in
-  // each gradient's dtype), so every rank holds the whole global batch's gradient. Collective;
+  // each gradient's dtype; an expert gradient over the ranks holding the same experts), so every
+  // rank holds the whole global batch's gradient. Collective;
   // once per optimizer step, after gradient accumulation. Nothing to do with one rank.
   absl::Status SumGradientsOverRanks();
   // RunStep, then SumGradientsOverRanks, overlapped: each parameter's all-reduce starts on a
@@ -143,7 +154,8 @@ class CudaExecutor {
   absl::Status StashGradients(bool first);
   absl::Status AddStashedGradients();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
-  // sums, fixed order) and summed in double on the host in parameter order.
+  // sums, fixed order) and summed in double on the host in parameter order; with ep > 1 the
+  // experts' part is summed over the ep group (collective then).
   absl::StatusOr<double> GradientSquaredNorm();
   // One update of every parameter with `step` (lr, betas, eps, weight decay, clip_coef, t);
   // step.decay is replaced per parameter by decay(p) (the trainer's rule, e.g.
@@ -151,12 +163,13 @@ class CudaExecutor {
   // updated master. Needs InitOptimizer.
   absl::Status OptimizerStep(const cuda::AdamWStep& step,
                              const std::function<bool(const plan::Parameter&)>& decay);
-  // The optimizer state of a parameter, as fp32 (for checkpoints and tests).
+  // The optimizer state of a parameter, as fp32, whole (gathered as Parameter is).
   absl::StatusOr<std::vector<float>> Master(std::string_view name) const;
   absl::StatusOr<std::vector<float>> ExpAvg(std::string_view name) const;
   absl::StatusOr<std::vector<float>> ExpAvgSq(std::string_view name) const;
   // Sets a parameter's optimizer state (resuming from a checkpoint): its fp32 master, from which
-  // the bf16 compute copy is rounded again, and the moments. Needs InitOptimizer.
+  // the bf16 compute copy is rounded again, and the moments, this rank's part (ShardOf(p).count
+  // values from ShardOf(p).begin of the whole tensor). Needs InitOptimizer.
   absl::Status SetOptimizerState(std::string_view name, std::span<const float> master,
                                  std::span<const float> m, std::span<const float> v);
 
@@ -191,6 +204,10 @@ class CudaExecutor {
   absl::Status Wait(const char* what) const;
   int64_t cp_index() const { return nccl_ == nullptr ? 0 : nccl_->host().cp_index(); }
   absl::Status Activate() const;
+  // `local` (this rank's part of p) made whole: as it is for a replicated parameter, gathered
+  // over the ep group for a sharded one (collective then; a failed `local` ends the job).
+  absl::StatusOr<std::vector<float>> GatherFull(const plan::Parameter& p,
+                                                absl::StatusOr<std::vector<float>> local) const;
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);

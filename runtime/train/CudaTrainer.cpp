@@ -112,10 +112,12 @@ absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
   if (loaded.ok()) loaded = executor_->InitOptimizer();
   for (const plan::Parameter& p : plan_.parameters) {
     if (!loaded.ok()) break;
-    const auto n = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
-    std::vector<float> master(n), m(n), v(n);
-    loaded = weights->ReadF32Range(p.name, 0, n, master.data());
-    if (loaded.ok()) loaded = state->ReadMomentsRange(p.name, 0, n, m.data(), v.data());
+    const CudaExecutor::ShardRange range = executor_->ShardOf(p);  // whole, or this rank's rows
+    std::vector<float> master(range.count), m(range.count), v(range.count);
+    loaded = weights->ReadF32Range(p.name, range.begin, range.count, master.data());
+    if (loaded.ok()) {
+      loaded = state->ReadMomentsRange(p.name, range.begin, range.count, m.data(), v.data());
+    }
     if (loaded.ok()) loaded = executor_->SetOptimizerState(p.name, master, m, v);
   }
   if (loaded.ok()) loaded = data_.batcher->Restore(state->state().data);
@@ -182,20 +184,32 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
   return absl::OkStatus();
 }
 
-// Every rank holds every parameter whole (ep = 1): rank 0 downloads and writes.
+// Rank 0 writes. It holds every replicated parameter whole; an expert tensor split over ep
+// ranks is gathered over the ep group, so those ranks fetch their part too.
 absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
   absl::Status written = absl::OkStatus();
+  const bool gathers = plan_.mesh.ep > 1;
+  if (gathers && !root()) {
+    for (const plan::Parameter& p : plan_.parameters) {
+      if (!p.sharded()) continue;
+      // Their values only matter on rank 0; a failure to download ends the job in the gather.
+      (void)executor_->Master(p.name);
+      (void)executor_->ExpAvg(p.name);
+      (void)executor_->ExpAvgSq(p.name);
+    }
+  }
   if (root()) {
     std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
     for (const plan::Parameter& p : plan_.parameters) {
-      if (!written.ok()) break;
+      // After a failure, still take part in the gathers the other ranks are in.
+      if (!written.ok() && !(gathers && p.sharded())) continue;
       absl::StatusOr<std::vector<float>> master = executor_->Master(p.name);
       absl::StatusOr<std::vector<float>> m = executor_->ExpAvg(p.name);
       absl::StatusOr<std::vector<float>> v = executor_->ExpAvgSq(p.name);
       for (const absl::Status& s : {master.status(), m.status(), v.status()}) {
         if (written.ok()) written = s;
       }
-      if (!written.ok()) break;
+      if (!written.ok()) continue;
       values.push_back(*std::move(master));
       exp_avg.push_back(*std::move(m));
       exp_avg_sq.push_back(*std::move(v));

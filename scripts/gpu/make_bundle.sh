@@ -57,6 +57,9 @@ done
   --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp2-zigzag.plan"
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp2-chain.plan"
+# Expert parallelism on the same 2 GPUs: the experts split over the cp ranks (--ep 2).
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
+  -o "$BUNDLE/plans/small-512-bf16-cp2-ep2.plan"
 # Gradient accumulation (train --grad-accum 2): one sequence per micro-batch, on 1 GPU and 2.
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 -o "$BUNDLE/plans/small-512x1-bf16.plan"
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
@@ -72,6 +75,8 @@ done
   --state-scan allgather -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-zigzag.plan"
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-chain.plan"
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
+  -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-ep2.plan"
 # Long context on 2 GPUs: s = 131072 split in two, with activation recomputation.
 "$HCP" compile --model granite-4.0-h-tiny --seq 131072 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag --recompute -o "$BUNDLE/plans/tiny-131072-bf16-cp2-recompute.plan"
@@ -80,6 +85,8 @@ done
   -o "$BUNDLE/plans/tiny-8192-bf16-dp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2.plan"
+"$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 --ep 2 \
+  --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
 # With activation recomputation: the same step, and a sequence 8 times longer on one GPU.

@@ -5,20 +5,22 @@
 # 1. test_kernels_cuda, small shapes: every CUDA kernel against the CPU oracle, including the
 #    collectives' device halves (attention_merge, accumulate, state_pass).
 # 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json
-#    (zigzag + all-gather state scan; contiguous + chain) on 2 GPUs through NCCL against the
-#    one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU tolerances.
+#    (zigzag + all-gather state scan; contiguous + chain; zigzag with the experts split over the
+#    two, ep=2) on 2 GPUs through NCCL against the one-rank f32 plan on the CPU: loss and every
+#    gradient, the 1-GPU tolerances.
 # 2b. With PyTorch and transformers on the machine: tests/fixtures/make_fixtures.py makes the
 #    gpu-shapes fixture (into $OUT/fixtures, to be brought back and committed), and
 #    test_plan_step holds the GPU to transformers directly on it, on 1 GPU and with cp=2
-#    (zigzag + all-gather state scan, contiguous + chain).
+#    (zigzag + all-gather state scan, contiguous + chain, zigzag + ep=2).
 # 3. test_nccl_failure: a rank that skips a collective, then one that exits mid-job: the job
 #    must end (non-zero) within a minute, the first with rank 0's timeout message.
 # 4. hybridcp bench, granite-4.0-h-tiny shape: s = 8192 on one GPU, then s = 16384 with cp=2 on
-#    two (the same tokens per GPU), s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
+#    two (the same tokens per GPU), the same with ep=2, s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
 #    then 20 steps with AdamW on real text at cp=2 (SKIP_TRAIN=1 leaves it out).
-# 5. hybridcp train on GPUs: checkpoint, stop and resume on one GPU, cp=2 on two, tiny on one.
+# 5. hybridcp train on GPUs: checkpoint, stop and resume on one GPU, cp=2 on two, cp=2 with ep=2
+#    (also stopped and resumed), tiny on one.
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
-# SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
+# SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain", "ep2"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
 # SKIP_TRAIN_CMD=1, SKIP_TINY_TRAIN=1, SKIP_BENCH=1, SKIP_ONE_GPU_BENCH=1, SKIP_TRAIN=1.
 set -uo pipefail
 
@@ -36,7 +38,7 @@ if [ "${SKIP_KERNEL_TESTS:-0}" != 1 ]; then
   run "$BUNDLE/bin/test_kernels_cuda" --small --no-timing
 fi
 P=$BUNDLE/plans
-for name in ${CP_PLANS:-zigzag chain}; do
+for name in ${CP_PLANS:-zigzag chain ep2}; do
   run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/small-512-bf16-cp2-$name.plan" \
     "$P/small-512-f32.plan"
 done
@@ -48,7 +50,7 @@ elif python3 -c "import torch, transformers" 2>/dev/null; then
   REF=(--weights "$FIX/gpu-shapes" --inputs "$FIX/gpu-shapes/reference.safetensors"
     --reference "$FIX/gpu-shapes/reference.safetensors")
   run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16.plan" "$P/gpu-shapes-f32.plan" "${REF[@]}"
-  for name in zigzag chain; do
+  for name in zigzag chain ep2; do
     run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-bf16-cp2-$name.plan" \
       "$P/gpu-shapes-f32.plan" "${REF[@]}"
   done
@@ -100,6 +102,13 @@ if [ "${SKIP_TRAIN_CMD:-0}" != 1 ]; then
     --resume --metrics "$M/resumed.jsonl"
   run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-zigzag.plan" \
     --metrics "$M/cp2.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-ep2.plan" \
+    --checkpoint-dir "$T/ep" --checkpoint-every 4 --metrics "$M/cp2-ep2.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-ep2.plan" \
+    --checkpoint-dir "$T/ep-resumed" --checkpoint-every 4 --stop-after 4 \
+    --metrics "$M/cp2-ep2-resumed.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-ep2.plan" \
+    --checkpoint-dir "$T/ep-resumed" --resume --metrics "$M/cp2-ep2-resumed.jsonl"
   run "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16.plan" --grad-accum 2 \
     --metrics "$M/gas2.jsonl"
   run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-cp2-zigzag.plan" \
@@ -108,7 +117,8 @@ if [ "${SKIP_TRAIN_CMD:-0}" != 1 ]; then
 import json, sys
 d = sys.argv[1]
 load = lambda n: {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{n}.jsonl"))}
-runs = {n: load(n) for n in ("full", "resumed", "cp2", "gas2", "cp2-gas2")}
+runs = {n: load(n) for n in ("full", "resumed", "cp2", "gas2", "cp2-gas2", "cp2-ep2",
+                             "cp2-ep2-resumed")}
 full = runs["full"]
 rel = lambda a, b: abs(a - b) / abs(b)
 print("step  " + "  ".join(f"{n:>9}" for n in runs))
@@ -116,11 +126,14 @@ for s in sorted(full):
     print(f"{s:4d}  " + "  ".join(f"{r.get(s, float('nan')):9.5f}" for r in runs.values()))
 bad = []
 if not full[8] < full[1] - 0.3: bad.append("the loss did not go down by 0.3 in 8 steps")
-steps = {"resumed": range(5, 9), "cp2": range(1, 9), "gas2": range(1, 9), "cp2-gas2": range(1, 9)}
-for n, rng in steps.items():
-    worst = max(rel(runs[n][s], full[s]) for s in rng)
-    bound = 1e-4 if n == "resumed" else 2e-2
-    print(f"worst {n} vs one GPU: {worst:.2e} (bound {bound:.0e})")
+# (run, steps, compared with, bound): resumed runs repeat their own unstopped run.
+checks = [("resumed", range(5, 9), "full", 1e-4), ("cp2", range(1, 9), "full", 2e-2),
+          ("gas2", range(1, 9), "full", 2e-2), ("cp2-gas2", range(1, 9), "full", 2e-2),
+          ("cp2-ep2", range(1, 9), "full", 2e-2),
+          ("cp2-ep2-resumed", range(5, 9), "cp2-ep2", 1e-4)]
+for n, rng, base, bound in checks:
+    worst = max(rel(runs[n][s], runs[base][s]) for s in rng)
+    print(f"worst {n} vs {base}: {worst:.2e} (bound {bound:.0e})")
     if worst > bound: bad.append(n)
 print("FAIL: " + ", ".join(bad) if bad else "PASS")
 sys.exit(1 if bad else 0)
@@ -136,6 +149,8 @@ if [ "${SKIP_ONE_GPU_BENCH:-0}" != 1 ]; then
 fi
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
   --profile
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2-ep2.plan" --steps 5 \
+  --warmup 2 --profile
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16-dp2.plan" --steps 5 --warmup 2
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-131072-bf16-cp2-recompute.plan" --steps 2 \
   --warmup 1

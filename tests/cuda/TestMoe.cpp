@@ -361,6 +361,84 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   ctx.report("moe_experts.backward", shape, bwd, ms_b, big ? tflops(3 * flops, ms_b) : "");
 }
 
+// The expert-parallel exchange's pieces (the CUDA backend's moe_experts_ep): gathering a
+// permutation of token rows, combining rows that came back by each slot's place (-1: the slot
+// stayed home), and gathering per-slot values. Gathers copy, so they must be exact; the combine
+// is the experts' own fp32 slot-order sum, here against the same sum on the host in the same
+// order: only FMA contraction can differ, one bf16 ulp on rare elements (far below 1e-3).
+constexpr double kTolCombine = 1e-3;
+
+void exchange_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t k) {
+  if (!ctx.wants("moe_exchange")) return;
+  const std::string shape = shape_str({tokens, hidden}) + " k" + std::to_string(k);
+  const int64_t slots = tokens * k;
+  // Send order: a random permutation of the slots, a few of which stay home (row -1).
+  std::vector<int32_t> order(slots);
+  std::iota(order.begin(), order.end(), 0);
+  const std::vector<int32_t> keys = randint(slots, ctx.seed(), 0, 1 << 30);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return keys[a] != keys[b] ? keys[a] < keys[b] : a < b; });
+  std::vector<int32_t> position(slots, -1);
+  const std::vector<int32_t> home = randint(slots, ctx.seed(), 0, 10);
+  std::vector<int32_t> sent;
+  for (int32_t slot : order) {
+    if (home[slot] == 0) continue;  // ~10% stay home
+    position[slot] = static_cast<int32_t>(sent.size());
+    sent.push_back(slot);
+  }
+  const auto rows = static_cast<int64_t>(sent.size());
+  const std::vector<float> x = randn(tokens * hidden, ctx.seed(), 1.f);
+  const std::vector<float> back = randn(std::max<int64_t>(rows, 1) * hidden, ctx.seed(), 1.f);
+  const std::vector<float> gates = randu(slots, ctx.seed(), 0.f, 1.f, false);
+  const std::vector<float> values = randn(std::max<int64_t>(rows, 1), ctx.seed(), 1.f, false);
+  Dev<bf16> d_x = to_device<bf16>(x), d_back = to_device<bf16>(back);
+  Dev<float> d_gates = to_device<float>(gates), d_values = to_device<float>(values);
+  Dev<int32_t> d_sent = to_device_i32(sent.empty() ? std::vector<int32_t>{0} : sent);
+  Dev<int32_t> d_position = to_device_i32(position);
+  Dev<bf16> gathered(std::max<int64_t>(rows, 1) * hidden), combined(tokens * hidden),
+      unweighted(tokens * hidden);
+  Dev<float> slot_values(slots);
+  for (Dev<bf16>* d : {&gathered, &combined, &unweighted}) d->poison();
+  slot_values.poison();
+  check(moe_gather_rows(ctx.stream(), gathered.get(), d_x.get(), d_sent.get(), rows, hidden, k));
+  check(moe_combine_rows(ctx.stream(), combined.get(), d_back.get(), d_gates.get(),
+                         d_position.get(), tokens, hidden, k));
+  check(moe_combine_rows(ctx.stream(), unweighted.get(), d_back.get(), nullptr, d_position.get(),
+                         tokens, hidden, k));
+  check(
+      moe_gather_values(ctx.stream(), slot_values.get(), d_values.get(), d_position.get(), slots));
+  ctx.sync();
+
+  std::vector<float> gathered_ref(std::max<int64_t>(rows, 1) * hidden, 0.f);
+  for (int64_t p = 0; p < rows; ++p) {
+    std::copy_n(x.begin() + (sent[p] / k) * hidden, hidden, gathered_ref.begin() + p * hidden);
+  }
+  std::vector<float> gathered_out = gathered.download();
+  if (rows == 0) gathered_out.assign(gathered_ref.size(), 0.f);  // nothing to gather
+  std::vector<float> combined_ref(tokens * hidden), unweighted_ref(tokens * hidden);
+  std::vector<float> values_ref(slots);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      float weighted = 0.f, plain = 0.f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t p = position[t * k + j];
+        if (p < 0) continue;
+        weighted += gates[t * k + j] * back[p * hidden + c];
+        plain += back[p * hidden + c];
+      }
+      combined_ref[t * hidden + c] = round_bf16(weighted);
+      unweighted_ref[t * hidden + c] = round_bf16(plain);
+    }
+  }
+  for (int64_t s = 0; s < slots; ++s) values_ref[s] = position[s] < 0 ? 0.f : values[position[s]];
+  ctx.report(
+      "moe_exchange", shape,
+      {{"gather_rows", rel_rms(gathered_out, gathered_ref), 0.0},
+       {"combine_rows", rel_rms(combined.download(), combined_ref), kTolCombine},
+       {"combine_rows(no gates)", rel_rms(unweighted.download(), unweighted_ref), kTolCombine},
+       {"gather_values", rel_rms(slot_values.download(), values_ref), 0.0}});
+}
+
 }  // namespace
 
 void test_moe(Context& ctx) {
@@ -372,12 +450,16 @@ void test_moe(Context& ctx) {
   experts_case(ctx, 37, 40, 24, 5, 2, false);
   experts_case(ctx, 3, 16, 8, 9, 2, false);  // most experts get no token: zero weight gradients
   experts_case(ctx, 64, 72, 40, 8, 3, false);
+  exchange_case(ctx, 37, 40, 3);  // hidden not a multiple of 8: the scalar path
+  exchange_case(ctx, 64, 72, 6);
+  exchange_case(ctx, 1, 16, 1);
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny: 64 experts, top-6, width 512, hidden 1536; -small: 72 experts, top-10.
   route_case<float>(ctx, 8192, 64, 6, true);
   route_case<bf16>(ctx, 8192, 64, 6, true);
   route_case<float>(ctx, 8192, 72, 10, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
+  exchange_case(ctx, 8192, 1536, 6);
 }
 
 }  // namespace hcp::cuda::test

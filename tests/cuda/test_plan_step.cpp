@@ -9,7 +9,8 @@
 //   mpirun -np N test_plan_step BF16_CP.plan F32.plan ...     (a context-parallel bf16 plan)
 // The two plans: `hybridcp compile CONFIG --seq S --micro-batch B --dtype bf16 -o BF16.plan` and
 // the same without --dtype; --tiny builds a small hand-written pair instead (TinyPlan.h). The
-// bf16 plan may be one of cp ranks (--cp N): it then runs on N GPUs, one process each (started
+// bf16 plan may be one of cp ranks (--cp N, the experts possibly split over them with --ep N):
+// it then runs on N GPUs, one process each (started
 // by mpirun; each takes its machine-local rank's GPU), through NCCL, and is held to the same
 // tolerances against the same one-rank f32 reference, which rank 0 runs and reports. Exit status
 // 0: within tolerance; 1: outside it; 2: an error.
@@ -290,7 +291,8 @@ int Main(int argc, char** argv) {
   const int64_t gpus = bf16_plan.mesh.cp * bf16_plan.mesh.dp;
   if (f32_plan.mesh.cp * f32_plan.mesh.dp != 1 || bf16_plan.mesh.dp != 1) {
     Fail(absl::InvalidArgumentError(
-        "the f32 reference must be a one-rank plan and the bf16 plan one of cp ranks (dp = 1)"));
+        "the f32 reference must be a one-rank plan and the bf16 plan one of cp ranks (dp = 1; "
+        "the experts may be split over them)"));
   }
   if (ranks.world_size() != gpus) {
     Fail(absl::InvalidArgumentError(absl::StrFormat(
@@ -314,11 +316,12 @@ int Main(int argc, char** argv) {
   if (absl::Status s = cuda_backend::CheckPlanRunsOnCuda(bf16_plan); !s.ok()) Fail(s);
   const int64_t vocab = VocabOf(f32_plan);
   std::printf(
-      "test_plan_step: %s (bf16, %d GPU(s), cp=%d) vs %s (f32, CPU): %s, %d x %d tokens, seed "
-      "%llu\n",
+      "test_plan_step: %s (bf16, %d GPU(s), cp=%d, ep=%d) vs %s (f32, CPU): %s, %d x %d tokens, "
+      "seed %llu\n",
       paths[0].c_str(), static_cast<int>(gpus), static_cast<int>(bf16_plan.mesh.cp),
-      paths[1].c_str(), f32_plan.model.c_str(), static_cast<int>(f32_plan.micro_batch),
-      static_cast<int>(f32_plan.seq), static_cast<unsigned long long>(seed));
+      static_cast<int>(bf16_plan.mesh.ep), paths[1].c_str(), f32_plan.model.c_str(),
+      static_cast<int>(f32_plan.micro_batch), static_cast<int>(f32_plan.seq),
+      static_cast<unsigned long long>(seed));
 
   // Tokens: from --inputs (input_ids and targets, as the transformers fixtures hold them), else
   // pseudo-random ids with targets = the next token (the last of each sequence ignored).

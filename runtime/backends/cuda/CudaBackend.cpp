@@ -266,24 +266,9 @@ absl::Status RunCrossEntropyBackward(const Args& a) {
   });
 }
 
-// ---------------------------------------------------------------------------------------------
-// Expert parallelism: not on the GPU yet (CheckPlanRunsOnCuda refuses it up front; these answer
-// the same should a plan get here unchecked). The collectives are in CudaBackendCollectives.cpp.
-absl::Status RunMoeExpertsEpForward(const Args&) {
-  return absl::UnimplementedError(CpuOnly(KernelId::MoeExpertsEpForward));
-}
-absl::Status RunMoeExpertsEpBackward(const Args&) {
-  return absl::UnimplementedError(CpuOnly(KernelId::MoeExpertsEpBackward));
-}
-
+// The collectives are in CudaBackendCollectives.cpp, expert parallelism in
+// CudaBackendExperts.cpp.
 }  // namespace
-
-std::string CpuOnly(plan::KernelId kernel) {
-  return absl::StrFormat(
-      "%s runs on CPU ranks only for now; the CUDA backend runs plans with ep=1 (compile without "
-      "--ep)",
-      plan::KernelName(kernel));
-}
 
 CrossEntropyScratch CarveCrossEntropyScratch(cuda::Workspace workspace, int64_t tokens) {
   CrossEntropyScratch s;

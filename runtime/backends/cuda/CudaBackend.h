@@ -12,7 +12,8 @@
 //
 // Several GPUs: the collectives (halo exchange, state scan, ring attention, all-reduce) go
 // through NCCL (CudaBackendCollectives.cpp), one GPU per rank, for context and data
-// parallelism. The expert-parallel MoE kernels have no CUDA wrapper yet (plans with ep = 1 only).
+// parallelism; the expert-parallel MoE kernels exchange token rows over the ep group with NCCL
+// all-to-alls (CudaBackendExperts.cpp).
 #pragma once
 
 #include <array>
@@ -50,7 +51,6 @@ struct StepResources {
 
 // Whether every step of `plan` (already plan::ValidatePlan'ed) can run here; the error names the
 // step (plan::StepLabel) and lists what is wrong with it:
-//   - the mesh has ep = 1 (the expert-parallel kernels have no CUDA wrapper);
 //   - each buffer has the dtype the CUDA kernel takes:
 //       "step 12 (ssd_scan.forward): input 1 'act.7' is bf16, the CUDA kernel takes f32";
 //   - the shapes are ones the kernels support (SSD: chunk 256, state 128, head_dim 32 or 64;

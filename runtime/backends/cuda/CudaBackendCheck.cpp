@@ -123,8 +123,9 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
     case KernelId::StateScanBackward:
       return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
     case KernelId::MoeExpertsEpForward:
+      return Signature{{B, F, I, B, B}, {B}};
     case KernelId::MoeExpertsEpBackward:
-      break;
+      return Signature{{B, B, F, I, B, B}, {B, F, B, B}};
   }
   return Signature{};
 }
@@ -276,12 +277,21 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
       break;
     case KernelId::MoeExpertsForward:
     case KernelId::MoeExpertsBackward:
-      require(v[3] <= 4096,
-              absl::StrFormat("%d experts: the CUDA expert kernels take at most 4096", v[3]));
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward: {
+      // With ep, a rank runs E/ep experts on up to ep * tokens * k arriving rows.
+      const bool ep = step.kernel == KernelId::MoeExpertsEpForward ||
+                      step.kernel == KernelId::MoeExpertsEpBackward;
+      const int64_t ranks = ep ? v[5] : 1;
+      require(v[3] / ranks <= 4096,
+              absl::StrFormat("%d experts per GPU: the CUDA expert kernels take at most 4096",
+                              v[3] / ranks));
       require(v[4] <= 16, absl::StrFormat("k = %d: the CUDA expert kernels take at most 16", v[4]));
-      require(v[0] * v[4] <= std::numeric_limits<int32_t>::max(),
-              absl::StrFormat("tokens*k = %d*%d (token, slot) pairs do not fit int32", v[0], v[4]));
+      require(
+          ranks * v[0] * v[4] <= std::numeric_limits<int32_t>::max(),
+          absl::StrFormat("%d*%d*%d (rank, token, slot) rows do not fit int32", ranks, v[0], v[4]));
       break;
+    }
     default:
       break;
   }
@@ -315,6 +325,9 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
       return cuda::moe_experts_forward_workspace_bytes(v[0], v[1], v[2], v[3], v[4]);
     case KernelId::MoeExpertsBackward:
       return cuda::moe_experts_backward_workspace_bytes(v[0], v[1], v[2], v[3], v[4]);
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward:
+      return detail::ExpertsEpWorkspaceBytes(step);
     case KernelId::CrossEntropyForward:
     case KernelId::CrossEntropyBackward:
       return detail::CarveCrossEntropyScratch(cuda::Workspace{}, v[0]).bytes;
@@ -326,13 +339,6 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
 }  // namespace
 
 absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
-  const plan::Mesh& mesh = plan.mesh;
-  if (mesh.ep != 1) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "the plan splits the experts over ep=%d ranks; the CUDA backend runs plans with ep=1 "
-        "only for now (compile without --ep)",
-        mesh.ep));
-  }
   // An f32 plan fails every step's check; say what to do instead of listing the first one.
   if (!plan.StoresBf16()) {
     return absl::InvalidArgumentError(
@@ -341,11 +347,6 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan) {
   }
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const plan::Step& step = plan.steps[i];
-    if (step.kernel == KernelId::MoeExpertsEpForward ||
-        step.kernel == KernelId::MoeExpertsEpBackward) {
-      return absl::UnimplementedError(
-          absl::StrCat(plan::StepLabel(plan, i), ": ", detail::CpuOnly(step.kernel)));
-    }
     std::vector<std::string> problems = DTypeProblems(plan, step);
     // Shapes only once the dtypes are right (a plan of the wrong dtype is the first thing to fix).
     if (problems.empty()) problems = ShapeProblems(step);

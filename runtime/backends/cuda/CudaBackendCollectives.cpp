@@ -31,24 +31,6 @@ using comm::RemoteOwner;
 using comm::VisiblePairs;
 using plan::DType;
 
-// Pieces of the workspace, 256-byte aligned, in order. With a null base only the size counts.
-class Carver {
- public:
-  explicit Carver(cuda::Workspace ws) : base_(static_cast<std::byte*>(ws.ptr)) {}
-  template <typename T>
-  T* take(int64_t count) {
-    std::byte* p = base_ == nullptr ? nullptr : base_ + used_;
-    used_ += (sizeof(T) * static_cast<size_t>(std::max<int64_t>(count, 1)) + 255) / 256 * 256;
-    return reinterpret_cast<T*>(p);
-  }
-  size_t used() const { return used_; }
-  Carver(const Carver&) = delete;
-
- private:
-  std::byte* base_;
-  size_t used_ = 0;
-};
-
 absl::Status Cuda(cudaError_t error, const char* what) { return FromCuda(error, what); }
 
 size_t ElementBytes(DType dtype) { return dtype == DType::BF16 ? 2 : 4; }

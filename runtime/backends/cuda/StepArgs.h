@@ -3,6 +3,7 @@
 // over KernelTable.def sees every one).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -67,6 +68,30 @@ class Args {
   const StepResources& resources_;
 };
 
+// Pieces of the workspace, 256-byte aligned, in order. With a null base only the size counts.
+class Carver {
+ public:
+  explicit Carver(cuda::Workspace ws) : base_(static_cast<std::byte*>(ws.ptr)), bytes_(ws.bytes) {}
+  template <typename T>
+  T* take(int64_t count) {
+    std::byte* p = base_ == nullptr ? nullptr : base_ + used_;
+    used_ += (sizeof(T) * static_cast<size_t>(std::max<int64_t>(count, 1)) + 255) / 256 * 256;
+    return reinterpret_cast<T*>(p);
+  }
+  size_t used() const { return used_; }
+  // What is left after the pieces taken so far (for a kernel's own workspace).
+  cuda::Workspace rest() const {
+    if (base_ == nullptr || used_ > bytes_) return cuda::Workspace{};
+    return cuda::Workspace{base_ + used_, bytes_ - used_};
+  }
+  Carver(const Carver&) = delete;
+
+ private:
+  std::byte* base_;
+  size_t bytes_;
+  size_t used_ = 0;
+};
+
 // Runs fn(T{}) with T = bf16 for a bf16 buffer, float for an f32 one: the elementwise kernels
 // compute in their step's type, which CheckPlanRunsOnCuda has checked is the same for every float
 // buffer of the step.
@@ -78,10 +103,6 @@ absl::Status WithType(plan::DType dtype, F&& fn) {
 
 // A kernel's Status as an absl::Status (RunCudaStep prefixes the step).
 inline absl::Status Done(const cuda::Status& status) { return FromCuda(status); }
-
-// "moe_experts_ep.forward runs on CPU ranks only for now; the CUDA backend runs plans with
-// ep=1": what RunCudaStep and CheckPlanRunsOnCuda say about an expert-parallel kernel.
-std::string CpuOnly(plan::KernelId kernel);
 
 // cross_entropy's scratch in the workspace, carved in this order (256-byte aligned pieces): the
 // lse the plan does not keep (the backward recomputes it with the forward kernel), the loss_sum
@@ -116,6 +137,11 @@ absl::Status RunRingAttentionForward(const Args& a);
 absl::Status RunRingAttentionBackward(const Args& a);
 absl::Status RunAllReduce(const Args& a);
 size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step);
+
+// Expert parallelism (CudaBackendExperts.cpp), and its workspace.
+absl::Status RunMoeExpertsEpForward(const Args& a);
+absl::Status RunMoeExpertsEpBackward(const Args& a);
+size_t ExpertsEpWorkspaceBytes(const plan::Step& step);
 
 // The shapes the sequence wrappers pass, from a step's ints (also used by the plan checks and
 // WorkspaceBytes). ssd_scan: batch, seq, heads, head_dim, groups, state, chunk. attention:

@@ -227,6 +227,19 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace);
 
+// The pieces of expert parallelism's exchange (the CUDA backend's moe_experts_ep), which runs
+// the experts above on rows that other GPUs send: the same gather and combine they use inside.
+// rows[p] = x[slot_of_row[p] / k] for p < count (x [tokens, hidden], rows [count, hidden]).
+Status moe_gather_rows(cudaStream_t stream, bf16* rows, const bf16* x, const int32_t* slot_of_row,
+                       int64_t count, int64_t hidden, int64_t k);
+// out[t] = sum_j w_j rows[row_of_slot[t*k + j]], w_j = gates[t*k + j] (1 with gates null), fp32
+// in slot order, rounded once; a slot whose row is -1 contributes nothing.
+Status moe_combine_rows(cudaStream_t stream, bf16* out, const bf16* rows, const float* gates,
+                        const int32_t* row_of_slot, int64_t tokens, int64_t hidden, int64_t k);
+// out[i] = in[index[i]], or 0 where index[i] = -1, for i < n.
+Status moe_gather_values(cudaStream_t stream, float* out, const float* in, const int32_t* index,
+                         int64_t n);
+
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy with an ignore index (CrossEntropy.cu).
 // On given logits [tokens, vocab] (T = float or bf16): loss_sum [1] = sum over valid rows of

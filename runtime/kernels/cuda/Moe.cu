@@ -345,6 +345,14 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   return Status();
 }
 
+// out[i] = in[index[i]], or 0 where index[i] < 0.
+__global__ void gather_values_kernel(float* out, const float* in, const int32_t* index, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = index[i] < 0 ? 0.f : in[index[i]];
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -484,6 +492,41 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
   }
   combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
       dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The expert-parallel exchange's pieces: the same gather and combine as above, on rows that
+// travel between GPUs.
+
+Status moe_gather_rows(cudaStream_t stream, bf16* rows, const bf16* x, const int32_t* slot_of_row,
+                       int64_t count, int64_t hidden, int64_t k) {
+  const char* name = "moe_gather_rows";
+  if (count < 0 || hidden <= 0 || k <= 0) return Status(name, "bad shape");
+  if (count == 0) return Status();
+  const bool vec = hidden % 8 == 0 && aligned16(x) && aligned16(rows);
+  gather_kernel<<<warp_grid(count), kThreads, 0, stream>>>(rows, x, slot_of_row, count, hidden,
+                                                           static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+Status moe_combine_rows(cudaStream_t stream, bf16* out, const bf16* rows, const float* gates,
+                        const int32_t* row_of_slot, int64_t tokens, int64_t hidden, int64_t k) {
+  const char* name = "moe_combine_rows";
+  if (tokens < 0 || hidden <= 0 || k <= 0 || k > kMaxK) return Status(name, "bad shape");
+  if (tokens == 0) return Status();
+  const bool vec = hidden % 8 == 0 && aligned16(out) && aligned16(rows);
+  combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+      out, rows, gates, row_of_slot, nullptr, tokens, hidden, static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+Status moe_gather_values(cudaStream_t stream, float* out, const float* in, const int32_t* index,
+                         int64_t n) {
+  const char* name = "moe_gather_values";
+  if (n < 0) return Status(name, "bad size");
+  if (n == 0) return Status();
+  gather_values_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, in, index, n);
   return launch_status(name);
 }
 

@@ -1,6 +1,7 @@
 // Self-checking test and benchmark of the CUDA sequence kernels (runtime/kernels/cuda/
-// SequenceKernels.h): the Mamba2 SSD scan and causal GQA attention, forward and backward, against
-// the CPU oracle (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
+// SequenceKernels.h): the Mamba2 SSD scan (and its state-only summary for context parallelism,
+// ssd_final_state) and causal GQA attention, forward and backward, against the CPU oracle
+// (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
 //
 //   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|attn] [--reps N]
 //                         [--impl hopper|hopper-det|fa2]
@@ -414,6 +415,67 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
   if (c.want_dinit) report("dinit_state", compare(download_f32(dinit), ref.dinit), kTolF32);
 }
 
+// The state-only summary of context parallelism: ssd_final_state_forward against the oracle
+// scan's final state from a zero start, ssd_final_state_backward against the oracle backward with
+// dy = 0 (and no C, D: with dy = 0 they play no part). Same tolerances as the scan's outputs.
+struct SsdFinalStateCase {
+  const char* name;
+  int64_t batch, seq, heads, head_dim, groups;
+};
+
+void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
+  Rng rng(seed);
+  hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
+  std::printf("SSD final state %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128 Q=256\n", c.name,
+              static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+              static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
+              static_cast<long long>(s.groups));
+  if (!hcp::cuda::ssd_supported(s)) {
+    std::printf("  unsupported shape: FAIL\n");
+    g_failed++;
+    return;
+  }
+  SsdInputs in = make_ssd_inputs(rng, s);
+  in.dy = HostBf16(in.x.size());  // all zero: the summary's y has no gradient
+  const SsdCase oracle_case{c.name,
+                            c.batch,
+                            c.seq,
+                            c.heads,
+                            c.head_dim,
+                            c.groups,
+                            /*has_D=*/false,
+                            /*has_init=*/false,
+                            /*want_final=*/true,
+                            /*has_dfinal=*/true,
+                            /*want_dinit=*/false};
+  const SsdRef ref = ssd_reference(in, oracle_case);
+
+  auto x = upload_bf16(in.x), Bm = upload_bf16(in.Bm);
+  auto dt = upload_f32(in.dt), A = upload_f32(in.A), dfinal = upload_f32(in.dfinal);
+  DevBuf<bf16> dx(in.x.size()), dB(in.Bm.size());
+  DevBuf<float> fin(in.init.size()), ddt(in.dt.size()), dA(s.heads);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_final_state_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_final_state_backward_workspace_bytes(s)));
+  ws.poison();
+  for (auto* b : {&dx, &dB}) b->poison();
+  for (auto* b : {&fin, &ddt, &dA}) b->poison();
+
+  hcp::cuda::Workspace w{ws.ptr, ws.n};
+  CHECK_OK(
+      hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  ws.poison();
+  CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dfinal.ptr,
+                                               x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
+  report("dx (dy = 0)", compare(download_bf16(dx), ref.dx), kTolBf16);
+  report("ddt (dy = 0)", compare(download_f32(ddt), ref.ddt), kTolF32);
+  report("dA (dy = 0)", compare(download_f32(dA), ref.dA), kTolF32);
+  report("dB (dy = 0)", compare(download_bf16(dB), ref.dB), kTolBf16);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention.
 struct AttnCase {
@@ -705,7 +767,24 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
       2.0 * 48 * nc * (256.0 * 256 / 2 * 128 + 256.0 * 256 / 2 * 64 + 2 * 256.0 * 64 * 128);
   const std::string tag = "SSD s=" + std::to_string(seq);
   add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
-  add_row(tag + " fwd+bwd", median_ms(reps, fb), 3 * fwd_flop, anchor_fb);
+  const double fb_ms = median_ms(reps, fb);
+  add_row(tag + " fwd+bwd", fb_ms, 3 * fwd_flop, anchor_fb);
+
+  // The context-parallel summary, ssd_final_state forward + backward, against this scan's
+  // fwd+bwd (the anchor column holds that time here). FLOPs: the chunk states (Q P N per head and
+  // chunk) forward, and the state terms of dx and dB backward.
+  DevBuf<unsigned char> ws_final(std::max(hcp::cuda::ssd_final_state_forward_workspace_bytes(s),
+                                          hcp::cuda::ssd_final_state_backward_workspace_bytes(s)));
+  hcp::cuda::Workspace wf{ws_final.ptr, ws_final.n};
+  auto final_fb = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, st.x.ptr, st.dt.ptr, dA_in.ptr,
+                                                st.Bm.ptr, s, wf));
+    CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, fin.ptr,
+                                                 st.x.ptr, st.dt.ptr, dA_in.ptr, st.Bm.ptr, s, wf));
+  };
+  const double final_flop = 3 * 2.0 * 48 * nc * (256.0 * 64 * 128);
+  add_row(tag + " final_state fwd+bwd", median_ms(reps, final_fb), final_flop, fb_ms);
 }
 
 void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
@@ -814,6 +893,18 @@ int main(int argc, char** argv) {
     for (const auto& c : cases) {
       if (!large && c.seq > 2048) continue;
       run_ssd_case(c, case_seed++);
+    }
+    const SsdFinalStateCase final_cases[] = {
+        // name, B, S, H, P, G
+        {"seq<chunk", 1, 100, 2, 64, 1},
+        {"partial-chunk,groups=2", 2, 300, 4, 64, 2},
+        {"partial-chunk,groups=heads,P=32", 1, 549, 3, 32, 3},
+        {"4-chunks", 1, 1024, 6, 64, 2},
+        {"tiny s=8192", 1, 8192, 48, 64, 1},
+    };
+    for (const auto& c : final_cases) {
+      if (!large && c.seq > 2048) continue;
+      run_ssd_final_state_case(c, case_seed++);
     }
   }
   if (only.empty() || only == "attn") {

@@ -417,7 +417,8 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
 
 // The state-only summary of context parallelism: ssd_final_state_forward against the oracle
 // scan's final state from a zero start, ssd_final_state_backward against the oracle backward with
-// dy = 0 (and no C, D: with dy = 0 they play no part). Same tolerances as the scan's outputs.
+// dy = 0 (and no D: with dy = 0 it plays no part, nor does C). Same tolerances as the scan's
+// outputs; then bit-for-bit against the GPU scan kernels themselves.
 struct SsdFinalStateCase {
   const char* name;
   int64_t batch, seq, heads, head_dim, groups;
@@ -474,6 +475,39 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
   report("ddt (dy = 0)", compare(download_f32(ddt), ref.ddt), kTolF32);
   report("dA (dy = 0)", compare(download_f32(dA), ref.dA), kTolF32);
   report("dB (dy = 0)", compare(download_bf16(dB), ref.dB), kTolBf16);
+
+  // Against the GPU scan itself: the summary kernels are the scan's launches with the dy terms
+  // left out, and with dy = 0 those terms are exact zeros, so the results must agree bit for bit
+  // (max |difference| = 0) with ssd_scan_forward's final state and ssd_scan_backward's gradients
+  // for a zero dy (C random: it must not matter).
+  auto Cm = upload_bf16(in.Cm), zero_dy = upload_bf16(in.dy);
+  DevBuf<bf16> scan_y(in.x.size()), scan_dx(in.x.size()), scan_dB(in.Bm.size()),
+      scan_dC(in.Cm.size());
+  DevBuf<float> scan_fin(in.init.size()), scan_ddt(in.dt.size()), scan_dA(s.heads),
+      scan_dD(s.heads);
+  DevBuf<unsigned char> scan_ws(std::max(hcp::cuda::ssd_scan_forward_workspace_bytes(s),
+                                         hcp::cuda::ssd_scan_backward_workspace_bytes(s)));
+  hcp::cuda::Workspace sw{scan_ws.ptr, scan_ws.n};
+  CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, scan_y.ptr, scan_fin.ptr, x.ptr, dt.ptr, A.ptr,
+                                       Bm.ptr, Cm.ptr, /*D=*/nullptr, /*init_state=*/nullptr, s,
+                                       sw));
+  CHECK_OK(hcp::cuda::ssd_scan_backward(nullptr, scan_dx.ptr, scan_ddt.ptr, scan_dA.ptr,
+                                        scan_dB.ptr, scan_dC.ptr, scan_dD.ptr,
+                                        /*dinit_state=*/nullptr, zero_dy.ptr, dfinal.ptr, x.ptr,
+                                        dt.ptr, A.ptr, Bm.ptr, Cm.ptr, /*D=*/nullptr,
+                                        /*init_state=*/nullptr, s, sw));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const bool abs_metric = true;
+  report("final_state = the GPU scan's", compare(download_f32(fin), download_f32(scan_fin)), 0,
+         abs_metric);
+  report("dx = the GPU scan's with dy = 0", compare(download_bf16(dx), download_bf16(scan_dx)), 0,
+         abs_metric);
+  report("ddt = the GPU scan's with dy = 0", compare(download_f32(ddt), download_f32(scan_ddt)), 0,
+         abs_metric);
+  report("dA = the GPU scan's with dy = 0", compare(download_f32(dA), download_f32(scan_dA)), 0,
+         abs_metric);
+  report("dB = the GPU scan's with dy = 0", compare(download_bf16(dB), download_bf16(scan_dB)), 0,
+         abs_metric);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -604,10 +604,11 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-// ssd_final_state.forward / .backward (context parallelism's segment summary) against
-// ssd_scan.forward / .backward in the same plan on the same buffers: the final state from a zero
-// start, and the gradients with dy = 0 (C and D random: they must not matter). Tolerance a
-// relative 1e-6, a few f32 roundings (the CPU kernels run the same chunk steps: in fact equal).
+// ssd_final_state.forward / .backward (context parallelism's segment summary): bit for bit the
+// reference kernels, and against ssd_scan.forward / .backward in the same plan on the same
+// buffers: the final state from a zero start, and the gradients with dy = 0 (C and D random: they
+// must not matter). Tolerance a relative 1e-6, a few f32 roundings (the CPU kernels run the same
+// chunk steps: in fact equal).
 TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
   const int64_t B = 2, S = 6, Hd = 4, P = 3, G = 2, N = 2;
   constexpr double kTol = 1e-6;
@@ -622,6 +623,10 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
               {B, S, Hd, P, G, N, chunk, /*has_init=*/0});
     ASSERT_RUNS(s, "ssd_final_state.forward", {x, dt, A, Bm}, {final_state},
                 {B, S, Hd, P, G, N, chunk});
+    const cpu::SsdShape shape{B, S, Hd, P, G, N, std::min(chunk, S)};
+    std::vector<float> final_w = s.Like(final_state);
+    cpu::ssd_final_state_forward<float>(final_w.data(), s.p(x), s.p(dt), s.p(A), s.p(Bm), shape);
+    EXPECT_EQ(s.f32(final_state), final_w) << "chunk " << chunk;
     EXPECT_LT(MaxRelDiff(s.f32(final_state), s.f32(scan_final)), kTol) << "chunk " << chunk;
 
     OneStep g;
@@ -639,12 +644,19 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
               {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1});
     ASSERT_RUNS(g, "ssd_final_state.backward", {dfinal, gx, gdt, gA, gB}, grads,
                 {B, S, Hd, P, G, N, chunk});
+    std::vector<std::vector<float>> want;
+    for (uint32_t o : grads) want.push_back(g.Like(o));
+    cpu::ssd_final_state_backward<float>(want[0].data(), want[1].data(), want[2].data(),
+                                         want[3].data(), g.p(dfinal), g.p(gx), g.p(gdt), g.p(gA),
+                                         g.p(gB), shape);
     const char* names[] = {"dx", "ddt", "dA", "dB"};
     for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_EQ(g.f32(grads[i]), want[i]) << names[i] << " chunk " << chunk;
       EXPECT_LT(MaxRelDiff(g.f32(grads[i]), g.f32(scan_grads[i])), kTol)
           << names[i] << " chunk " << chunk;
-      const std::vector<float>& want = g.f32(scan_grads[i]);
-      EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float v) { return v != 0.0f; }))
+      const std::vector<float>& scan_grad = g.f32(scan_grads[i]);
+      EXPECT_TRUE(
+          std::any_of(scan_grad.begin(), scan_grad.end(), [](float v) { return v != 0.0f; }))
           << names[i] << " is all zero, chunk " << chunk;
     }
   }

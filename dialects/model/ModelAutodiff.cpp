@@ -185,6 +185,19 @@ LogicalResult backward(SsdScanOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gr
   return success();
 }
 
+// model.ssd_scan_grad's rule with dy = 0 and no initial state: only the state gradient flows.
+LogicalResult backward(SsdFinalStateOp op, OpBuilder& b, ArrayRef<Value> dfinal, Grads& grads) {
+  auto grad =
+      SsdFinalStateGradOp::create(b, op.getLoc(), op.getX().getType(), op.getDt().getType(),
+                                  op.getA().getType(), op.getB().getType(), dfinal[0], op.getX(),
+                                  op.getDt(), op.getA(), op.getB(), op.getChunkSizeAttr());
+  grads[0] = grad.getDx();
+  grads[1] = grad.getDdt();
+  grads[2] = grad.getDA();
+  grads[3] = grad.getDB();
+  return success();
+}
+
 LogicalResult backward(GatedRmsNormOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
   auto grad = GatedRmsNormGradOp::create(b, op.getLoc(), op.getY().getType(),
                                          op.getGate().getType(), op.getWeight().getType(), dy[0],
@@ -264,8 +277,8 @@ void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
   registry.addExtension(+[](MLIRContext* context, ModelDialect*) {
     attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp, CastOp,
            SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
-           SsdLogDecayOp, GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(
-        context);
+           SsdFinalStateOp, SsdLogDecayOp, GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp,
+           CrossEntropyOp>(context);
   });
 }
 

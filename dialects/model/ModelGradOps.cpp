@@ -232,6 +232,33 @@ LogicalResult SsdScanGradOp::verify() {
   return success();
 }
 
+LogicalResult SsdFinalStateGradOp::verify() {
+  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
+      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
+  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
+  if (b[0] != batch || b[1] != seq)
+    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
+                         << formatShape(x.take_front(2));
+  if (heads % groups != 0)
+    return emitOpError() << groups << " groups do not divide " << heads << " heads";
+  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
+      failed(expectShape(*this, getA(), {heads}, "A")) ||
+      failed(
+          expectShape(*this, getDfinal(), {batch, heads, headDim, state}, "final state gradient")))
+    return failure();
+  if (tensorType(getDfinal()).getElementType() != Float32Type::get(getContext()))
+    return emitOpError() << "final state gradient must be f32, like the final state";
+  if (failed(expectTypeOf(*this, getDx(), getX(), "x gradient", "x")) ||
+      failed(expectTypeOf(*this, getDdt(), getDt(), "dt gradient", "dt")) ||
+      failed(expectTypeOf(*this, getDA(), getA(), "A gradient", "A")) ||
+      failed(expectTypeOf(*this, getDB(), getB(), "B gradient", "B")))
+    return failure();
+  if (getChunkSize() <= 0) return emitOpError() << "chunk size must be positive";
+  return success();
+}
+
 LogicalResult AttentionGradOp::verify() {
   if (failed(expectRank(*this, getQ(), 4, "q [batch, seq, heads, head_dim]")) ||
       failed(expectRank(*this, getK(), 4, "k [batch, seq, kv_heads, head_dim]")))

@@ -203,6 +203,24 @@ def Model_SsdScanGradOp : Model_Op<"ssd_scan_grad", [Pure, AttrSizedOperandSegme
   let hasVerifier = 1;
 }
 
+def Model_SsdFinalStateGradOp : Model_Op<"ssd_final_state_grad", [Pure]> {
+  let summary = "gradients of model.ssd_final_state";
+  let description = [{
+    `dfinal` [b, heads, head_dim, state] (f32) and model.ssd_final_state's operands -> dx, ddt,
+    dA, dB with the shapes of x, dt, A, B: model.ssd_scan_grad's with dy = 0 and no initial
+    state. With dy = 0 only the state gradient flows: G_{last chunk} = dfinal and
+    G_{c-1} = exp(a_last^(c)) G_c, so none of the scan's intra-chunk output gradient is needed.
+  }];
+  let arguments = (ins Model_FloatTensor:$dfinal, Model_FloatTensor:$x, Model_FloatTensor:$dt,
+                       Model_FloatTensor:$A, Model_FloatTensor:$B, I64Attr:$chunk_size);
+  let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$ddt, Model_FloatTensor:$dA,
+                      Model_FloatTensor:$dB);
+  let assemblyFormat = [{
+    $dfinal `,` $x `,` $dt `,` $A `,` $B attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 //===------------------------------------------------------------------------------------------===//
 // Attention gradient
 //===------------------------------------------------------------------------------------------===//

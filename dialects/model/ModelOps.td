@@ -195,6 +195,26 @@ def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Model_SsdFinalStateOp : Model_Op<"ssd_final_state", [Pure]> {
+  let summary = "the final state model.ssd_scan reaches from a zero initial state, without y";
+  let description = [{
+    Per batch row and head h (group g = h / (heads / groups)):
+    `S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T` from `S_{-1} = 0`, computed in chunks of
+    `chunk_size` positions like model.ssd_scan; the result is the last S, exactly model.ssd_scan's
+    final_state without an initial state. Context parallelism summarises each segment with it:
+    the outputs y (and so C and D) play no part, and skipping them skips the scan's intra-chunk
+    output work. Shapes: x [b, s, heads, head_dim], dt [b, s, heads], A [heads],
+    B [b, s, groups, state] -> final_state [b, heads, head_dim, state] (f32).
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$dt, Model_FloatTensor:$A,
+                       Model_FloatTensor:$B, I64Attr:$chunk_size);
+  let results = (outs Model_FloatTensor:$final_state);
+  let assemblyFormat = [{
+    $x `,` $dt `,` $A `,` $B attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Model_SsdLogDecayOp : Model_Op<"ssd_log_decay", [Pure]> {
   let summary = "a segment's total log-decay: g[b, h] = sum_t dt[b, t, h] * A[h]";
   let description = [{

@@ -36,8 +36,9 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
         dist::StateScanStrategyAttr::get(&getContext(), chooseStrategy(strategy, layout.getCp()));
     SmallVector<model::SsdScanOp> scans;
     getOperation().walk([&](model::SsdScanOp op) {
-      // Scans already split: the summary scan (final state into dist.state_scan) and the
-      // rescan (initial state from it).
+      // Scans already split: the rescan (initial state from dist.state_scan) and a summary
+      // written as a full scan (final state into dist.state_scan). This pass's own summaries
+      // are model.ssd_final_state, which the walk does not visit.
       bool split = op.getInitState() ||
                    llvm::any_of(op.getFinalState().getUsers(),
                                 [](Operation* user) { return isa<dist::StateScanOp>(user); });
@@ -61,14 +62,14 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
       rowsState[0] = xType.getShape()[0];
       auto segmentState = RankedTensorType::get(rowsState, stateType.getElementType());
       auto f32 = b.getF32Type();
-      // 1. Each segment's summary: its final state from a zero start and its log-decay.
-      auto local = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
-                                            scan.getD(), Value(), scan.getChunkSizeAttr());
+      // 1. Each segment's summary: its final state from a zero start and its log-decay. Only
+      // the state: the scan's outputs over the segment come from step 3.
+      Value local = model::SsdFinalStateOp::create(b, loc, segmentState, x, dt, scan.getA(), B,
+                                                   scan.getChunkSizeAttr());
       auto decayType = RankedTensorType::get({xType.getShape()[0], xType.getShape()[2]}, f32);
       Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA());
       // 2. The state entering each segment, from every segment before it.
-      Value incoming =
-          dist::StateScanOp::create(b, loc, segmentState, g, local.getFinalState(), layout, chosen);
+      Value incoming = dist::StateScanOp::create(b, loc, segmentState, g, local, layout, chosen);
       // 3. The scan again, from the true incoming state.
       auto full = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
                                            scan.getD(), incoming, scan.getChunkSizeAttr());

@@ -63,7 +63,8 @@ def InsertStateScan : Pass<"hcp-insert-state-scan", "mlir::ModuleOp"> {
   let summary = "Mamba2 SSD: pass the recurrent state from segment to segment";
   let description = [{
     Every ssd_scan without an initial state becomes, over segment rows:
-      s_loc = final state of the segment's scan from a zero start;
+      s_loc = ssd_final_state(x, dt, A, B): the segment's final state from a zero start
+              (the state only: no y, so none of the scan's intra-chunk output work);
       g = ssd_log_decay(dt, A);  s_in = dist.state_scan(g, s_loc);
       y = ssd_scan(..., init = s_in).
     Under zigzag the 2*cp pieces are segments in sequence order, so no activation is permuted.

@@ -312,6 +312,17 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
                {s[0], s[1], s[2], s[3], shapeOf(B)[2], shapeOf(B)[3], i64Attr(op, "chunk_size"),
                 hasInit, hasDfinal});
     };
+    // ints: batch, seq, heads, head_dim, groups, state, chunk (x and B are operands 0 and 3 of
+    // the forward, 1 and 4 of the gradient, after dfinal).
+    auto finalState = [](StringRef kernel, unsigned xIndex) {
+      return [kernel, xIndex](Lowering& l, Operation* op) {
+        ArrayRef<int64_t> s = shapeOf(op->getOperand(xIndex)),
+                          b = shapeOf(op->getOperand(xIndex + 3));
+        l.direct(op, kernel, {s[0], s[1], s[2], s[3], b[2], b[3], i64Attr(op, "chunk_size")});
+      };
+    };
+    r["model.ssd_final_state"] = finalState("ssd_final_state.forward", 0);
+    r["model.ssd_final_state_grad"] = finalState("ssd_final_state.backward", 1);
     auto attention = [](StringRef kernel) {
       return [kernel](Lowering& l, Operation* op) {
         bool forward = kernel == "attention.forward";

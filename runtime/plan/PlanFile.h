@@ -27,7 +27,8 @@ namespace hcp::plan {
 // 3: the loss_scale input.
 // 4: expert parallelism: Mesh.ep, sharded parameters (Parameter.shards, full_shape), the
 //    moe_experts_ep kernels.
-inline constexpr uint32_t kPlanSchemaVersion = 4;
+// 5: the ssd_final_state kernels (context parallelism's state-only segment summary).
+inline constexpr uint32_t kPlanSchemaVersion = 5;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

@@ -781,6 +781,30 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       if (c.Int("has_init") == 1) c.OutF32(6, {"batch", "heads", "head_dim", "state"});
       return;
     }
+    case KernelId::SsdFinalStateForward:
+    case KernelId::SsdFinalStateBackward: {
+      // ssd_scan's checks without C, D and the states' flags; the backward takes dfinal_state
+      // first and returns the gradients of x, dt, A, B.
+      const bool backward = kernel == KernelId::SsdFinalStateBackward;
+      c.Ints({"batch", "seq", "heads", "head_dim", "groups", "state", "chunk"});
+      c.Sizes({"batch", "seq", "heads", "head_dim", "groups", "state", "chunk"});
+      c.Divisible("heads", "groups");
+      const int first = backward ? 1 : 0;
+      if (backward) c.InF32(0, {"batch", "heads", "head_dim", "state"});  // dfinal_state
+      c.In(first + 0, {"batch", "seq", "heads", "head_dim"});             // x
+      c.InF32(first + 1, {"batch", "seq", "heads"});                      // dt
+      c.InF32(first + 2, {"heads"});                                      // A
+      c.In(first + 3, {"batch", "seq", "groups", "state"});               // B
+      if (!backward) {
+        c.OutF32(0, {"batch", "heads", "head_dim", "state"});  // final_state
+        return;
+      }
+      c.Out(0, {"batch", "seq", "heads", "head_dim"});  // dx
+      c.OutF32(1, {"batch", "seq", "heads"});           // ddt
+      c.OutF32(2, {"heads"});                           // dA
+      c.Out(3, {"batch", "seq", "groups", "state"});    // dB
+      return;
+    }
     case KernelId::SsdLogDecayForward:
       c.Ints({"batch", "seq", "heads"});
       c.Sizes({"batch", "seq", "heads"});

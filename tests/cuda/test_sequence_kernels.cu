@@ -1,6 +1,7 @@
 // Self-checking test and benchmark of the CUDA sequence kernels (runtime/kernels/cuda/
-// SequenceKernels.h): the Mamba2 SSD scan and causal GQA attention, forward and backward, against
-// the CPU oracle (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
+// SequenceKernels.h): the Mamba2 SSD scan (and its state-only summary for context parallelism,
+// ssd_final_state) and causal GQA attention, forward and backward, against the CPU oracle
+// (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
 //
 //   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|attn] [--reps N]
 //                         [--impl hopper|hopper-det|fa2]
@@ -414,6 +415,101 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
   if (c.want_dinit) report("dinit_state", compare(download_f32(dinit), ref.dinit), kTolF32);
 }
 
+// The state-only summary of context parallelism: ssd_final_state_forward against the oracle
+// scan's final state from a zero start, ssd_final_state_backward against the oracle backward with
+// dy = 0 (and no D: with dy = 0 it plays no part, nor does C). Same tolerances as the scan's
+// outputs; then bit-for-bit against the GPU scan kernels themselves.
+struct SsdFinalStateCase {
+  const char* name;
+  int64_t batch, seq, heads, head_dim, groups;
+};
+
+void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
+  Rng rng(seed);
+  hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
+  std::printf("SSD final state %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128 Q=256\n", c.name,
+              static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+              static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
+              static_cast<long long>(s.groups));
+  if (!hcp::cuda::ssd_supported(s)) {
+    std::printf("  unsupported shape: FAIL\n");
+    g_failed++;
+    return;
+  }
+  SsdInputs in = make_ssd_inputs(rng, s);
+  in.dy = HostBf16(in.x.size());  // all zero: the summary's y has no gradient
+  const SsdCase oracle_case{c.name,
+                            c.batch,
+                            c.seq,
+                            c.heads,
+                            c.head_dim,
+                            c.groups,
+                            /*has_D=*/false,
+                            /*has_init=*/false,
+                            /*want_final=*/true,
+                            /*has_dfinal=*/true,
+                            /*want_dinit=*/false};
+  const SsdRef ref = ssd_reference(in, oracle_case);
+
+  auto x = upload_bf16(in.x), Bm = upload_bf16(in.Bm);
+  auto dt = upload_f32(in.dt), A = upload_f32(in.A), dfinal = upload_f32(in.dfinal);
+  DevBuf<bf16> dx(in.x.size()), dB(in.Bm.size());
+  DevBuf<float> fin(in.init.size()), ddt(in.dt.size()), dA(s.heads);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_final_state_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_final_state_backward_workspace_bytes(s)));
+  ws.poison();
+  for (auto* b : {&dx, &dB}) b->poison();
+  for (auto* b : {&fin, &ddt, &dA}) b->poison();
+
+  hcp::cuda::Workspace w{ws.ptr, ws.n};
+  CHECK_OK(
+      hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  ws.poison();
+  CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dfinal.ptr,
+                                               x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
+  report("dx (dy = 0)", compare(download_bf16(dx), ref.dx), kTolBf16);
+  report("ddt (dy = 0)", compare(download_f32(ddt), ref.ddt), kTolF32);
+  report("dA (dy = 0)", compare(download_f32(dA), ref.dA), kTolF32);
+  report("dB (dy = 0)", compare(download_bf16(dB), ref.dB), kTolBf16);
+
+  // Against the GPU scan itself: the summary kernels are the scan's launches with the dy terms
+  // left out, and with dy = 0 those terms are exact zeros, so the results must agree bit for bit
+  // (max |difference| = 0) with ssd_scan_forward's final state and ssd_scan_backward's gradients
+  // for a zero dy (C random: it must not matter).
+  auto Cm = upload_bf16(in.Cm), zero_dy = upload_bf16(in.dy);
+  DevBuf<bf16> scan_y(in.x.size()), scan_dx(in.x.size()), scan_dB(in.Bm.size()),
+      scan_dC(in.Cm.size());
+  DevBuf<float> scan_fin(in.init.size()), scan_ddt(in.dt.size()), scan_dA(s.heads),
+      scan_dD(s.heads);
+  DevBuf<unsigned char> scan_ws(std::max(hcp::cuda::ssd_scan_forward_workspace_bytes(s),
+                                         hcp::cuda::ssd_scan_backward_workspace_bytes(s)));
+  hcp::cuda::Workspace sw{scan_ws.ptr, scan_ws.n};
+  CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, scan_y.ptr, scan_fin.ptr, x.ptr, dt.ptr, A.ptr,
+                                       Bm.ptr, Cm.ptr, /*D=*/nullptr, /*init_state=*/nullptr, s,
+                                       sw));
+  CHECK_OK(hcp::cuda::ssd_scan_backward(nullptr, scan_dx.ptr, scan_ddt.ptr, scan_dA.ptr,
+                                        scan_dB.ptr, scan_dC.ptr, scan_dD.ptr,
+                                        /*dinit_state=*/nullptr, zero_dy.ptr, dfinal.ptr, x.ptr,
+                                        dt.ptr, A.ptr, Bm.ptr, Cm.ptr, /*D=*/nullptr,
+                                        /*init_state=*/nullptr, s, sw));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const bool abs_metric = true;
+  report("final_state = the GPU scan's", compare(download_f32(fin), download_f32(scan_fin)), 0,
+         abs_metric);
+  report("dx = the GPU scan's with dy = 0", compare(download_bf16(dx), download_bf16(scan_dx)), 0,
+         abs_metric);
+  report("ddt = the GPU scan's with dy = 0", compare(download_f32(ddt), download_f32(scan_ddt)), 0,
+         abs_metric);
+  report("dA = the GPU scan's with dy = 0", compare(download_f32(dA), download_f32(scan_dA)), 0,
+         abs_metric);
+  report("dB = the GPU scan's with dy = 0", compare(download_bf16(dB), download_bf16(scan_dB)), 0,
+         abs_metric);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention.
 struct AttnCase {
@@ -705,7 +801,24 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
       2.0 * 48 * nc * (256.0 * 256 / 2 * 128 + 256.0 * 256 / 2 * 64 + 2 * 256.0 * 64 * 128);
   const std::string tag = "SSD s=" + std::to_string(seq);
   add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
-  add_row(tag + " fwd+bwd", median_ms(reps, fb), 3 * fwd_flop, anchor_fb);
+  const double fb_ms = median_ms(reps, fb);
+  add_row(tag + " fwd+bwd", fb_ms, 3 * fwd_flop, anchor_fb);
+
+  // The context-parallel summary, ssd_final_state forward + backward, against this scan's
+  // fwd+bwd (the anchor column holds that time here). FLOPs: the chunk states (Q P N per head and
+  // chunk) forward, and the state terms of dx and dB backward.
+  DevBuf<unsigned char> ws_final(std::max(hcp::cuda::ssd_final_state_forward_workspace_bytes(s),
+                                          hcp::cuda::ssd_final_state_backward_workspace_bytes(s)));
+  hcp::cuda::Workspace wf{ws_final.ptr, ws_final.n};
+  auto final_fb = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, st.x.ptr, st.dt.ptr, dA_in.ptr,
+                                                st.Bm.ptr, s, wf));
+    CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, fin.ptr,
+                                                 st.x.ptr, st.dt.ptr, dA_in.ptr, st.Bm.ptr, s, wf));
+  };
+  const double final_flop = 3 * 2.0 * 48 * nc * (256.0 * 64 * 128);
+  add_row(tag + " final_state fwd+bwd", median_ms(reps, final_fb), final_flop, fb_ms);
 }
 
 void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
@@ -814,6 +927,18 @@ int main(int argc, char** argv) {
     for (const auto& c : cases) {
       if (!large && c.seq > 2048) continue;
       run_ssd_case(c, case_seed++);
+    }
+    const SsdFinalStateCase final_cases[] = {
+        // name, B, S, H, P, G
+        {"seq<chunk", 1, 100, 2, 64, 1},
+        {"partial-chunk,groups=2", 2, 300, 4, 64, 2},
+        {"partial-chunk,groups=heads,P=32", 1, 549, 3, 32, 3},
+        {"4-chunks", 1, 1024, 6, 64, 2},
+        {"tiny s=8192", 1, 8192, 48, 64, 1},
+    };
+    for (const auto& c : final_cases) {
+      if (!large && c.seq > 2048) continue;
+      run_ssd_final_state_case(c, case_seed++);
     }
   }
   if (only.empty() || only == "attn") {

@@ -266,6 +266,19 @@ absl::Status RunSsdScanBackward(const Args& a) {
   return absl::OkStatus();
 }
 
+// ins: x, dt, A, B. outs: final_state. ints: batch, seq, heads, head_dim, groups, state, chunk.
+absl::Status RunSsdFinalStateForward(const Args& a) {
+  ssd_final_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), SsdShapeOf(a));
+  return absl::OkStatus();
+}
+
+// ins: dfinal_state, x, dt, A, B. outs: dx, ddt, dA, dB.
+absl::Status RunSsdFinalStateBackward(const Args& a) {
+  ssd_final_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
+                                  a.in(3), a.in(4), SsdShapeOf(a));
+  return absl::OkStatus();
+}
+
 // ins: dt, A. outs: g. ints: batch, seq, heads.
 absl::Status RunSsdLogDecayForward(const Args& a) {
   ssd_log_decay<float>(a.out(0), a.in(0), a.in(1), a.i(0), a.i(1), a.i(2));

@@ -94,6 +94,12 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
       s.outs.resize(outs, F);
       return s;
     }
+    case KernelId::SsdFinalStateForward:
+      // x, dt, A, B -> final_state.
+      return Signature{{B, F, F, B}, {F}};
+    case KernelId::SsdFinalStateBackward:
+      // dfinal_state, x, dt, A, B -> dx, ddt, dA, dB.
+      return Signature{{F, B, F, F, B}, {B, F, F, B}};
     case KernelId::SsdLogDecayForward:
     case KernelId::SsdLogDecayBackward:
       return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
@@ -230,7 +236,9 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
       require(v[0] <= 65535, absl::StrFormat("batch %d is above the CUDA kernel's 65535", v[0]));
       break;
     case KernelId::SsdScanForward:
-    case KernelId::SsdScanBackward: {
+    case KernelId::SsdScanBackward:
+    case KernelId::SsdFinalStateForward:
+    case KernelId::SsdFinalStateBackward: {
       const cuda::SsdShape s = detail::SsdShapeOf(step);
       require(s.chunk == 256, absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", s.chunk));
       require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
@@ -316,6 +324,10 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
       return cuda::ssd_scan_forward_workspace_bytes(detail::SsdShapeOf(step));
     case KernelId::SsdScanBackward:
       return cuda::ssd_scan_backward_workspace_bytes(detail::SsdShapeOf(step));
+    case KernelId::SsdFinalStateForward:
+      return cuda::ssd_final_state_forward_workspace_bytes(detail::SsdShapeOf(step));
+    case KernelId::SsdFinalStateBackward:
+      return cuda::ssd_final_state_backward_workspace_bytes(detail::SsdShapeOf(step));
     case KernelId::SsdLogDecayForward:
     case KernelId::SsdLogDecayBackward:
       return cuda::ssd_log_decay_workspace_bytes(v[0], v[1], v[2]);

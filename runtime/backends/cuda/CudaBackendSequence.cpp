@@ -75,6 +75,21 @@ absl::Status RunSsdScanBackward(const Args& a) {
                                       init_state, SsdShapeOf(a.step()), a.workspace()));
 }
 
+// ins: x, dt, A, B. outs: final_state. ints: batch, seq, heads, head_dim, groups, state, chunk.
+absl::Status RunSsdFinalStateForward(const Args& a) {
+  return Done(cuda::ssd_final_state_forward(a.stream(), a.out<float>(0), a.in<bf16>(0),
+                                            a.in<float>(1), a.in<float>(2), a.in<bf16>(3),
+                                            SsdShapeOf(a.step()), a.workspace()));
+}
+
+// ins: dfinal_state, x, dt, A, B. outs: dx, ddt, dA, dB. ints as the forward.
+absl::Status RunSsdFinalStateBackward(const Args& a) {
+  return Done(cuda::ssd_final_state_backward(a.stream(), a.out<bf16>(0), a.out<float>(1),
+                                             a.out<float>(2), a.out<bf16>(3), a.in<float>(0),
+                                             a.in<bf16>(1), a.in<float>(2), a.in<float>(3),
+                                             a.in<bf16>(4), SsdShapeOf(a.step()), a.workspace()));
+}
+
 // ins: dt, A. outs: g. ints: batch, seq, heads.
 absl::Status RunSsdLogDecayForward(const Args& a) {
   return Done(cuda::ssd_log_decay_forward(a.stream(), a.out<float>(0), a.in<float>(0),

@@ -122,6 +122,8 @@ absl::Status RunCausalConv1dForward(const Args& a);
 absl::Status RunCausalConv1dBackward(const Args& a);
 absl::Status RunSsdScanForward(const Args& a);
 absl::Status RunSsdScanBackward(const Args& a);
+absl::Status RunSsdFinalStateForward(const Args& a);
+absl::Status RunSsdFinalStateBackward(const Args& a);
 absl::Status RunSsdLogDecayForward(const Args& a);
 absl::Status RunSsdLogDecayBackward(const Args& a);
 absl::Status RunAttentionForward(const Args& a);
@@ -144,8 +146,9 @@ absl::Status RunMoeExpertsEpBackward(const Args& a);
 size_t ExpertsEpWorkspaceBytes(const plan::Step& step);
 
 // The shapes the sequence wrappers pass, from a step's ints (also used by the plan checks and
-// WorkspaceBytes). ssd_scan: batch, seq, heads, head_dim, groups, state, chunk. attention:
-// batch, seq, q_heads, kv_heads, head_dim (queries and keys are the same positions).
+// WorkspaceBytes). ssd_scan and ssd_final_state: batch, seq, heads, head_dim, groups, state,
+// chunk. attention: batch, seq, q_heads, kv_heads, head_dim (queries and keys are the same
+// positions).
 cuda::SsdShape SsdShapeOf(const plan::Step& step);
 cuda::AttentionShape AttentionShapeOf(const plan::Step& step);
 

@@ -120,7 +120,8 @@ struct SsdShape {
   int64_t batch, seq, heads, head_dim, groups, state, chunk;
 };
 // x [B,S,H,P]; dt [B,S,H] (already softplus'ed); A [H] (negative); Bm, Cm [B,S,G,N]; D [H];
-// init_state [B,H,P,N] nullable. y [B,S,H,P]; final_state [B,H,P,N] nullable.
+// init_state [B,H,P,N] nullable. y [B,S,H,P] nullable (not wanted: then Cm and D are not read);
+// final_state [B,H,P,N] nullable.
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape);
@@ -132,6 +133,17 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
                        const T* dy, const T* dfinal_state, const T* x, const T* dt, const T* A,
                        const T* Bm, const T* Cm, const T* D, const T* init_state,
                        const SsdShape& shape);
+// The final state ssd_scan_forward reaches from a zero initial state, without computing y: the
+// same chunk steps, so it equals ssd_scan_forward's final_state exactly. Context parallelism's
+// summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].
+template <typename T>
+void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
+                             const SsdShape& shape);
+// Its exact gradients: ssd_scan_backward's with dy = 0 and no initial state (the oracle runs that
+// with zero dy and C; correctness, not speed).
+template <typename T>
+void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
+                              const T* dt, const T* A, const T* Bm, const SsdShape& shape);
 // Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t dt[b,t,h]*A[h].
 template <typename T>
 void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads);

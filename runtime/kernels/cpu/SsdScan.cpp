@@ -32,6 +32,14 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
 }
 
 template <typename T>
+void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
+                             const SsdShape& shape) {
+  // Without y the chunk step never reads C or D.
+  ssd_scan_forward<T>(/*y=*/nullptr, final_state, x, dt, A, Bm, /*Cm=*/nullptr, /*D=*/nullptr,
+                      /*init_state=*/nullptr, shape);
+}
+
+template <typename T>
 void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads) {
   for (int64_t b = 0; b < batch; b++) {
     for (int64_t h = 0; h < heads; h++) {
@@ -64,6 +72,8 @@ void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A,
 #define HCP_INSTANTIATE(T)                                                                        \
   template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,     \
                                     const T*, const T*, const SsdShape&);                         \
+  template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,            \
+                                           const SsdShape&);                                      \
   template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);              \
   template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
                                           int64_t);

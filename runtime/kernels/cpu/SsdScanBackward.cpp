@@ -137,10 +137,26 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
   }
 }
 
+template <typename T>
+void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
+                              const T* dt, const T* A, const T* Bm, const SsdShape& shape) {
+  // The full backward with no output gradient: dy = 0 makes C and D irrelevant (zeros here), and
+  // their gradients (dC = 0, dD = 0) are discarded.
+  const size_t x_size = static_cast<size_t>(shape.batch * shape.seq * shape.heads * shape.head_dim);
+  const size_t bc_size = static_cast<size_t>(shape.batch * shape.seq * shape.groups * shape.state);
+  const std::vector<T> zero_dy(x_size, T(0)), zero_C(bc_size, T(0));
+  std::vector<T> discarded_dC(bc_size), discarded_dD(shape.heads);
+  ssd_scan_backward<T>(dx, ddt, dA, dBm, discarded_dC.data(), discarded_dD.data(),
+                       /*dinit_state=*/nullptr, zero_dy.data(), dfinal_state, x, dt, A, Bm,
+                       zero_C.data(), /*D=*/nullptr, /*init_state=*/nullptr, shape);
+}
+
 #define HCP_INSTANTIATE(T)                                                                       \
   template void ssd_scan_backward<T>(T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
                                      const T*, const T*, const T*, const T*, const T*, const T*, \
-                                     const SsdShape&);
+                                     const SsdShape&);                                           \
+  template void ssd_final_state_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,        \
+                                            const T*, const T*, const SsdShape&);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

@@ -168,13 +168,13 @@ struct SsdScanArgs {
   const bf16* U;       // column-side values [B,S,H,P]: x (fwd) or dy (bwd)
   const float* state;  // [B,H,nc,P,N]: entering states (fwd) or gradients of leaving states (bwd)
   const bf16* x;       // [B,S,H,P]
-  const bf16* dy;      // [B,S,H,P] (bwd only)
+  const bf16* dy;      // [B,S,H,P] (bwd only; null: dy = 0, only the state term)
   const float* D;      // [H] nullable
   const float* acs;
   const float* dtc;
   bf16* out;        // y (fwd) or dx (bwd)
   float* ddt_part;  // bwd: [B,H,nc,Q] the explicit part of ddt
-  float* dD_part;   // bwd: [B,H,nc,2] partial sums of dy . x
+  float* dD_part;   // bwd: [B,H,nc,2] partial sums of dy . x (not written without dy)
 };
 cudaError_t ssd_chunk_scan(cudaStream_t stream, int dir, const SsdScanArgs& args,
                            const SsdShape& shape);

@@ -59,6 +59,23 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
                          const bf16* Cm, const float* D, const float* init_state,
                          const SsdShape& shape, Workspace workspace);
 
+// The final state of ssd_scan_forward from a zero initial state, without y (context
+// parallelism's segment summary): the scan's state launches only. x, dt, A, Bm as above;
+// final_state [B,H,P,N] fp32.
+size_t ssd_final_state_forward_workspace_bytes(const SsdShape& shape);
+Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf16* x,
+                               const float* dt, const float* A, const bf16* Bm,
+                               const SsdShape& shape, Workspace workspace);
+
+// Exact gradients of ssd_final_state_forward: ssd_scan_backward's with dy = 0 and no initial
+// state, without any of its dy work (no intra-chunk products). dfinal_state [B,H,P,N] fp32;
+// dx [B,S,H,P] bf16, ddt [B,S,H] fp32, dA [H] fp32, dBm [B,S,G,N] bf16.
+size_t ssd_final_state_backward_workspace_bytes(const SsdShape& shape);
+Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm,
+                                const float* dfinal_state, const bf16* x, const float* dt,
+                                const float* A, const bf16* Bm, const SsdShape& shape,
+                                Workspace workspace);
+
 // ---------------------------------------------------------------------------------------------
 // Attention, grouped-query (query head h uses kv head h / (q_heads / kv_heads)), explicit scale.
 // q [B,Sq,Hq,D]; k, v [B,Sk,Hkv,D]; out [B,Sq,Hq,D] bf16; lse [B,Hq,Sq] fp32 (natural log).

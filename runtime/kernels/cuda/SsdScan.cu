@@ -20,6 +20,7 @@
 //                               cp.async): scores = C B^T on the tensor cores, times the decay
 //                               and dt in fp32, masked, packed to bf16 and multiplied by x.
 //                               The backward runs the same kernel transposed for dx (dir = 1).
+// ssd_final_state_forward (context parallelism's segment summary) runs launches 1-3 only.
 // Precision: every product has bf16 operands and fp32 accumulators; x is scaled by its fp32
 // weight BEFORE rounding to bf16 (kernel 2), the decayed scores are rounded once (kernel 4), and
 // the fp32 entering state is rounded to bf16 as a product operand (kernel 4), as mamba_ssm does.
@@ -219,6 +220,8 @@ __global__ void __launch_bounds__(256)
 //           dx_r = dt_r acc_r + D dy_r,  ddt_part_r = acc_r . x_r,  dD_part += dy . x
 // (G_c = gradient of the state leaving chunk c.) In both, R = row vectors, Z = column vectors,
 // U = column values, and every exponent is (later cumsum - earlier cumsum) <= 0.
+// kDir 1 with args.dy null is the backward without an output gradient (ssd_final_state's: dy = 0):
+// only the state term, so no column tiles, no D dy and no dD partials (args.dD_part unused).
 // grid (H, 2 * nc, B) (heads fastest, so the blocks sharing one chunk's B / C run together), 256
 // threads = 8 warps x 16 rows = one 128-row tile; column tiles are 64 wide.
 constexpr int kScanRows = 128, kScanCols = 64, kScanThreads = 256;
@@ -259,7 +262,9 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   const int64_t bh = static_cast<int64_t>(b) * H + h;
   const int64_t cb = (bh * nc + c) * kQ;
 
-  // Column tiles: forward up to the diagonal, backward from it; none past the sequence's end.
+  // Column tiles: forward up to the diagonal, backward from it; none past the sequence's end,
+  // and none without dy (their values U would be dy: all zero).
+  const bool has_dy = kDir == 0 || args.dy != nullptr;
   const int valid_tiles = (valid + kScanCols - 1) / kScanCols;
   int jt_begin, jt_end;
   if (kDir == 0) {
@@ -267,7 +272,7 @@ __global__ void __launch_bounds__(kScanThreads, 2)
     jt_end = min((r0 + kScanRows) / kScanCols, valid_tiles);
   } else {
     jt_begin = r0 / kScanCols;
-    jt_end = valid_tiles;
+    jt_end = has_dy ? valid_tiles : jt_begin;
   }
   const int64_t bc_row_stride = static_cast<int64_t>(G) * kN;
   const bf16* Rg = args.R + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN;
@@ -422,8 +427,12 @@ __global__ void __launch_bounds__(kScanThreads, 2)
       if (kDir == 0) {
         o = pack_bf16(v0 + Dh * x0, v1 + Dh * x1);
       } else {
-        const __nv_bfloat162 gv = *reinterpret_cast<const __nv_bfloat162*>(args.dy + xo + p);
-        const float g0 = __low2float(gv), g1 = __high2float(gv);
+        float g0 = 0.f, g1 = 0.f;
+        if (has_dy) {
+          const __nv_bfloat162 gv = *reinterpret_cast<const __nv_bfloat162*>(args.dy + xo + p);
+          g0 = __low2float(gv);
+          g1 = __high2float(gv);
+        }
         const float dtr = dt_s[row];
         o = pack_bf16(dtr * v0 + Dh * g0, dtr * v1 + Dh * g1);
         const float part = v0 * x0 + v1 * x1;
@@ -447,14 +456,16 @@ __global__ void __launch_bounds__(kScanThreads, 2)
       args.ddt_part[cb + row_a] = ddt_a;
       args.ddt_part[cb + row_b] = ddt_b;
     }
+    if (has_dy) {  // uniform over the block
 #pragma unroll
-    for (int m = 1; m < 32; m <<= 1) dd += __shfl_xor_sync(0xffffffffu, dd, m);
-    if (lane == 0) red[warp] = dd;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float s = 0.f;
-      for (int w = 0; w < kScanThreads / 32; w++) s += red[w];
-      args.dD_part[(bh * nc + c) * 2 + rt] = s;
+      for (int m = 1; m < 32; m <<= 1) dd += __shfl_xor_sync(0xffffffffu, dd, m);
+      if (lane == 0) red[warp] = dd;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float s = 0.f;
+        for (int w = 0; w < kScanThreads / 32; w++) s += red[w];
+        args.dD_part[(bh * nc + c) * 2 + rt] = s;
+      }
     }
   }
 }
@@ -557,6 +568,29 @@ bool ssd_supported(const SsdShape& s) {
 
 size_t ssd_scan_forward_workspace_bytes(const SsdShape& s) {
   return seq_detail::ssd_forward_buffers_bytes(s);
+}
+
+size_t ssd_final_state_forward_workspace_bytes(const SsdShape& s) {
+  return seq_detail::ssd_forward_buffers_bytes(s);
+}
+
+// Launches 1-3 of the scan: the states are all a final state needs; kernel 4 (y) is skipped.
+Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf16* x,
+                               const float* dt, const float* A, const bf16* Bm, const SsdShape& s,
+                               Workspace workspace) {
+  if (!ssd_supported(s)) {
+    return Status("ssd_final_state_forward",
+                  "unsupported shape (needs chunk 256, state 128, head_dim 32 or 64, "
+                  "heads % groups == 0)");
+  }
+  if (workspace.bytes < ssd_final_state_forward_workspace_bytes(s) || workspace.ptr == nullptr) {
+    return Status("ssd_final_state_forward", "workspace too small");
+  }
+  const seq_detail::SsdForwardBuffers buf = seq_detail::ssd_forward_buffers(s, workspace.ptr);
+  const cudaError_t err = seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm,
+                                                         /*init_state=*/nullptr, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_forward: states", err);
+  return Status();
 }
 
 Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const bf16* x,

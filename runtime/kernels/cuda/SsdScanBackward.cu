@@ -29,6 +29,20 @@
 // Cost at the tiny shape (s = 65536): launches 1 + 3 ~ 300 GFLOP, 4 ~ 70, 5 ~ 110, and about
 // 2.5 GB of traffic (fp32 states and state gradients in and out): ~2-3 ms with the forward's
 // recomputation, against mamba_ssm's 6.7 ms for its backward.
+//
+// ssd_final_state_backward (the gradient of a context-parallel segment's summary: the final state
+// from a zero start) is the same with dy = 0 and H_c the zero-start states. Every dy term
+// vanishes: ds_c = 0, so G_{nc-1} = dfinal, G_{c-1} = exp(a_last^(c)) G_c; W = 0, so dCB = 0 and
+// the W o CB sums are 0; dC and dD are not wanted. What is left:
+//   dx_s  = dt_s exp(a_last - a_s) G_c B_s
+//   dB_s  = sum_h exp(a_last - a_s) dt_s (x_s G_c)
+//   da_l  = - (exp(a_last - a_l) dt_l x_l G_c) . B_l
+//           + [l = last] ( sum_s (exp(a_last - a_s) dt_s x_s G_c) . B_s + exp(a_last) <G_c, H_c> )
+//   ddt_s = x_s . dx_s / dt_s + A sum_{l>=s} da_l,   dA = sum_s dt_s sum_{l>=s} da_l
+// by the same launches in their dy-free modes: 2 without ds (G recursion, exp(a_last)<G_c, H_c>),
+// 3 without column tiles (dx and the explicit ddt from the state term alone), 5 in mode 1 without
+// dCB (dB and its da part), 6 without the dCB and dC parts of da, 7 without dD. Launches 1 and 4
+// do not run, nor 5's dC: no Q x Q work at all.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -63,20 +77,23 @@ struct SsdBackwardBuffers {
   float* dA_part;   // [B,H,nc]
 };
 
-size_t backward_extra_bytes(const SsdShape& s, SsdBackwardBuffers* out, void* base) {
+// Without dy (ssd_final_state_backward) the buffers only the dy terms fill (dcb, da_pairs, da_c,
+// dD_part) take no space and stay null.
+size_t backward_extra_bytes(const SsdShape& s, bool with_dy, SsdBackwardBuffers* out, void* base) {
   const size_t nc = static_cast<size_t>(ssd_num_chunks(s));
   const size_t bh = static_cast<size_t>(s.batch * s.heads);
   const size_t pn = static_cast<size_t>(s.head_dim * s.state);
+  const size_t dy_only = with_dy ? 1 : 0;
   const size_t sizes[] = {
-      bh * nc * pn,                                            // gstates
-      static_cast<size_t>(s.batch * s.groups) * nc * kQ * kQ,  // dcb
-      bh * nc * kPairs * 128,                                  // da_pairs
-      bh * nc * kQ,                                            // da_c
-      bh * nc * kQ,                                            // da_b
-      bh * nc * kQ,                                            // ddt_part
-      bh * nc * (pn / 128),                                    // da_pass
-      bh * nc * 2,                                             // dD_part
-      bh * nc,                                                 // dA_part
+      bh * nc * pn,                                                      // gstates
+      dy_only * static_cast<size_t>(s.batch * s.groups) * nc * kQ * kQ,  // dcb
+      dy_only * bh * nc * kPairs * 128,                                  // da_pairs
+      dy_only * bh * nc * kQ,                                            // da_c
+      bh * nc * kQ,                                                      // da_b
+      bh * nc * kQ,                                                      // ddt_part
+      bh * nc * (pn / 128),                                              // da_pass
+      dy_only * bh * nc * 2,                                             // dD_part
+      bh * nc,                                                           // dA_part
   };
   float* dummy[9];
   float** slots[] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3], &dummy[4],
@@ -88,8 +105,9 @@ size_t backward_extra_bytes(const SsdShape& s, SsdBackwardBuffers* out, void* ba
   }
   size_t total = 0;
   for (int i = 0; i < 9; i++) {
-    *slots[i] =
-        base != nullptr ? reinterpret_cast<float*>(static_cast<char*>(base) + total) : nullptr;
+    *slots[i] = base != nullptr && sizes[i] > 0
+                    ? reinterpret_cast<float*>(static_cast<char*>(base) + total)
+                    : nullptr;
     total += align_up(sizes[i] * sizeof(float));
   }
   return total;
@@ -98,12 +116,14 @@ size_t backward_extra_bytes(const SsdShape& s, SsdBackwardBuffers* out, void* ba
 // ---------------------------------------------------------------------------------------------
 // 2. Reverse state passing, in place over ds: on exit st[c] = G_c. grid (P*N / 1024, H, B), 256
 // threads, 4 elements each. Also writes exp(a_last^(c)) <G_c, H_c> as one partial per warp
-// (da_pass[b,h,c,warp_slot], warp_slot = element / 128) and dinit = G_{-1}.
+// (da_pass[b,h,c,warp_slot], warp_slot = element / 128) and dinit = G_{-1}. Without ds (dy = 0)
+// st is only written: G_{c-1} = exp(a_last^(c)) G_c.
 __global__ void __launch_bounds__(256)
     ssd_state_passing_bwd_kernel(float* __restrict__ st, float* __restrict__ dinit,
                                  float* __restrict__ da_pass, const float* __restrict__ dfinal,
                                  const float* __restrict__ fwd_states,
-                                 const float* __restrict__ acs, int H, int nc, int PN) {
+                                 const float* __restrict__ acs, int H, int nc, int PN,
+                                 bool has_ds) {
   const int h = blockIdx.y, b = blockIdx.z;
   const int64_t bh = static_cast<int64_t>(b) * H + h;
   const int e = (blockIdx.x * 256 + threadIdx.x) * 4;
@@ -120,7 +140,8 @@ __global__ void __launch_bounds__(256)
     for (int u = 0; u < 4; u++) {
       const int c = c0 - u;
       if (c >= 0) {
-        d[u] = *reinterpret_cast<const float4*>(base + static_cast<int64_t>(c) * PN);
+        d[u] = has_ds ? *reinterpret_cast<const float4*>(base + static_cast<int64_t>(c) * PN)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
         hc[u] = *reinterpret_cast<const float4*>(hbase + static_cast<int64_t>(c) * PN);
         dec[u] = fast_exp(alast[static_cast<int64_t>(c) * kQ]);
       }
@@ -330,6 +351,7 @@ __global__ void __launch_bounds__(128, 3)
 //   kMode 0: acc = sum_{st <= rt} dCB[rt, st] B[st]   + sum_h exp(a_l) (dy_h H_h)_l
 //   kMode 1: acc = sum_{lt >= rt} dCB[lt, rt]^T C[lt] + sum_h exp(a_last - a_s) dt_s (x_h G_h)_s
 // and per head the da part: mode 0 + (head term) . C_l -> da_c; mode 1 - (head term) . B_s -> da_b.
+// dcb null (dy = 0, so dCB = 0): the head terms alone, and Zm is not read.
 template <int P>
 struct DbcSmem {
   static constexpr int kLdN = kN + 8, kLdP = P + 8, kLdT = kT + 8;
@@ -361,15 +383,18 @@ __global__ void __launch_bounds__(128, 2)
   const int valid = static_cast<int>(S - t0 < kQ ? S - t0 : kQ);
   const int r0 = rt * kT;
   const int64_t bc_stride = static_cast<int64_t>(G) * kN;
-  const bf16* Zg = Zm + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN;
-  const float* dcb_c = dcb + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ;
+  const bf16* Zg =
+      dcb != nullptr ? Zm + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN : nullptr;
+  const float* dcb_c =
+      dcb != nullptr ? dcb + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ : nullptr;
 
   tile_load_async<kT, kN, 128>(Os, Om + ((static_cast<int64_t>(b) * S + t0 + r0) * G + g) * kN,
                                bc_stride, valid - r0);
   cp_async_commit();
 
   float acc[16][4] = {};
-  const int it_begin = kMode == 0 ? 0 : rt, it_end = kMode == 0 ? rt + 1 : kTiles;
+  const int it_begin = kMode == 0 ? 0 : rt;
+  const int it_end = dcb == nullptr ? it_begin : kMode == 0 ? rt + 1 : kTiles;
   for (int it = it_begin; it < it_end; it++) {
     const int lt = kMode == 0 ? rt : it, st = kMode == 0 ? it : rt;
     const int z0 = it * kT;  // rows of Z: s-tile (mode 0) or l-tile (mode 1)
@@ -499,7 +524,8 @@ __global__ void __launch_bounds__(128, 2)
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6. da -> ddt. grid (nc, H, B), 256 threads = one per chunk position.
+// 6. da -> ddt. grid (nc, H, B), 256 threads = one per chunk position. da_pairs and da_c null:
+// those parts of da are zero (dy = 0).
 __device__ __forceinline__ float block_sum_256(float v, float* red) {
 #pragma unroll
   for (int m = 1; m < 32; m <<= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
@@ -523,10 +549,13 @@ __global__ void __launch_bounds__(256)
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t bhc = (static_cast<int64_t>(b) * H + h) * nc + c;
   const int l = threadIdx.x, lt = l / kT, o = l % kT;
-  const float* dap = da_pairs + bhc * kPairs * 128;
-  float da = da_c[bhc * kQ + l] + da_b[bhc * kQ + l];
-  for (int st = 0; st <= lt; st++) da += dap[pair_index(lt, st) * 128 + o];
-  for (int l2 = lt; l2 < kTiles; l2++) da += dap[pair_index(l2, lt) * 128 + kT + o];
+  float da = da_b[bhc * kQ + l];
+  if (da_c != nullptr) da += da_c[bhc * kQ + l];
+  if (da_pairs != nullptr) {
+    const float* dap = da_pairs + bhc * kPairs * 128;
+    for (int st = 0; st <= lt; st++) da += dap[pair_index(lt, st) * 128 + o];
+    for (int l2 = lt; l2 < kTiles; l2++) da += dap[pair_index(l2, lt) * 128 + kT + o];
+  }
   // Last position: + sum_s (state term . B_s) = - sum_s da_b[s], + exp(a_last) <G_c, H_c>.
   const float sum_b = block_sum_256(da_b[bhc * kQ + l], red);
   if (l == kQ - 1) {
@@ -555,7 +584,8 @@ __global__ void __launch_bounds__(256)
   if (l == 0) dA_part[bhc] = dsum;
 }
 
-// 7. dA[h] = sum over (b, c) of dA_part; dD[h] = sum of dD_part. grid H, 256 threads.
+// 7. dA[h] = sum over (b, c) of dA_part; dD[h] = sum of dD_part (dD and dD_part null: dA
+// only). grid H, 256 threads.
 __global__ void __launch_bounds__(256)
     ssd_reduce_kernel(float* __restrict__ dA, float* __restrict__ dD,
                       const float* __restrict__ dA_part, const float* __restrict__ dD_part, int B,
@@ -567,13 +597,13 @@ __global__ void __launch_bounds__(256)
     const int b = i / nc, c = i % nc;
     const int64_t bhc = (static_cast<int64_t>(b) * H + h) * nc + c;
     sa += dA_part[bhc];
-    sd += dD_part[bhc * 2] + dD_part[bhc * 2 + 1];
+    if (dD_part != nullptr) sd += dD_part[bhc * 2] + dD_part[bhc * 2 + 1];
   }
   sa = block_sum_256(sa, red);
   sd = block_sum_256(sd, red);
   if (threadIdx.x == 0) {
     dA[h] = sa;
-    dD[h] = sd;
+    if (dD != nullptr) dD[h] = sd;
   }
 }
 
@@ -613,12 +643,29 @@ cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& 
   return cudaGetLastError();
 }
 
+// dB without dy: ssd_dbc_kernel in mode 1 with no dCB (Zm unread), states = G_c.
+template <int P>
+cudaError_t launch_db_from_states(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
+                                  const bf16* x, const bf16* Bm, const SsdShape& s) {
+  const int nc = static_cast<int>(ssd_num_chunks(s));
+  const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
+  const size_t smem = DbcSmem<P>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(
+      ssd_dbc_kernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  ssd_dbc_kernel<1, P>
+      <<<dim3(kTiles, nc, static_cast<unsigned>(s.batch * s.groups)), 128, smem, stream>>>(
+          dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x, w.gstates, w.fwd.acs, w.fwd.dtc,
+          s.seq, H, G, nc);
+  return cudaGetLastError();
+}
+
 }  // namespace
 }  // namespace seq_detail
 
 size_t ssd_scan_backward_workspace_bytes(const SsdShape& s) {
   return seq_detail::ssd_forward_buffers_bytes(s) +
-         seq_detail::backward_extra_bytes(s, nullptr, nullptr);
+         seq_detail::backward_extra_bytes(s, /*with_dy=*/true, nullptr, nullptr);
 }
 
 Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm, bf16* dCm,
@@ -637,7 +684,8 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   }
   SsdBackwardBuffers w{};
   w.fwd = ssd_forward_buffers(s, workspace.ptr);
-  backward_extra_bytes(s, &w, static_cast<char*>(workspace.ptr) + ssd_forward_buffers_bytes(s));
+  backward_extra_bytes(s, /*with_dy=*/true, &w,
+                       static_cast<char*>(workspace.ptr) + ssd_forward_buffers_bytes(s));
 
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads);
@@ -648,7 +696,7 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: ds", err);
   ssd_state_passing_bwd_kernel<<<dim3(PN / 1024, H, static_cast<unsigned>(s.batch)), 256, 0,
                                  stream>>>(w.gstates, dinit_state, w.da_pass, dfinal_state,
-                                           w.fwd.states, w.fwd.acs, H, nc, PN);
+                                           w.fwd.states, w.fwd.acs, H, nc, PN, /*has_ds=*/true);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: state passing", err);
 
@@ -681,6 +729,73 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
                                            H, nc);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: dA, dD", err);
+  return Status();
+}
+
+size_t ssd_final_state_backward_workspace_bytes(const SsdShape& s) {
+  return seq_detail::ssd_forward_buffers_bytes(s) +
+         seq_detail::backward_extra_bytes(s, /*with_dy=*/false, nullptr, nullptr);
+}
+
+// The launches of ssd_scan_backward in their dy-free modes (the file's header).
+Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm,
+                                const float* dfinal_state, const bf16* x, const float* dt,
+                                const float* A, const bf16* Bm, const SsdShape& s,
+                                Workspace workspace) {
+  using namespace seq_detail;
+  if (!ssd_supported(s)) {
+    return Status("ssd_final_state_backward",
+                  "unsupported shape (needs chunk 256, state 128, head_dim 32 or 64, "
+                  "heads % groups == 0)");
+  }
+  if (workspace.bytes < ssd_final_state_backward_workspace_bytes(s) || workspace.ptr == nullptr) {
+    return Status("ssd_final_state_backward", "workspace too small");
+  }
+  SsdBackwardBuffers w{};
+  w.fwd = ssd_forward_buffers(s, workspace.ptr);
+  backward_extra_bytes(s, /*with_dy=*/false, &w,
+                       static_cast<char*>(workspace.ptr) + ssd_forward_buffers_bytes(s));
+
+  const int nc = static_cast<int>(ssd_num_chunks(s));
+  const int H = static_cast<int>(s.heads);
+  const int PN = static_cast<int>(s.head_dim * s.state);
+  // H_c: the states entering each chunk from a zero start.
+  cudaError_t err =
+      ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, /*init_state=*/nullptr, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: forward states", err);
+  // G_c from dfinal alone (no ds), and exp(a_last) <G_c, H_c>.
+  ssd_state_passing_bwd_kernel<<<dim3(PN / 1024, H, static_cast<unsigned>(s.batch)), 256, 0,
+                                 stream>>>(w.gstates, /*dinit=*/nullptr, w.da_pass, dfinal_state,
+                                           w.fwd.states, w.fwd.acs, H, nc, PN, /*has_ds=*/false);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: state passing", err);
+
+  // dx and the explicit part of ddt from the state term alone.
+  SsdScanArgs args{};
+  args.R = Bm;
+  args.state = w.gstates;
+  args.x = x;
+  args.acs = w.fwd.acs;
+  args.dtc = w.fwd.dtc;
+  args.out = dx;
+  args.ddt_part = w.ddt_part;
+  err = ssd_chunk_scan(stream, 1, args, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: dx", err);
+
+  // dB and its da part: the per-head state terms, no dCB.
+  err = s.head_dim == 64 ? launch_db_from_states<64>(stream, w, dBm, x, Bm, s)
+                         : launch_db_from_states<32>(stream, w, dBm, x, Bm, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: dB", err);
+
+  ssd_ddt_kernel<<<dim3(nc, H, static_cast<unsigned>(s.batch)), 256, 0, stream>>>(
+      ddt, w.dA_part, /*da_pairs=*/nullptr, /*da_c=*/nullptr, w.da_b, w.da_pass, w.ddt_part,
+      w.fwd.dtc, A, s.seq, H, nc, PN / 128);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: ddt", err);
+  ssd_reduce_kernel<<<H, 256, 0, stream>>>(dA, /*dD=*/nullptr, w.dA_part, /*dD_part=*/nullptr,
+                                           static_cast<int>(s.batch), H, nc);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: dA", err);
   return Status();
 }
 

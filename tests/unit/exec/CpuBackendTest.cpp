@@ -592,6 +592,76 @@ TEST(CpuBackend, SsdScan) {
   }
 }
 
+// Largest |a - b| / max(1, |b|).
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double err = std::abs(static_cast<double>(a[i]) - b[i]) /
+                       std::max(1.0, std::abs(static_cast<double>(b[i])));
+    if (!(err <= worst)) worst = err;  // also catches NaN
+  }
+  return worst;
+}
+
+// ssd_final_state.forward / .backward (context parallelism's segment summary): bit for bit the
+// reference kernels, and against ssd_scan.forward / .backward in the same plan on the same
+// buffers: the final state from a zero start, and the gradients with dy = 0 (C and D random: they
+// must not matter). Tolerance a relative 1e-6, a few f32 roundings (the CPU kernels run the same
+// chunk steps: in fact equal).
+TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
+  const int64_t B = 2, S = 6, Hd = 4, P = 3, G = 2, N = 2;
+  constexpr double kTol = 1e-6;
+  for (int64_t chunk : {4, 100}) {  // a partial last chunk; one chunk longer than the sequence
+    OneStep s;
+    const uint32_t x = s.In({B, S, Hd, P}), dt = s.In({B, S, Hd}, 0.1f, 0.5f),
+                   A = s.In({Hd}, -1.0f, -0.1f), Bm = s.In({B, S, G, N}), Cm = s.In({B, S, G, N}),
+                   D = s.In({Hd});
+    const uint32_t y = s.Out({B, S, Hd, P}), scan_final = s.Out({B, Hd, P, N}),
+                   final_state = s.Out({B, Hd, P, N});
+    s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y, scan_final},
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0});
+    ASSERT_RUNS(s, "ssd_final_state.forward", {x, dt, A, Bm}, {final_state},
+                {B, S, Hd, P, G, N, chunk});
+    const cpu::SsdShape shape{B, S, Hd, P, G, N, std::min(chunk, S)};
+    std::vector<float> final_w = s.Like(final_state);
+    cpu::ssd_final_state_forward<float>(final_w.data(), s.p(x), s.p(dt), s.p(A), s.p(Bm), shape);
+    EXPECT_EQ(s.f32(final_state), final_w) << "chunk " << chunk;
+    EXPECT_LT(MaxRelDiff(s.f32(final_state), s.f32(scan_final)), kTol) << "chunk " << chunk;
+
+    OneStep g;
+    const uint32_t dfinal = g.In({B, Hd, P, N}), gx = g.In({B, S, Hd, P}),
+                   gdt = g.In({B, S, Hd}, 0.1f, 0.5f), gA = g.In({Hd}, -1.0f, -0.1f),
+                   gB = g.In({B, S, G, N}), gC = g.In({B, S, G, N}), gD = g.In({Hd});
+    const uint32_t zero_dy =
+        g.InValues({B, S, Hd, P}, std::vector<float>(static_cast<size_t>(B * S * Hd * P), 0.0f));
+    const std::vector<uint32_t> scan_grads = {g.Out({B, S, Hd, P}), g.Out({B, S, Hd}),
+                                              g.Out({Hd}),          g.Out({B, S, G, N}),
+                                              g.Out({B, S, G, N}),  g.Out({Hd})};
+    const std::vector<uint32_t> grads = {g.Out({B, S, Hd, P}), g.Out({B, S, Hd}), g.Out({Hd}),
+                                         g.Out({B, S, G, N})};
+    g.AddStep("ssd_scan.backward", {zero_dy, gx, gdt, gA, gB, gC, gD, dfinal}, scan_grads,
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1});
+    ASSERT_RUNS(g, "ssd_final_state.backward", {dfinal, gx, gdt, gA, gB}, grads,
+                {B, S, Hd, P, G, N, chunk});
+    std::vector<std::vector<float>> want;
+    for (uint32_t o : grads) want.push_back(g.Like(o));
+    cpu::ssd_final_state_backward<float>(want[0].data(), want[1].data(), want[2].data(),
+                                         want[3].data(), g.p(dfinal), g.p(gx), g.p(gdt), g.p(gA),
+                                         g.p(gB), shape);
+    const char* names[] = {"dx", "ddt", "dA", "dB"};
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_EQ(g.f32(grads[i]), want[i]) << names[i] << " chunk " << chunk;
+      EXPECT_LT(MaxRelDiff(g.f32(grads[i]), g.f32(scan_grads[i])), kTol)
+          << names[i] << " chunk " << chunk;
+      const std::vector<float>& scan_grad = g.f32(scan_grads[i]);
+      EXPECT_TRUE(
+          std::any_of(scan_grad.begin(), scan_grad.end(), [](float v) { return v != 0.0f; }))
+          << names[i] << " is all zero, chunk " << chunk;
+    }
+  }
+}
+
 TEST(CpuBackend, Attention) {
   const int64_t B = 2, S = 4, Hq = 4, Hkv = 2, D = 3;
   const cpu::AttentionShape shape{B, S, S, Hq, Hkv, D};

@@ -1,7 +1,8 @@
 // Mamba2 SSD scan: the chunked forward against the plain sequential recurrence, the backward
 // against finite differences, and the context-parallel properties (splitting the sequence and
-// passing the state, composing segments with the log-decay).
+// passing the state, composing segments with the log-decay, the state-only segment summary).
 #include <cmath>
+#include <vector>
 
 #include "runtime/kernels/cpu/Kernels.h"
 #include "tests/unit/kernels_cpu/TestUtil.h"
@@ -258,6 +259,99 @@ TEST(SsdScan, LogDecayComposesSegments) {
     }
   }
   EXPECT_LT(testing::max_rel_diff(composed, fin_with_init), 1e-12);
+}
+
+// Context parallelism's segment summary: the final state from a zero start, without y. In f32 (the
+// CPU backend's type) it must equal ssd_scan_forward's final state and its gradients
+// ssd_scan_backward's with dy = 0; both run the same chunk steps, so the tolerance, a relative
+// 1e-6 (a few f32 roundings of unit-size values), is there for an implementation that reorders
+// them, not for the current one.
+constexpr double kFinalStateTolF32 = 1e-6;
+
+struct FinalStateCase {
+  SsdShape shape;
+  const char* what;
+};
+const FinalStateCase kFinalStateCases[] = {
+    {{2, 10, 4, 3, 2, 5, 4}, "partial last chunk, two groups"},
+    {{1, 3, 2, 2, 1, 3, 8}, "shorter than one chunk"},
+    {{2, 8, 6, 2, 3, 4, 4}, "exact chunks, three groups"},
+};
+
+TEST(SsdFinalState, ForwardEqualsScanFinalStateInF32) {
+  std::mt19937 rng(47);
+  for (const FinalStateCase& c : kFinalStateCases) {
+    SsdData d(c.shape, rng);
+    const std::vector<float> x = testing::to_float(d.x), dt = testing::to_float(d.dt),
+                             A = testing::to_float(d.A), B = testing::to_float(d.B),
+                             C = testing::to_float(d.C), D = testing::to_float(d.D);
+    std::vector<float> y(x.size()), scan_final(d.state_size(), NAN),
+        final_state(d.state_size(), NAN);
+    ssd_scan_forward<float>(y.data(), scan_final.data(), x.data(), dt.data(), A.data(), B.data(),
+                            C.data(), D.data(), /*init_state=*/nullptr, c.shape);
+    ssd_final_state_forward<float>(final_state.data(), x.data(), dt.data(), A.data(), B.data(),
+                                   c.shape);
+    EXPECT_LT(
+        testing::max_rel_diff(testing::to_double(final_state), testing::to_double(scan_final)),
+        kFinalStateTolF32)
+        << c.what;
+    EXPECT_GT(testing::max_abs(testing::to_double(final_state)), 0.1) << c.what;
+  }
+}
+
+TEST(SsdFinalState, BackwardEqualsScanBackwardWithZeroDyInF32) {
+  std::mt19937 rng(48);
+  for (const FinalStateCase& c : kFinalStateCases) {
+    SsdData d(c.shape, rng);
+    const std::vector<float> x = testing::to_float(d.x), dt = testing::to_float(d.dt),
+                             A = testing::to_float(d.A), B = testing::to_float(d.B),
+                             C = testing::to_float(d.C), D = testing::to_float(d.D);
+    const std::vector<float> dfinal = testing::to_float(testing::random_vec(rng, d.state_size()));
+    // The scan's gradients with no output gradient; C and D are random: with dy = 0 they must
+    // not matter.
+    const std::vector<float> zero_dy(x.size(), 0.0f);
+    std::vector<float> want_dx(x.size()), want_ddt(dt.size()), want_dA(A.size()), want_dB(B.size()),
+        dC(C.size()), dD(D.size());
+    ssd_scan_backward<float>(want_dx.data(), want_ddt.data(), want_dA.data(), want_dB.data(),
+                             dC.data(), dD.data(), /*dinit_state=*/nullptr, zero_dy.data(),
+                             dfinal.data(), x.data(), dt.data(), A.data(), B.data(), C.data(),
+                             D.data(), /*init_state=*/nullptr, c.shape);
+    std::vector<float> dx(x.size(), NAN), ddt(dt.size(), NAN), dA(A.size(), NAN), dB(B.size(), NAN);
+    ssd_final_state_backward<float>(dx.data(), ddt.data(), dA.data(), dB.data(), dfinal.data(),
+                                    x.data(), dt.data(), A.data(), B.data(), c.shape);
+    struct Gradient {
+      const char* name;
+      const std::vector<float>& got;
+      const std::vector<float>& want;
+    };
+    for (const Gradient& g : {Gradient{"dx", dx, want_dx}, Gradient{"ddt", ddt, want_ddt},
+                              Gradient{"dA", dA, want_dA}, Gradient{"dB", dB, want_dB}}) {
+      const Vec got = testing::to_double(g.got), want = testing::to_double(g.want);
+      EXPECT_LT(testing::max_rel_diff(got, want), kFinalStateTolF32) << g.name << ", " << c.what;
+      EXPECT_GT(testing::max_abs(want), 1e-3) << g.name << " is all zero, " << c.what;
+    }
+  }
+}
+
+// The gradients of <r, final_state> on their own terms: central finite differences in double.
+TEST(SsdFinalState, BackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(49);
+  const SsdShape shape{2, 7, 4, 2, 2, 3, 3};  // partial last chunk, two groups of two heads
+  SsdData d(shape, rng);
+  const Vec r = testing::random_vec(rng, d.state_size());
+  auto objective = [&] {
+    Vec final_state(d.state_size());
+    ssd_final_state_forward<double>(final_state.data(), d.x.data(), d.dt.data(), d.A.data(),
+                                    d.B.data(), shape);
+    return testing::project(r, final_state);
+  };
+  Vec dx(d.x.size(), NAN), ddt(d.dt.size(), NAN), dA(d.A.size(), NAN), dB(d.B.size(), NAN);
+  ssd_final_state_backward<double>(dx.data(), ddt.data(), dA.data(), dB.data(), r.data(),
+                                   d.x.data(), d.dt.data(), d.A.data(), d.B.data(), shape);
+  testing::expect_gradient("ssd_final_state dx", d.x, dx, objective);
+  testing::expect_gradient("ssd_final_state ddt", d.dt, ddt, objective);
+  testing::expect_gradient("ssd_final_state dA", d.A, dA, objective);
+  testing::expect_gradient("ssd_final_state dB", d.B, dB, objective);
 }
 
 }  // namespace

@@ -342,6 +342,36 @@ TEST(Validate, SsdScanBackwardShapes) {
                                    "batch*heads*head_dim*state = 24"));
 }
 
+// The summary's kernels: ssd_scan's shapes without C, D and flags; the state and its gradient
+// are f32 in a bf16 plan too.
+TEST(Validate, SsdFinalStateShapes) {
+  const int64_t B = 2, S = 4, Hd = 2, P = 3, G = 1, N = 2;
+  OneStepPlan p;
+  const uint32_t x = p.Act({B, S, Hd, P}, DType::BF16), dt = p.Act({B, S, Hd}), A = p.Act({Hd}),
+                 Bm = p.Act({B, S, G, N}, DType::BF16);
+  p.b.AddStep("ssd_final_state.forward", {x, dt, A, Bm}, {p.Act({B, Hd, P, N})},
+              {B, S, Hd, P, G, N, 4});
+  const uint32_t dfinal = p.Act({B, Hd, P, N});
+  p.b.AddStep("ssd_final_state.backward", {dfinal, x, dt, A, Bm},
+              {p.Act({B, S, Hd, P}, DType::BF16), p.Act({B, S, Hd}), p.Act({Hd}),
+               p.Act({B, S, G, N}, DType::BF16)},
+              {B, S, Hd, P, G, N, 4});
+  EXPECT_EQ(p.Error(), "(loaded)");
+  p.b.step(0).outs[0] = p.Act({B, Hd, P, N}, DType::BF16);
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (ssd_final_state.forward): output 0 't14' is bf16, "
+                                   "expected f32"));
+  p.b.step(0).outs[0] = p.Act({B, Hd, P, N});
+  p.b.step(1).ins[0] = p.Act({B, Hd, P, N + 1});
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_final_state.backward): input 0 't16' has 36 "
+                                   "elements, expected batch*heads*head_dim*state = 24"));
+  p.b.step(1).ins[0] = dfinal;
+  p.b.step(1).ints[4] = 3;  // groups = 3 does not divide heads = 2
+  EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));
+  p.b.step(1).ints[4] = 1;
+  p.b.step(1).ints.push_back(0);  // no flags: a step with an eighth int is malformed
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_final_state.backward): takes 7 ints, got 8"));
+}
+
 TEST(Validate, AttentionHeads) {
   OneStepPlan p;
   const int64_t B = 1, S = 3, Hq = 4, Hkv = 3, D = 2;

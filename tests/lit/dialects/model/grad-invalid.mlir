@@ -694,6 +694,87 @@ func.func @ssd_chunk(%a0: tensor<1x7x4x2xf32>, %a1: tensor<1x7x4x2xf32>, %a2: te
 
 // -----
 
+// The summary gradient's B covers the same tokens as x.
+func.func @ssd_final_state_b_seq(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x6x2x3xf32>) {
+  // expected-error @+1 {{B [1, 6, 2, 3] must match x's batch and sequence [1, 7]}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x6x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x6x2x3xf32>)
+  return
+}
+
+// -----
+
+// The summary gradient's groups must divide the heads.
+func.func @ssd_final_state_groups(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x3x3xf32>) {
+  // expected-error @+1 {{3 groups do not divide 4 heads}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x3x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x3x3xf32>)
+  return
+}
+
+// -----
+
+// The final state's gradient has the final state's shape.
+func.func @ssd_final_state_dfinal(%df: tensor<1x4x3x2xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{final state gradient must have shape [1, 4, 2, 3], got [1, 4, 3, 2]}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x3x2xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
+// The final state's gradient is f32, like the final state.
+func.func @ssd_final_state_dfinal_dtype(%df: tensor<1x4x2x3xbf16>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{final state gradient must be f32, like the final state}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xbf16>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
+// The x gradient has x's type.
+func.func @ssd_final_state_dx(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{x gradient must have the type of x (tensor<1x7x4x2xf32>), got tensor<1x7x4x2xbf16>}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
+// The dt gradient has dt's type.
+func.func @ssd_final_state_ddt(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{dt gradient must have the type of dt (tensor<1x7x4xf32>), got tensor<1x7x4xbf16>}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xbf16>, tensor<4xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
+// The A gradient has A's type.
+func.func @ssd_final_state_dA(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{A gradient must have the type of A (tensor<4xf32>), got tensor<1xf32>}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<1xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
+// The B gradient has B's type.
+func.func @ssd_final_state_dB(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{B gradient must have the type of B (tensor<1x7x2x3xf32>), got tensor<1x7x6xf32>}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x6xf32>)
+  return
+}
+
+// -----
+
+// The summary gradient's chunk size is positive.
+func.func @ssd_final_state_chunk(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) {
+  // expected-error @+1 {{chunk size must be positive}}
+  %r:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 0 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>)
+  return
+}
+
+// -----
+
 // q is [batch, seq, heads, head_dim].
 func.func @att_q_rank(%a0: tensor<2x6x32xf32>, %a1: tensor<2x6x32xf32>, %a2: tensor<2x6x2x8xf32>, %a3: tensor<2x6x2x8xf32>, %a4: tensor<2x6x32xf32>, %a5: tensor<2x4x6xf32>) {
   // expected-error @+1 {{q [batch, seq, heads, head_dim] must have rank 4, got shape [2, 6, 32]}}

@@ -123,6 +123,19 @@ func.func @ssd_scan_grad(%dy: tensor<1x7x4x2xf32>, %x: tensor<1x7x4x2xf32>, %dt:
 
 // -----
 
+// The summary's gradient takes the final state's gradient first and returns dx, ddt, dA, dB.
+// CHECK-LABEL: func.func @ssd_final_state_grad
+func.func @ssd_final_state_grad(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xbf16>,
+                                %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>,
+                                %B: tensor<1x7x2x3xbf16>) -> tensor<1x7x2x3xbf16> {
+  // CHECK: , %[[DB:[^ ,]+]] = model.ssd_final_state_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>) -> (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>)
+  %g:4 = model.ssd_final_state_grad %df, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x4x2x3xf32>, tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>) -> (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>)
+  // CHECK: return %[[DB]]
+  return %g#3 : tensor<1x7x2x3xbf16>
+}
+
+// -----
+
 // Attention's gradient reads the output and the log-sum-exp; dk and dv have the kv heads' shape.
 // CHECK-LABEL: func.func @attention_grad
 func.func @attention_grad(%do: tensor<2x6x4x8xbf16>, %q: tensor<2x6x4x8xbf16>,

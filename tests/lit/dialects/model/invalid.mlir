@@ -298,6 +298,60 @@ func.func @ssd_chunk(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor
 
 // -----
 
+// The summary's B covers the same tokens as x.
+func.func @ssd_final_state_b_seq(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x6x2x3xf32>) -> tensor<1x4x2x3xf32> {
+  // expected-error @+1 {{B [1, 6, 2, 3] must match x's batch and sequence [1, 7]}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x6x2x3xf32>) -> tensor<1x4x2x3xf32>
+  return %f : tensor<1x4x2x3xf32>
+}
+
+// -----
+
+// The summary's groups must divide the heads.
+func.func @ssd_final_state_groups(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x3x3xf32>) -> tensor<1x4x2x3xf32> {
+  // expected-error @+1 {{3 groups do not divide 4 heads}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x3x3xf32>) -> tensor<1x4x2x3xf32>
+  return %f : tensor<1x4x2x3xf32>
+}
+
+// -----
+
+// The summary's dt has one value per token and head.
+func.func @ssd_final_state_dt(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x2xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xf32> {
+  // expected-error @+1 {{dt must have shape [1, 7, 4], got [1, 7, 2]}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x2xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xf32>
+  return %f : tensor<1x4x2x3xf32>
+}
+
+// -----
+
+// The summary's state is [batch, heads, head_dim, state].
+func.func @ssd_final_state_shape(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) -> tensor<1x4x3x2xf32> {
+  // expected-error @+1 {{final state must have shape [1, 4, 2, 3], got [1, 4, 3, 2]}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> tensor<1x4x3x2xf32>
+  return %f : tensor<1x4x3x2xf32>
+}
+
+// -----
+
+// The summary's state is f32 like every SSD state, whatever the activation type.
+func.func @ssd_final_state_dtype(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xbf16> {
+  // expected-error @+1 {{final state must be f32}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xbf16>
+  return %f : tensor<1x4x2x3xbf16>
+}
+
+// -----
+
+// The summary's chunk size is positive.
+func.func @ssd_final_state_chunk(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xf32> {
+  // expected-error @+1 {{chunk size must be positive}}
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 0 : i64} : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>) -> tensor<1x4x2x3xf32>
+  return %f : tensor<1x4x2x3xf32>
+}
+
+// -----
+
 // The gated norm's weight covers the Mamba inner dim.
 func.func @gated_norm_weight(%y: tensor<1x7x8xf32>, %z: tensor<1x7x8xf32>, %w: tensor<4xf32>) -> tensor<1x7x8xf32> {
   // expected-error @+1 {{norm weight has 4 entries but the normalised dim has 8}}

@@ -86,6 +86,15 @@ func.func @mamba(%xbc: tensor<1x7x10xf32>, %cw: tensor<10x1x4xf32>, %cb: tensor<
   return %c, %o, %f2 : tensor<1x7x10xf32>, tensor<1x7x8xf32>, tensor<1x4x2x3xf32>
 }
 
+// The SSD scan's final state from a zero start, without y: context parallelism's segment summary.
+// CHECK-LABEL: func.func @ssd_final_state
+func.func @ssd_final_state(%x: tensor<1x7x4x2xbf16>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>,
+                           %B: tensor<1x7x2x3xbf16>) -> tensor<1x4x2x3xf32> {
+  // CHECK: model.ssd_final_state %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {chunk_size = 4 : i64} : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>) -> tensor<1x4x2x3xf32>
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>) -> tensor<1x4x2x3xf32>
+  return %f : tensor<1x4x2x3xf32>
+}
+
 // Causal grouped-query attention returns the output and the per-row log-sum-exp.
 // CHECK-LABEL: func.func @attention
 func.func @attention(%q: tensor<2x6x4x8xbf16>, %k: tensor<2x6x2x8xbf16>, %v: tensor<2x6x2x8xbf16>)

@@ -23,12 +23,14 @@ func.func @train_step(%targets: tensor<2x8xi32>) -> tensor<f32> {
 // -----
 
 // state_scan -> state_scan_grad: the incoming states' gradient becomes the summary states'
-// gradient (dfinal of the zero-start scan) and the log-decays' (through ssd_log_decay_grad).
+// gradient (dfinal of model.ssd_final_state, the zero-start summary) and the log-decays'
+// (through ssd_log_decay_grad).
 // CHECK-LABEL: func.func @train_step
 // CHECK: model.ssd_scan_grad {{.+}} init %[[IN:[^ ]+]] {chunk_size
 // CHECK: %[[DG:.+]], %[[DS:.+]] = dist.state_scan_grad %{{.+}}, %{{.+}}, %[[IN]] {{.+}} strategy = #dist.strategy<chain>
 // CHECK: model.ssd_log_decay_grad %[[DG]]
-// CHECK: model.ssd_scan_grad {{.+}} dfinal %[[DS]]
+// CHECK: model.ssd_final_state_grad %[[DS]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {chunk_size = 4 : i64} : (tensor<1x2x3x4xf32>, tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>)
+// CHECK-NOT: model.ssd_scan_grad
 module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
 func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
   %x = model.param "x" normal(1.0) : tensor<1x8x2x3xf32>
@@ -36,7 +38,7 @@ func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
   %A = model.param "A" ones : tensor<2xf32>
   %B = model.param "B" normal(1.0) : tensor<1x8x1x4xf32>
   %D = model.param "D" ones : tensor<2xf32>
-  %y0, %local = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %local = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>) -> tensor<1x2x3x4xf32>
   %g = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
   %in = dist.state_scan %g, %local {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
   %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D init %in {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)

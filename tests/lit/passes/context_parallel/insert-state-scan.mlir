@@ -2,14 +2,17 @@
 // RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan=strategy=chain --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,CHAIN
 // RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,AUTO
 
-// Zigzag at cp = 2: 8 local tokens are 2 segments of 4, viewed as 2 * 1 rows. A summary scan
-// from a zero start gives each segment's final state; with the log-decays, dist.state_scan turns
-// them into incoming states (messages of [rows, heads, head_dim, state] = [2, 2, 3, 4] f32);
-// the scan runs again from them. With the auto strategy, 2 ranks use the all-gather.
+// Zigzag at cp = 2: 8 local tokens are 2 segments of 4, viewed as 2 * 1 rows. The summary,
+// model.ssd_final_state (the state only, no y), gives each segment's final state from a zero
+// start; with the log-decays, dist.state_scan turns them into incoming states (messages of
+// [rows, heads, head_dim, state] = [2, 2, 3, 4] f32); the one full scan runs from them. With the
+// auto strategy, 2 ranks use the all-gather.
 // CHECK-LABEL: func.func @scan
 // CHECK-DAG: %[[X:.+]] = model.reshape %{{.+}} : tensor<1x8x2x3xf32> -> tensor<2x4x2x3xf32>
 // CHECK-DAG: %[[DT:.+]] = model.reshape %{{.+}} : tensor<1x8x2xf32> -> tensor<2x4x2xf32>
-// CHECK: %{{.+}}, %[[LOCAL:.+]] = model.ssd_scan %[[X]], %[[DT]], {{.+}} {chunk_size = 4 : i64} : {{.+}} -> (tensor<2x4x2x3xf32>, tensor<2x2x3x4xf32>)
+// CHECK-DAG: %[[B:.+]] = model.reshape %{{.+}} : tensor<1x8x1x4xf32> -> tensor<2x4x1x4xf32>
+// CHECK-NOT: model.ssd_scan
+// CHECK: %[[LOCAL:.+]] = model.ssd_final_state %[[X]], %[[DT]], %{{.+}}, %[[B]] {chunk_size = 4 : i64} : (tensor<2x4x2x3xf32>, tensor<2x4x2xf32>, tensor<2xf32>, tensor<2x4x1x4xf32>) -> tensor<2x2x3x4xf32>
 // CHECK: %[[G:.+]] = model.ssd_log_decay %[[DT]], %{{.+}} : (tensor<2x4x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
 // CHAIN: %[[IN:.+]] = dist.state_scan %[[G]], %[[LOCAL]] {layout = #dist.sequence<zigzag, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<2x2xf32>, tensor<2x2x3x4xf32>) -> tensor<2x2x3x4xf32>
 // AUTO: %[[IN:.+]] = dist.state_scan %[[G]], %[[LOCAL]] {layout = #dist.sequence<zigzag, cp = 2, seq = 16>, strategy = #dist.strategy<allgather>}
@@ -43,5 +46,34 @@ func.func @final_state(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tens
   // expected-error @+1 {{the final state of a scan split over ranks is only on the last rank}}
   %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
   return %f : tensor<1x2x3x4xf32>
+}
+}
+
+// -----
+
+// Scans already split are left as they are: one whose summary is model.ssd_final_state, and one
+// whose summary is a full scan handing its final state to dist.state_scan; both rescans take
+// their initial state from dist.state_scan.
+// CHECK-LABEL: func.func @already_split
+// CHECK-NEXT: model.ssd_final_state
+// CHECK-NEXT: model.ssd_log_decay
+// CHECK-NEXT: dist.state_scan
+// CHECK-NEXT: model.ssd_scan {{.+}} init
+// CHECK-NEXT: model.ssd_scan
+// CHECK-NEXT: model.ssd_log_decay
+// CHECK-NEXT: dist.state_scan
+// CHECK-NEXT: model.ssd_scan {{.+}} init
+// CHECK-NEXT: return
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @already_split(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x8x2x3xf32>) {
+  %s1 = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>) -> tensor<1x2x3x4xf32>
+  %g1 = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  %in1 = dist.state_scan %g1, %s1 {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %y1, %f1 = model.ssd_scan %x, %dt, %A, %B, %B, %D init %in1 {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %y0, %s2 = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %g2 = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  %in2 = dist.state_scan %g2, %s2 {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %y2, %f2 = model.ssd_scan %x, %dt, %A, %B, %B, %D init %in2 {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %y1, %y2 : tensor<1x8x2x3xf32>, tensor<1x8x2x3xf32>
 }
 }

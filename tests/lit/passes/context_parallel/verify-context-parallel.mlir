@@ -24,6 +24,20 @@ func.func @scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf3
 
 // -----
 
+// A scan split by hcp-insert-state-scan passes: the summary (model.ssd_final_state) is local work,
+// and the rescan takes its initial state from dist.state_scan.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @split_scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
+  %s = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>) -> tensor<1x2x3x4xf32>
+  %g = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  %in = dist.state_scan %g, %s {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D init %in {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  return %y : tensor<1x8x2x3xf32>
+}
+}
+
+// -----
+
 // Local-only attention.
 module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
 func.func @attention(%q: tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32> {

@@ -71,6 +71,23 @@ func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %target
 
 // -----
 
+// The scan's state-only summary and its gradient: the shape ints, no flags.
+// CHECK-LABEL: func.func @train_step()
+// CHECK: exec.launch "ssd_final_state.forward" ins({{.+}}) outs(%[[F:.+]] : memref<1x2x3x4xf32>) {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4>}
+// CHECK: exec.launch "ssd_final_state.backward" ins(%[[F]], {{.+}}) outs({{.+}}) {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4>}
+func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %targets: tensor<1x5xi32> {model.input = "targets"}) -> tensor<f32> {
+  %x = model.param "x" normal(1.0) : tensor<1x5x2x3xf32>
+  %dt = model.param "dt" ones : tensor<1x5x2xf32>
+  %A = model.param "A" ones : tensor<2xf32>
+  %B = model.param "B" normal(1.0) : tensor<1x5x1x4xf32>
+  %f = model.ssd_final_state %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>) -> tensor<1x2x3x4xf32>
+  %g:4 = model.ssd_final_state_grad %f, %x, %dt, %A, %B {chunk_size = 4 : i64} : (tensor<1x2x3x4xf32>, tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>) -> (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>)
+  %loss = model.fill 0.0 : tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // Mixed precision: buffers keep their tensors' element types, and a cast is one launch of the
 // `cast` kernel between a bf16 and an f32 buffer.
 // CHECK-LABEL: func.func @train_step()

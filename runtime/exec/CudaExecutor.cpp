@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -18,8 +19,20 @@ namespace {
 
 using cuda_backend::FromCuda;
 
-// The cuBLASLt context's own workspace (Kernels.h's default).
+// The cuBLASLt context: its workspace (Kernels.h's default) and its lanes for the MoE experts'
+// side-by-side GEMMs (gemm_group), each with a workspace too.
 constexpr uint64_t kGemmWorkspaceBytes = uint64_t{32} << 20;
+constexpr int kDefaultGemmLanes = 4;
+
+// HCP_GEMM_LANES=N overrides the lane count (0: the experts' products one after another), for
+// measuring; anything else than a number 0..16 keeps the default.
+int GemmLanes() {
+  const char* value = std::getenv("HCP_GEMM_LANES");
+  if (value == nullptr || *value == '\0') return kDefaultGemmLanes;
+  char* end = nullptr;
+  const long lanes = std::strtol(value, &end, 10);
+  return *end == '\0' && lanes >= 0 && lanes <= 16 ? static_cast<int>(lanes) : kDefaultGemmLanes;
+}
 // Every allocation and every carved piece is a multiple of this (cudaMalloc's alignment).
 constexpr uint64_t kAlignment = 256;
 constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
@@ -105,7 +118,9 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
       cuda_backend::WorkspaceBytes(plan), cuda::sum_of_squares_workspace_bytes(largest_parameter)));
   const uint64_t small = 2 * kAlignment + RoundUp(sizeof(double) * plan.parameters.size());
   uint64_t needed = arenas;
-  for (uint64_t part : {workspace, kGemmWorkspaceBytes, optimizer, small}) {
+  const int lanes = GemmLanes();
+  const uint64_t gemm = cuda::gemm_context_bytes(kGemmWorkspaceBytes, lanes);
+  for (uint64_t part : {workspace, gemm, optimizer, small}) {
     if (__builtin_add_overflow(needed, part, &needed)) {
       needed = std::numeric_limits<uint64_t>::max();
     }
@@ -116,8 +131,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the plan needs %s on GPU %d (arenas %s, workspace %s, cuBLASLt %s, optimizer state %s), "
         "but only %s of its %s are free",
-        GiB(needed), options.device, GiB(arenas), GiB(workspace), GiB(kGemmWorkspaceBytes),
-        GiB(optimizer), GiB(free_bytes), GiB(total_bytes)));
+        GiB(needed), options.device, GiB(arenas), GiB(workspace), GiB(gemm), GiB(optimizer),
+        GiB(free_bytes), GiB(total_bytes)));
   }
 
   // From here on the destructor frees whatever has been allocated when an error returns.
@@ -149,8 +164,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, workspace, "the workspace"));
   exec->workspace_bytes_ = workspace;
   HCP_RETURN_IF_ERROR(
-      cuda_backend::FromCuda(cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes)));
-  exec->allocated_bytes_ += kGemmWorkspaceBytes;
+      cuda_backend::FromCuda(cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, lanes)));
+  exec->allocated_bytes_ += gemm;
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->bad_position_),
                                      sizeof(int32_t), "the bad-position flag"));
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->squares_),

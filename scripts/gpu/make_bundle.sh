@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what scripts/gpu/run_plan_tests.sh runs on a GPU machine, into build-gpu/bundle:
 #   bin/      hybridcp (runtime commands: bench, run-step, train ...), test_plan_step,
-#             test_kernels_cuda and test_nccl_failure
+#             test_kernels_cuda, test_sequence_kernels and test_nccl_failure
 #   lib/      the shared libraries they need that the GPU machines lack (Abseil, ...);
 #   lib/mpi/  Debian's OpenMPI libraries, for a machine without OpenMPI (the GPU machines have
 #             their own, which must match their mpirun: the run scripts use those)
@@ -22,12 +22,13 @@ JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDCP_BUILD_COMPILER=OFF \
   -DHYBRIDCP_BUILD_TESTS=ON -DHYBRIDCP_ENABLE_CUDA=ON >/dev/null
-ninja -C "$BUILD" -j"$JOBS" hybridcp test_plan_step test_kernels_cuda test_nccl_failure
+ninja -C "$BUILD" -j"$JOBS" hybridcp test_plan_step test_kernels_cuda test_sequence_kernels \
+  test_nccl_failure
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib/mpi" "$BUNDLE/plans"
 cp "$BUILD/bin/hybridcp" "$BUILD/bin/test_plan_step" "$BUILD/bin/test_kernels_cuda" \
-  "$BUILD/bin/test_nccl_failure" "$BUNDLE/bin/"
+  "$BUILD/bin/test_sequence_kernels" "$BUILD/bin/test_nccl_failure" "$BUNDLE/bin/"
 strip "$BUNDLE"/bin/*
 # Every shared library outside glibc, libstdc++ and the CUDA toolkit (which the GPU machines
 # have in newer versions). Debian's OpenMPI libraries travel as one consistent set: the bench

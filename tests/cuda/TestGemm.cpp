@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/kernels/cpu/Kernels.h"
 #include "tests/cuda/Harness.h"
@@ -99,6 +100,84 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
   ctx.report(name, shape, {{"C", std::max(rel_rms(got, ref), unwritten), tol}}, ms, rate);
 }
 
+// gemm_group: independent products, some with no rows (k = 0 zeroes C), spread over the
+// context's lanes, against gemm() of the same problems (itself checked against the oracle
+// above). A lane's product may run another algorithm (planned for its share of the SMs), whose
+// fp32 sums round differently before the one bf16 rounding: kTolBf16, as against the oracle.
+// `experts` products of `rows[e]` x n x k (forward-like) and their k = rows[e] weight-gradient
+// twins, as the MoE experts issue them.
+void group_case(Context& ctx, const std::vector<int64_t>& rows, int64_t n, int64_t k, bool big) {
+  if (!ctx.wants("gemm")) return;
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  const std::vector<float> a = randn(std::max<int64_t>(total, 1) * k, ctx.seed(), 1.f);
+  const std::vector<float> w = randn(rows.size() * n * k, ctx.seed(), 1.f);
+  const std::vector<float> g = randn(std::max<int64_t>(total, 1) * n, ctx.seed(), 1.f);
+  Dev<bf16> da = to_device<bf16>(a), dw = to_device<bf16>(w), dg = to_device<bf16>(g);
+  const int64_t out_elems = std::max<int64_t>(total, 1) * n;
+  const int64_t grad_elems = static_cast<int64_t>(rows.size()) * k * n;
+  Dev<bf16> grouped_out(out_elems), single_out(out_elems), grouped_grad(grad_elems),
+      single_grad(grad_elems);
+  for (Dev<bf16>* d : {&grouped_out, &single_out, &grouped_grad, &single_grad}) d->poison();
+  // out[rows of e] = a[rows of e] w[e]^T; grad[e] = a[rows of e]^T g[rows of e].
+  auto problems = [&](bf16* out, bf16* grad) {
+    std::vector<GemmProblem> list;
+    int64_t r0 = 0;
+    for (size_t e = 0; e < rows.size(); ++e) {
+      if (rows[e] > 0) {
+        list.push_back({.trans_b = true,
+                        .m = rows[e],
+                        .n = n,
+                        .k = k,
+                        .a = da.get() + r0 * k,
+                        .lda = k,
+                        .b = dw.get() + e * n * k,
+                        .ldb = k,
+                        .c = out + r0 * n,
+                        .ldc = n});
+      }
+      list.push_back({.trans_a = true,
+                      .m = k,
+                      .n = n,
+                      .k = rows[e],
+                      .a = da.get() + r0 * k,
+                      .lda = k,
+                      .b = dg.get() + r0 * n,
+                      .ldb = n,
+                      .c = grad + e * k * n,
+                      .ldc = n});
+      r0 += rows[e];
+    }
+    return list;
+  };
+  const std::vector<GemmProblem> grouped = problems(grouped_out.get(), grouped_grad.get());
+  const std::vector<GemmProblem> single = problems(single_out.get(), single_grad.get());
+  auto launch = [&] { check(gemm_group(ctx.gemm(), ctx.stream(), grouped)); };
+  launch();
+  for (const GemmProblem& p : single) {
+    check(gemm<bf16>(ctx.gemm(), ctx.stream(), p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, p.a,
+                     p.lda, p.b, p.ldb, p.beta, p.c, p.ldc));
+  }
+  ctx.sync();
+  std::vector<float> got_out = grouped_out.download(), ref_out = single_out.download();
+  if (total == 0) got_out = ref_out = std::vector<float>(1, 0.f);  // no rows: nothing written
+  double flops = 0;
+  for (int64_t r : rows) flops += 4.0 * r * n * k;
+  double ms = -1;
+  std::string rate;
+  if (big) {
+    ms = ctx.time_ms(launch);
+    rate = tflops(flops, ms);
+  }
+  ctx.report("gemm_group",
+             std::to_string(rows.size()) + " x (~" +
+                 std::to_string(total / std::max<size_t>(rows.size(), 1)) + ")x" +
+                 shape_str({n, k}),
+             {{"out", rel_rms(got_out, ref_out), kTolBf16},
+              {"grad", rel_rms(grouped_grad.download(), single_grad.download()), kTolBf16}},
+             ms, rate);
+}
+
 }  // namespace
 
 void test_gemm(Context& ctx) {
@@ -116,6 +195,8 @@ void test_gemm(Context& ctx) {
   run_case<bf16>(ctx, {"bucket", false, true, 100, 64, 48}, false);
   run_case<bf16>(ctx, {"bucket dW", true, false, 64, 48, 70}, false);
   run_case<bf16>(ctx, {"bucket dW", true, false, 64, 48, 100}, false);
+  group_case(ctx, {37, 0, 70, 5, 64, 1, 0, 100, 33}, 48, 40, false);
+  group_case(ctx, {0, 0}, 16, 8, false);
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny, 8192 tokens: Mamba in_proj forward and both backward products, out_proj,
   // the vocabulary projection, the router (fp32 logits), a weight-gradient accumulation, and the
@@ -128,6 +209,8 @@ void test_gemm(Context& ctx) {
   run_case<bf16>(ctx, {"square", false, true, 8192, 8192, 8192}, true);
   run_case<float>(ctx, {"router", false, true, 8192, 64, 1536}, true);
   run_case<float>(ctx, {"dW accumulate", true, false, 1536, 3072, 8192, 1.f, 1.f}, true);
+  // The tiny MoE layer's expert products: 64 experts x ~768 rows (8192 tokens, top-6).
+  group_case(ctx, std::vector<int64_t>(64, 768), 1024, 1536, true);
 }
 
 }  // namespace hcp::cuda::test

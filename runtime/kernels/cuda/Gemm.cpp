@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/kernels/cuda/Kernels.h"
 
@@ -27,7 +29,7 @@ constexpr int64_t kBucket = 64;
 
 int64_t round_up_bucket(int64_t v) { return (v + kBucket - 1) / kBucket * kBucket; }
 
-using GemmKey = std::array<int64_t, 13>;
+using GemmKey = std::array<int64_t, 14>;
 
 struct GemmKeyHash {
   size_t operator()(const GemmKey& key) const {
@@ -93,45 +95,105 @@ Status make_layouts(Descriptors& d, bool trans_a, bool trans_b, int64_t m, int64
 
 }  // namespace
 
+// A stream of gemm_group's, with its own cuBLASLt workspace (one workspace must not serve two
+// launches at once) and the event that says its share is done.
+struct GemmLane {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  void* workspace = nullptr;
+};
+
 struct GemmContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
+  cudaEvent_t fork = nullptr;  // recorded on the caller's stream before the lanes start
+  std::vector<GemmLane> lanes;
+  int lane_sm_count = 0;  // each lane's share of the device's multiprocessors
 };
-
-Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes) {
-  *ctx = nullptr;
-  auto* context = new GemmContext;
-  if (Status s = lt_status("gemm_context_create", cublasLtCreate(&context->handle)); !s.ok()) {
-    delete context;
-    return s;
-  }
-  if (workspace_bytes > 0) {
-    cudaError_t error = cudaMalloc(&context->workspace, workspace_bytes);
-    if (error != cudaSuccess) {
-      cublasLtDestroy(context->handle);
-      delete context;
-      return Status::Cuda("gemm_context_create", error);
-    }
-  }
-  context->workspace_bytes = workspace_bytes;
-  *ctx = context;
-  return Status();
-}
 
 void gemm_context_destroy(GemmContext* ctx) {
   if (ctx == nullptr) return;
+  for (GemmLane& lane : ctx->lanes) {
+    if (lane.workspace != nullptr) cudaFree(lane.workspace);
+    if (lane.done != nullptr) cudaEventDestroy(lane.done);
+    if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+  }
+  if (ctx->fork != nullptr) cudaEventDestroy(ctx->fork);
   if (ctx->workspace != nullptr) cudaFree(ctx->workspace);
   if (ctx->handle != nullptr) cublasLtDestroy(ctx->handle);
   delete ctx;
 }
 
+Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes) {
+  const char* where = "gemm_context_create";
+  *ctx = nullptr;
+  auto* context = new GemmContext;
+  context->workspace_bytes = workspace_bytes;
+  auto fail = [context](Status s) {
+    gemm_context_destroy(context);
+    return s;
+  };
+  if (Status s = lt_status(where, cublasLtCreate(&context->handle)); !s.ok()) return fail(s);
+  auto cuda = [where](cudaError_t error) {
+    return error == cudaSuccess ? Status() : Status::Cuda(where, error);
+  };
+  if (workspace_bytes > 0) {
+    if (Status s = cuda(cudaMalloc(&context->workspace, workspace_bytes)); !s.ok()) return fail(s);
+  }
+  if (lanes > 0) {
+    if (Status s = cuda(cudaEventCreateWithFlags(&context->fork, cudaEventDisableTiming));
+        !s.ok()) {
+      return fail(s);
+    }
+  }
+  context->lanes.resize(std::max(lanes, 0));
+  if (lanes > 0) {
+    int device = 0, sms = 0;
+    if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
+    if (Status s = cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        !s.ok()) {
+      return fail(s);
+    }
+    context->lane_sm_count = std::max(1, sms / lanes);
+  }
+  for (GemmLane& lane : context->lanes) {
+    for (Status s :
+         {cuda(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking)),
+          cuda(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming)),
+          workspace_bytes > 0 ? cuda(cudaMalloc(&lane.workspace, workspace_bytes)) : Status()}) {
+      if (!s.ok()) return fail(s);
+    }
+  }
+  *ctx = context;
+  return Status();
+}
+
+size_t gemm_context_bytes(size_t workspace_bytes, int lanes) {
+  return workspace_bytes * (1 + static_cast<size_t>(std::max(lanes, 0)));
+}
+
 namespace {
 
+// Where one product runs: the workspace it may use (the context's, or a lane's) and, for a lane,
+// the multiprocessors cuBLASLt should plan for (0: the whole device). Hopper's cuBLASLt kernels
+// size their grid to the SMs they are told of, so products running side by side each get a
+// share instead of competing for all of them.
+struct Target {
+  void* workspace = nullptr;
+  int sm_count = 0;
+};
+
+void set_sm_target(cublasLtMatmulDesc_t op, int sm_count) {
+  if (sm_count <= 0) return;
+  const int32_t target = sm_count;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target));
+}
+
 // The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
-Status query_algo(GemmContext* ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                  int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
                   const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
   const char* where = "gemm: heuristic";
   Descriptors d;
@@ -143,6 +205,7 @@ Status query_algo(GemmContext* ctx, bool trans_a, bool trans_b, int64_t m, int64
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+  set_sm_target(d.op, sm_count);
   if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype); !s.ok()) {
     return s;
   }
@@ -176,9 +239,9 @@ Status query_algo(GemmContext* ctx, bool trans_a, bool trans_b, int64_t m, int64
 }
 
 template <typename TC>
-Status run(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
-           int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
-           float beta, TC* c, int64_t ldc, const cublasLtMatmulAlgo_t& algo) {
+Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a, bool trans_b,
+           int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
+           int64_t ldb, float beta, TC* c, int64_t ldc, const cublasLtMatmulAlgo_t& algo) {
   const char* where = "gemm";
   Descriptors d;
   if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -189,20 +252,20 @@ Status run(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, in
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+  set_sm_target(d.op, target.sm_count);
   if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>()); !s.ok()) {
     return s;
   }
   return lt_status(
       where, cublasLtMatmul(ctx->handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &algo,
-                            ctx->workspace, ctx->workspace_bytes, stream));
+                            target.workspace, ctx->workspace_bytes, stream));
 }
 
-}  // namespace
-
+// gemm() on `stream` at `target` (the context's own workspace, or a lane's).
 template <typename TC>
-Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
-            int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
-            float beta, TC* c, int64_t ldc) {
+Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a,
+                 bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
+                 int64_t lda, const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc) {
   const char* where = "gemm";
   if (ctx == nullptr) return Status(where, "no GemmContext");
   if (m < 0 || n < 0 || k < 0) return Status(where, "negative size");
@@ -224,37 +287,101 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
   const bool bucket_k = trans_a && !trans_b;
   const int64_t m_key = bucket_m ? round_up_bucket(m) : m;
   const int64_t k_key = bucket_k ? round_up_bucket(k) : k;
-  const GemmKey key = {
-      trans_a,     trans_b,  m_key,    n,       k_key, lda, ldb, ldc, std::is_same_v<TC, float>,
-      beta != 0.f, align[0], align[1], align[2]};
+  const GemmKey key = {trans_a,
+                       trans_b,
+                       m_key,
+                       n,
+                       k_key,
+                       lda,
+                       ldb,
+                       ldc,
+                       std::is_same_v<TC, float>,
+                       beta != 0.f,
+                       align[0],
+                       align[1],
+                       align[2],
+                       target.sm_count};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
     cublasLtMatmulAlgo_t algo;
-    if (Status s = query_algo(ctx, trans_a, trans_b, m_key, n, k_key, lda, ldb, ldc, c_type<TC>(),
-                              align, &algo);
+    if (Status s = query_algo(ctx, target.sm_count, trans_a, trans_b, m_key, n, k_key, lda, ldb,
+                              ldc, c_type<TC>(), align, &algo);
         !s.ok()) {
       // The heuristic may have nothing for the bucket's shape yet something for the exact one.
       if (m_key == m && k_key == k) return s;
-      if (Status exact =
-              query_algo(ctx, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), align, &algo);
+      if (Status exact = query_algo(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                                    c_type<TC>(), align, &algo);
           !exact.ok()) {
         return exact;
       }
     }
     it = ctx->algos.emplace(key, algo).first;
   }
-  Status status =
-      run(ctx, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, it->second);
+  Status status = run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
+                      c, ldc, it->second);
   if (status.ok() || (m_key == m && k_key == k)) return status;
   // The cached algorithm came from the bucket's shape and does not run this one: use the exact
   // shape's own (not cached, to keep the bucket's entry for the shapes it serves).
   cublasLtMatmulAlgo_t exact;
-  if (Status s =
-          query_algo(ctx, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), align, &exact);
+  if (Status s = query_algo(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                            c_type<TC>(), align, &exact);
       !s.ok()) {
     return s;
   }
-  return run(ctx, stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, exact);
+  return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+             exact);
+}
+
+}  // namespace
+
+template <typename TC>
+Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
+            int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+            float beta, TC* c, int64_t ldc) {
+  if (ctx == nullptr) return Status("gemm", "no GemmContext");
+  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
+                   b, ldb, beta, c, ldc);
+}
+
+Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems) {
+  const char* where = "gemm_group";
+  if (ctx == nullptr) return Status(where, "no GemmContext");
+  if (ctx->lanes.empty()) {
+    for (const GemmProblem& p : problems) {
+      if (Status s = gemm(ctx, stream, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda,
+                          p.b, p.ldb, p.beta, p.c, p.ldc);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return Status();
+  }
+  const size_t used = std::min(ctx->lanes.size(), problems.size());
+  if (used == 0) return Status();
+  // Fork: every lane starts after what is queued on `stream`.
+  if (cudaError_t e = cudaEventRecord(ctx->fork, stream); e != cudaSuccess) {
+    return Status::Cuda(where, e);
+  }
+  for (size_t i = 0; i < used; ++i) {
+    if (cudaError_t e = cudaStreamWaitEvent(ctx->lanes[i].stream, ctx->fork, 0); e != cudaSuccess) {
+      return Status::Cuda(where, e);
+    }
+  }
+  Status status;
+  for (size_t i = 0; i < problems.size() && status.ok(); ++i) {
+    const GemmProblem& p = problems[i];
+    const GemmLane& lane = ctx->lanes[i % used];
+    status =
+        gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_count}, p.trans_a,
+                  p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc);
+  }
+  // Join, even after an error: nothing queued on `stream` later may overtake the lanes.
+  for (size_t i = 0; i < used; ++i) {
+    cudaError_t e = cudaEventRecord(ctx->lanes[i].done, ctx->lanes[i].stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, ctx->lanes[i].done, 0);
+    if (e != cudaSuccess && status.ok()) status = Status::Cuda(where, e);
+  }
+  return status;
 }
 
 template Status gemm<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, float,

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace hcp::cuda {
 
@@ -68,14 +69,39 @@ struct Workspace {
 // heuristic picked per problem; use one context per stream (the workspace is shared by its
 // launches). Shapes whose leading row-major dimension varies from call to call (MoE experts'
 // token counts) share cache entries by rounding that dimension up to a multiple of 64.
+// It also owns `lanes` streams, each with a workspace of its own, for gemm_group.
 struct GemmContext;
-Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32} << 20);
+Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32} << 20,
+                           int lanes = 4);
 void gemm_context_destroy(GemmContext* ctx);
+// The device memory such a context allocates.
+size_t gemm_context_bytes(size_t workspace_bytes, int lanes);
 
 template <typename TC>
 Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
             int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
             float beta, TC* c, int64_t ldc);
+
+// Independent products with bf16 C (no problem's C overlaps another's A, B or C), with the
+// results of running them one after another on `stream`: products too small to fill the GPU
+// alone (one MoE expert's rows: a few dozen output tiles each) run side by side on the context's
+// lanes, which start after the work queued on `stream` so far and which `stream` waits for
+// before anything queued after. Each lane's products are planned for its share of the SMs
+// (cuBLASLt's SM count target), so a product may run another algorithm than gemm() would: the
+// same result up to the order of its fp32 sums.
+struct GemmProblem {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.f;
+  const bf16* a = nullptr;
+  int64_t lda = 0;
+  const bf16* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.f;
+  bf16* c = nullptr;
+  int64_t ldc = 0;
+};
+Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems);
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise (Elementwise.cu), n elements unless said. In-place use (y == x) is allowed.

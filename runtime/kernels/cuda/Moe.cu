@@ -320,29 +320,37 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
                                                               hidden, static_cast<int>(k), vec);
     if (Status s = launch_status(name); !s.ok()) return s;
   }
+  // One expert's product is a few dozen output tiles: the experts run side by side (gemm_group).
+  std::vector<GemmProblem> up, down;
   for (int64_t e = 0; e < experts; e++) {
     const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
     if (n_e == 0) continue;
-    if (Status s =
-            gemm(ctx, stream, false, true, n_e, 2 * inner, hidden, 1.f, b.xp + r0 * hidden, hidden,
-                 w_in + e * 2 * inner * hidden, hidden, 0.f, b.h + r0 * 2 * inner, 2 * inner);
-        !s.ok()) {
-      return s;
-    }
+    up.push_back({.trans_b = true,
+                  .m = n_e,
+                  .n = 2 * inner,
+                  .k = hidden,
+                  .a = b.xp + r0 * hidden,
+                  .lda = hidden,
+                  .b = w_in + e * 2 * inner * hidden,
+                  .ldb = hidden,
+                  .c = b.h + r0 * 2 * inner,
+                  .ldc = 2 * inner});
+    down.push_back({.trans_b = true,
+                    .m = n_e,
+                    .n = hidden,
+                    .k = inner,
+                    .a = b.u + r0 * inner,
+                    .lda = inner,
+                    .b = w_out + e * hidden * inner,
+                    .ldb = inner,
+                    .c = b.y + r0 * hidden,
+                    .ldc = hidden});
   }
+  if (Status s = gemm_group(ctx, stream, up); !s.ok()) return s;
   if (routed > 0) {
     if (Status s = swiglu_forward(stream, b.u, b.h, routed, inner); !s.ok()) return s;
   }
-  for (int64_t e = 0; e < experts; e++) {
-    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
-    if (n_e == 0) continue;
-    if (Status s = gemm(ctx, stream, false, true, n_e, hidden, inner, 1.f, b.u + r0 * inner, inner,
-                        w_out + e * hidden * inner, inner, 0.f, b.y + r0 * hidden, hidden);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return Status();
+  return gemm_group(ctx, stream, down);
 }
 
 // out[i] = in[index[i]], or 0 where index[i] < 0.
@@ -452,44 +460,59 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
         b.dyp, dgates, dout, b.y, gates, b.sorted_slot, routed, hidden, static_cast<int>(k), vec);
     if (Status s = launch_status(name); !s.ok()) return s;
   }
-  // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows).
+  // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows:
+  // k = 0). Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp. The experts
+  // run side by side (gemm_group), as in the forward.
+  bf16* dxp = b.y;
+  std::vector<GemmProblem> through_out, through_in;
   for (int64_t e = 0; e < experts; e++) {
     const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
     if (n_e > 0) {
-      if (Status s = gemm(ctx, stream, false, false, n_e, inner, hidden, 1.f, b.dyp + r0 * hidden,
-                          hidden, w_out + e * hidden * inner, inner, 0.f, b.du + r0 * inner, inner);
-          !s.ok()) {
-        return s;
-      }
+      through_out.push_back({.m = n_e,
+                             .n = inner,
+                             .k = hidden,
+                             .a = b.dyp + r0 * hidden,
+                             .lda = hidden,
+                             .b = w_out + e * hidden * inner,
+                             .ldb = inner,
+                             .c = b.du + r0 * inner,
+                             .ldc = inner});
+      through_in.push_back({.m = n_e,
+                            .n = hidden,
+                            .k = 2 * inner,
+                            .a = b.dh + r0 * 2 * inner,
+                            .lda = 2 * inner,
+                            .b = w_in + e * 2 * inner * hidden,
+                            .ldb = hidden,
+                            .c = dxp + r0 * hidden,
+                            .ldc = hidden});
     }
-    if (Status s = gemm(ctx, stream, true, false, hidden, inner, n_e, 1.f, b.dyp + r0 * hidden,
-                        hidden, b.u + r0 * inner, inner, 0.f, dw_out + e * hidden * inner, inner);
-        !s.ok()) {
-      return s;
-    }
+    through_out.push_back({.trans_a = true,
+                           .m = hidden,
+                           .n = inner,
+                           .k = n_e,
+                           .a = b.dyp + r0 * hidden,
+                           .lda = hidden,
+                           .b = b.u + r0 * inner,
+                           .ldb = inner,
+                           .c = dw_out + e * hidden * inner,
+                           .ldc = inner});
+    through_in.push_back({.trans_a = true,
+                          .m = 2 * inner,
+                          .n = hidden,
+                          .k = n_e,
+                          .a = b.dh + r0 * 2 * inner,
+                          .lda = 2 * inner,
+                          .b = b.xp + r0 * hidden,
+                          .ldb = hidden,
+                          .c = dw_in + e * 2 * inner * hidden,
+                          .ldc = hidden});
   }
+  if (Status s = gemm_group(ctx, stream, through_out); !s.ok()) return s;
   if (routed > 0) {
     if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, routed, inner); !s.ok()) return s;
   }
-  // Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp.
-  bf16* dxp = b.y;
-  for (int64_t e = 0; e < experts; e++) {
-    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
-    if (n_e > 0) {
-      if (Status s = gemm(ctx, stream, false, false, n_e, hidden, 2 * inner, 1.f,
-                          b.dh + r0 * 2 * inner, 2 * inner, w_in + e * 2 * inner * hidden, hidden,
-                          0.f, dxp + r0 * hidden, hidden);
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (Status s = gemm(ctx, stream, true, false, 2 * inner, hidden, n_e, 1.f,
-                        b.dh + r0 * 2 * inner, 2 * inner, b.xp + r0 * hidden, hidden, 0.f,
-                        dw_in + e * 2 * inner * hidden, hidden);
-        !s.ok()) {
-      return s;
-    }
-  }
+  if (Status s = gemm_group(ctx, stream, through_in); !s.ok()) return s;
   combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
       dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
   return launch_status(name);

@@ -189,21 +189,11 @@ LogicalResult SsdLogDecayGradOp::verify() {
 }
 
 LogicalResult SsdScanGradOp::verify() {
-  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
-      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
-    return failure();
-  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
-  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
-  if (b[0] != batch || b[1] != seq)
-    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
-                         << formatShape(x.take_front(2));
-  if (heads % groups != 0)
-    return emitOpError() << groups << " groups do not divide " << heads << " heads";
-  SmallVector<int64_t> stateShape = {batch, heads, headDim, state};
-  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
-      failed(expectShape(*this, getA(), {heads}, "A")) ||
-      failed(expectShape(*this, getC(), b, "C")) ||
-      failed(expectShape(*this, getD(), {heads}, "D")))
+  FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
+  if (failed(d)) return failure();
+  SmallVector<int64_t> stateShape = d->stateShape();
+  if (failed(expectShape(*this, getC(), shapeOf(getB()), "C")) ||
+      failed(expectShape(*this, getD(), {d->heads}, "D")))
     return failure();
   if (getInitState() && failed(expectShape(*this, getInitState(), stateShape, "initial state")))
     return failure();
@@ -233,20 +223,8 @@ LogicalResult SsdScanGradOp::verify() {
 }
 
 LogicalResult SsdFinalStateGradOp::verify() {
-  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
-      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
-    return failure();
-  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
-  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
-  if (b[0] != batch || b[1] != seq)
-    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
-                         << formatShape(x.take_front(2));
-  if (heads % groups != 0)
-    return emitOpError() << groups << " groups do not divide " << heads << " heads";
-  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
-      failed(expectShape(*this, getA(), {heads}, "A")) ||
-      failed(
-          expectShape(*this, getDfinal(), {batch, heads, headDim, state}, "final state gradient")))
+  FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
+  if (failed(d) || failed(expectShape(*this, getDfinal(), d->stateShape(), "final state gradient")))
     return failure();
   if (tensorType(getDfinal()).getElementType() != Float32Type::get(getContext()))
     return emitOpError() << "final state gradient must be f32, like the final state";

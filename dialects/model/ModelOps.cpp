@@ -150,44 +150,23 @@ LogicalResult SsdLogDecayOp::verify() {
 }
 
 LogicalResult SsdScanOp::verify() {
-  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
-      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
-    return failure();
-  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
-  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
-  if (b[0] != batch || b[1] != seq)
-    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
-                         << formatShape(x.take_front(2));
-  if (heads % groups != 0)
-    return emitOpError() << groups << " groups do not divide " << heads << " heads";
-  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
-      failed(expectShape(*this, getA(), {heads}, "A")) ||
-      failed(expectShape(*this, getC(), b, "C")) ||
-      failed(expectShape(*this, getD(), {heads}, "D")) ||
-      failed(expectShape(*this, getY(), x, "y")) ||
-      failed(expectShape(*this, getFinalState(), {batch, heads, headDim, state}, "final state")))
+  FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
+  if (failed(d)) return failure();
+  if (failed(expectShape(*this, getC(), shapeOf(getB()), "C")) ||
+      failed(expectShape(*this, getD(), {d->heads}, "D")) ||
+      failed(expectShape(*this, getY(), shapeOf(getX()), "y")) ||
+      failed(expectShape(*this, getFinalState(), d->stateShape(), "final state")))
     return failure();
   if (getInitState() &&
-      failed(expectShape(*this, getInitState(), {batch, heads, headDim, state}, "initial state")))
+      failed(expectShape(*this, getInitState(), d->stateShape(), "initial state")))
     return failure();
   if (getChunkSize() <= 0) return emitOpError() << "chunk size must be positive";
   return success();
 }
 
 LogicalResult SsdFinalStateOp::verify() {
-  if (failed(expectRank(*this, getX(), 4, "x [batch, seq, heads, head_dim]")) ||
-      failed(expectRank(*this, getB(), 4, "B [batch, seq, groups, state]")))
-    return failure();
-  ArrayRef<int64_t> x = shapeOf(getX()), b = shapeOf(getB());
-  int64_t batch = x[0], seq = x[1], heads = x[2], headDim = x[3], groups = b[2], state = b[3];
-  if (b[0] != batch || b[1] != seq)
-    return emitOpError() << "B " << formatShape(b) << " must match x's batch and sequence "
-                         << formatShape(x.take_front(2));
-  if (heads % groups != 0)
-    return emitOpError() << groups << " groups do not divide " << heads << " heads";
-  if (failed(expectShape(*this, getDt(), {batch, seq, heads}, "dt")) ||
-      failed(expectShape(*this, getA(), {heads}, "A")) ||
-      failed(expectShape(*this, getFinalState(), {batch, heads, headDim, state}, "final state")))
+  FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
+  if (failed(d) || failed(expectShape(*this, getFinalState(), d->stateShape(), "final state")))
     return failure();
   // The states of the SSD are f32 whatever the activation type (model.ssd_scan's final state,
   // dist.state_scan's operands).

@@ -52,4 +52,22 @@ LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef w
   return success();
 }
 
+mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, mlir::Value dt,
+                                           mlir::Value A, mlir::Value B) {
+  if (mlir::failed(expectRank(op, x, 4, "x [batch, seq, heads, head_dim]")) ||
+      mlir::failed(expectRank(op, B, 4, "B [batch, seq, groups, state]")))
+    return mlir::failure();
+  llvm::ArrayRef<int64_t> xs = shapeOf(x), bs = shapeOf(B);
+  const SsdDims d{xs[0], xs[1], xs[2], xs[3], bs[2], bs[3]};
+  if (bs[0] != d.batch || bs[1] != d.seq)
+    return op->emitOpError() << "B " << formatShape(bs) << " must match x's batch and sequence "
+                             << formatShape(xs.take_front(2));
+  if (d.heads % d.groups != 0)
+    return op->emitOpError() << d.groups << " groups do not divide " << d.heads << " heads";
+  if (mlir::failed(expectShape(op, dt, {d.batch, d.seq, d.heads}, "dt")) ||
+      mlir::failed(expectShape(op, A, {d.heads}, "A")))
+    return mlir::failure();
+  return d;
+}
+
 }  // namespace hcp::model::checks

@@ -28,4 +28,14 @@ mlir::LogicalResult expectShape(mlir::Operation* op, mlir::Value value,
 mlir::LogicalResult expectSameElementType(mlir::Operation* op, mlir::Value a, mlir::Value b,
                                           llvm::StringRef whatA, llvm::StringRef whatB);
 
+// The sizes of an SSD scan's operands: x [batch, seq, heads, head_dim], B [batch, seq, groups,
+// state], dt [batch, seq, heads], A [heads], groups dividing heads. The scan ops and their
+// gradients check these alike (verifySsdOperands); the state shape is stateShape().
+struct SsdDims {
+  int64_t batch, seq, heads, headDim, groups, state;
+  llvm::SmallVector<int64_t> stateShape() const { return {batch, heads, headDim, state}; }
+};
+mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, mlir::Value dt,
+                                           mlir::Value A, mlir::Value B);
+
 }  // namespace hcp::model::checks

@@ -61,6 +61,11 @@ done
 # Expert parallelism on the same 2 GPUs: the experts split over the cp ranks (--ep 2).
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
   -o "$BUNDLE/plans/small-512-bf16-cp2-ep2.plan"
+# Data parallelism on 2 GPUs, one sequence each, without and with the experts split over them.
+"$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --dp 2 \
+  -o "$BUNDLE/plans/small-512x1-bf16-dp2.plan"
+"$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --dp 2 --ep 2 \
+  -o "$BUNDLE/plans/small-512x1-bf16-dp2-ep2.plan"
 # Gradient accumulation (train --grad-accum 2): one sequence per micro-batch, on 1 GPU and 2.
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 -o "$BUNDLE/plans/small-512x1-bf16.plan"
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \

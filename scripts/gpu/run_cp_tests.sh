@@ -18,7 +18,7 @@
 #    two (the same tokens per GPU), the same with ep=2, s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
 #    then 20 steps with AdamW on real text at cp=2 (SKIP_TRAIN=1 leaves it out).
 # 5. hybridcp train on GPUs: checkpoint, stop and resume on one GPU, cp=2 on two, cp=2 with ep=2
-#    (also stopped and resumed), tiny on one.
+#    (also stopped and resumed), dp=2 without and with ep=2, tiny on one.
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
 # SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain", "ep2"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
 # SKIP_TRAIN_CMD=1, SKIP_TINY_TRAIN=1, SKIP_BENCH=1, SKIP_ONE_GPU_BENCH=1, SKIP_TRAIN=1.
@@ -109,6 +109,10 @@ if [ "${SKIP_TRAIN_CMD:-0}" != 1 ]; then
     --metrics "$M/cp2-ep2-resumed.jsonl"
   run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-ep2.plan" \
     --checkpoint-dir "$T/ep-resumed" --resume --metrics "$M/cp2-ep2-resumed.jsonl"
+  for split in dp2 dp2-ep2; do
+    run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-$split.plan" \
+      --metrics "$M/$split.jsonl"
+  done
   run "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16.plan" --grad-accum 2 \
     --metrics "$M/gas2.jsonl"
   run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-cp2-zigzag.plan" \
@@ -118,7 +122,7 @@ import json, sys
 d = sys.argv[1]
 load = lambda n: {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{n}.jsonl"))}
 runs = {n: load(n) for n in ("full", "resumed", "cp2", "gas2", "cp2-gas2", "cp2-ep2",
-                             "cp2-ep2-resumed")}
+                             "cp2-ep2-resumed", "dp2", "dp2-ep2")}
 full = runs["full"]
 rel = lambda a, b: abs(a - b) / abs(b)
 print("step  " + "  ".join(f"{n:>9}" for n in runs))
@@ -129,7 +133,8 @@ if not full[8] < full[1] - 0.3: bad.append("the loss did not go down by 0.3 in 8
 # (run, steps, compared with, bound): resumed runs repeat their own unstopped run.
 checks = [("resumed", range(5, 9), "full", 1e-4), ("cp2", range(1, 9), "full", 2e-2),
           ("gas2", range(1, 9), "full", 2e-2), ("cp2-gas2", range(1, 9), "full", 2e-2),
-          ("cp2-ep2", range(1, 9), "full", 2e-2),
+          ("cp2-ep2", range(1, 9), "full", 2e-2), ("dp2", range(1, 9), "full", 2e-2),
+          ("dp2-ep2", range(1, 9), "full", 2e-2),
           ("cp2-ep2-resumed", range(5, 9), "cp2-ep2", 1e-4)]
 for n, rng, base, bound in checks:
     worst = max(rel(runs[n][s], runs[base][s]) for s in rng)

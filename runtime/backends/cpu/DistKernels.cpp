@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/ExpertRoutes.h"
 #include "runtime/comm/SegmentRoutes.h"
 
 namespace hcp::cpu {
@@ -444,55 +445,20 @@ void all_reduce(comm::Communicator& comm, float* y, const float* x, int64_t n, c
 
 namespace {
 
-// Where this rank's (token, slot) pairs go, and how many slots every peer sends here.
+// The routes of this layer's slots (collective over kEp) and, for an expert id outside [0, E),
+// the error every rank's step then reports (such a slot stays home and contributes nothing).
 struct MoeRouting {
-  std::vector<int64_t> send_count;  // slots for each ep-group rank
-  std::vector<int64_t> recv_count;  // slots from each ep-group rank
-  std::vector<int64_t> order;       // slot indices t*k+j in send order: by peer, then slot
-  std::vector<int64_t> position;    // slot -> its place in `order`, -1 if not sent
-  absl::Status status;              // an expert id outside [0, experts)
+  comm::ExpertRoutes routes;
+  absl::Status status;
 };
-
-// Buckets the slots by owner (expert / (E/ep)) and exchanges the counts. Collective over kEp.
 MoeRouting RouteSlots(comm::Communicator& comm, const int32_t* experts, const MoeShape& s) {
-  const int64_t slots = s.tokens * s.k, per_rank = s.experts / s.ep;
-  MoeRouting r;
-  r.send_count.assign(s.ep, 0);
-  r.recv_count.assign(s.ep, 0);
-  r.position.assign(slots, -1);
-  for (int64_t i = 0; i < slots; ++i) {
-    if (experts[i] < 0 || experts[i] >= s.experts) {
-      r.status = absl::InvalidArgumentError(absl::StrFormat(
-          "expert index %d at position %d is outside [0, %d)", experts[i], i, s.experts));
-      break;
-    }
+  MoeRouting r{comm::RouteToExpertOwners(comm, std::span(experts, s.tokens * s.k), s.experts, s.ep),
+               absl::OkStatus()};
+  if (const int64_t bad = r.routes.bad_slot; bad >= 0) {
+    r.status = absl::InvalidArgumentError(absl::StrFormat(
+        "expert index %d at position %d is outside [0, %d)", experts[bad], bad, s.experts));
   }
-  if (r.status.ok()) {
-    for (int64_t i = 0; i < slots; ++i) ++r.send_count[experts[i] / per_rank];
-    std::vector<int64_t> next(s.ep, 0);
-    for (int64_t p = 1; p < s.ep; ++p) next[p] = next[p - 1] + r.send_count[p - 1];
-    r.order.resize(slots);
-    for (int64_t i = 0; i < slots; ++i) {
-      const int64_t at = next[experts[i] / per_rank]++;
-      r.order[at] = i;
-      r.position[i] = at;
-    }
-  }
-  comm.AllToAll(Bytes(r.send_count), Bytes(r.recv_count), Group::kEp);
   return r;
-}
-
-// Per-peer sizes in bytes of `count` records of `record` bytes each.
-std::vector<int64_t> ByteCounts(const std::vector<int64_t>& count, int64_t record) {
-  std::vector<int64_t> bytes(count.size());
-  for (size_t p = 0; p < count.size(); ++p) bytes[p] = count[p] * record;
-  return bytes;
-}
-
-int64_t Total(const std::vector<int64_t>& count) {
-  int64_t total = 0;
-  for (int64_t c : count) total += c;
-  return total;
 }
 
 // A 4-byte word of a record: the bits of an int32 or a float.
@@ -513,22 +479,22 @@ absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const 
                                     const float* gates, const int32_t* experts, const float* w_in,
                                     const float* w_out, const MoeShape& s) {
   const int64_t H = s.hidden, I = s.inner, per_rank = s.experts / s.ep;
-  const int64_t first_expert = comm.ep_index() * per_rank;
-  MoeRouting route = RouteSlots(comm, experts, s);
+  const MoeRouting routing = RouteSlots(comm, experts, s);
+  const comm::ExpertRoutes& route = routing.routes;
 
-  // Out: (expert id, x[t]) per slot, 1 + H words.
+  // Out: (its expert, counted from the owner's first; x[t]) per slot, 1 + H words.
   const int64_t record = 1 + H;
   std::vector<float> send(static_cast<size_t>(route.order.size() * record));
   for (size_t at = 0; at < route.order.size(); ++at) {
     const int64_t slot = route.order[at], t = slot / s.k;
     float* rec = send.data() + at * record;
-    rec[0] = WordOf(experts[slot]);
+    rec[0] = WordOf(route.local_expert[at]);
     std::copy_n(x + t * H, H, rec + 1);
   }
-  const int64_t received = Total(route.recv_count);
+  const int64_t received = route.received();
   std::vector<float> recv(static_cast<size_t>(received * record));
-  comm.AllToAllV(Bytes(send), ByteCounts(route.send_count, record * sizeof(float)), Bytes(recv),
-                 ByteCounts(route.recv_count, record * sizeof(float)), Group::kEp);
+  comm.AllToAllV(Bytes(send), route.SendCounts(record * sizeof(float)), Bytes(recv),
+                 route.RecvCounts(record * sizeof(float)), Group::kEp);
 
   // The local experts on every slot that arrived: one row per slot, gate 1, so the result is the
   // expert's output o itself, in double.
@@ -536,7 +502,7 @@ absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const 
   std::vector<int32_t> local(received);
   for (int64_t i = 0; i < received; ++i) {
     const float* rec = recv.data() + i * record;
-    local[i] = IntOf(rec[0]) - static_cast<int32_t>(first_expert);
+    local[i] = IntOf(rec[0]);
     std::copy_n(rec + 1, H, xs.begin() + i * H);
   }
   const std::vector<double> w_in_d(w_in, w_in + per_rank * 2 * I * H),
@@ -546,8 +512,8 @@ absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const 
 
   // Back: o per slot, in the order the slots came; they return in the order they were sent.
   std::vector<double> back(route.order.size() * H);
-  comm.AllToAllV(Bytes(o), ByteCounts(route.recv_count, H * sizeof(double)), Bytes(back),
-                 ByteCounts(route.send_count, H * sizeof(double)), Group::kEp);
+  comm.AllToAllV(Bytes(o), route.RecvCounts(H * sizeof(double)), Bytes(back),
+                 route.SendCounts(H * sizeof(double)), Group::kEp);
 
   // Combine as moe_experts_forward: acc = sum_j gate * o in double, slot order, one rounding.
   std::vector<double> acc(H);
@@ -562,7 +528,7 @@ absl::Status moe_experts_ep_forward(comm::Communicator& comm, float* out, const 
     }
     for (int64_t r = 0; r < H; ++r) out[t * H + r] = static_cast<float>(acc[r]);
   }
-  return route.status;
+  return routing.status;
 }
 
 absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float* dgates,
@@ -570,24 +536,24 @@ absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float*
                                      const float* gates, const int32_t* experts, const float* w_in,
                                      const float* w_out, const MoeShape& s) {
   const int64_t H = s.hidden, I = s.inner, per_rank = s.experts / s.ep;
-  const int64_t first_expert = comm.ep_index() * per_rank;
-  MoeRouting route = RouteSlots(comm, experts, s);
+  const MoeRouting routing = RouteSlots(comm, experts, s);
+  const comm::ExpertRoutes& route = routing.routes;
 
-  // Out: (expert id, gate, x[t], dout[t]) per slot, 2 + 2H words.
+  // Out: (its owner's expert index, gate, x[t], dout[t]) per slot, 2 + 2H words.
   const int64_t record = 2 + 2 * H;
   std::vector<float> send(static_cast<size_t>(route.order.size() * record));
   for (size_t at = 0; at < route.order.size(); ++at) {
     const int64_t slot = route.order[at], t = slot / s.k;
     float* rec = send.data() + at * record;
-    rec[0] = WordOf(experts[slot]);
+    rec[0] = WordOf(route.local_expert[at]);
     rec[1] = gates[slot];
     std::copy_n(x + t * H, H, rec + 2);
     std::copy_n(dout + t * H, H, rec + 2 + H);
   }
-  const int64_t received = Total(route.recv_count);
+  const int64_t received = route.received();
   std::vector<float> recv(static_cast<size_t>(received * record));
-  comm.AllToAllV(Bytes(send), ByteCounts(route.send_count, record * sizeof(float)), Bytes(recv),
-                 ByteCounts(route.recv_count, record * sizeof(float)), Group::kEp);
+  comm.AllToAllV(Bytes(send), route.SendCounts(record * sizeof(float)), Bytes(recv),
+                 route.RecvCounts(record * sizeof(float)), Group::kEp);
 
   // The local experts' backward on the slots that arrived (one row each, k = 1), in double.
   std::vector<double> xs(received * H), douts(received * H), gs(received), dxs(received * H),
@@ -595,7 +561,7 @@ absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float*
   std::vector<int32_t> local(received);
   for (int64_t i = 0; i < received; ++i) {
     const float* rec = recv.data() + i * record;
-    local[i] = IntOf(rec[0]) - static_cast<int32_t>(first_expert);
+    local[i] = IntOf(rec[0]);
     gs[i] = rec[1];
     std::copy_n(rec + 2, H, xs.begin() + i * H);
     std::copy_n(rec + 2 + H, H, douts.begin() + i * H);
@@ -617,9 +583,8 @@ absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float*
     std::copy_n(dxs.begin() + i * H, H, reply.begin() + i * back_record + 1);
   }
   std::vector<double> back(route.order.size() * back_record);
-  comm.AllToAllV(Bytes(reply), ByteCounts(route.recv_count, back_record * sizeof(double)),
-                 Bytes(back), ByteCounts(route.send_count, back_record * sizeof(double)),
-                 Group::kEp);
+  comm.AllToAllV(Bytes(reply), route.RecvCounts(back_record * sizeof(double)), Bytes(back),
+                 route.SendCounts(back_record * sizeof(double)), Group::kEp);
 
   // dgates per slot; dx sums a token's shares in ascending expert order, in double.
   std::vector<double> acc(H);
@@ -639,7 +604,7 @@ absl::Status moe_experts_ep_backward(comm::Communicator& comm, float* dx, float*
     }
     for (int64_t r = 0; r < H; ++r) dx[t * H + r] = static_cast<float>(acc[r]);
   }
-  return route.status;
+  return routing.status;
 }
 
 }  // namespace hcp::cpu

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/backends/cuda/StepArgs.h"
+#include "runtime/comm/ExpertRoutes.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/support/Status.h"
 
@@ -85,67 +86,22 @@ struct EpScratch {
   }
 };
 
-// Where this rank's slots go and how many arrive from each peer (host side).
-struct EpRoute {
-  std::vector<int64_t> send_count;  // slots per ep-group rank
-  std::vector<int64_t> recv_count;
-  std::vector<int32_t> order;     // slot indices in send order
-  std::vector<int32_t> position;  // per slot
-  std::vector<int32_t> send_ids;  // per sent slot: its expert, counted from its owner's first
-  int64_t received = 0;
-
-  // Counts in elements of `per_slot` each.
-  std::vector<int64_t> SendElements(int64_t per_slot) const { return Times(send_count, per_slot); }
-  std::vector<int64_t> RecvElements(int64_t per_slot) const { return Times(recv_count, per_slot); }
-
- private:
-  static std::vector<int64_t> Times(const std::vector<int64_t>& count, int64_t per_slot) {
-    std::vector<int64_t> elements(count.size());
-    for (size_t p = 0; p < count.size(); ++p) elements[p] = count[p] * per_slot;
-    return elements;
-  }
-};
-
-// Reads the expert ids (waiting for the step's stream), buckets the slots by owner rank and
-// exchanges the counts over the ep group, then uploads the orders into the scratch. A slot
-// whose expert is outside [0, E) stays home and contributes nothing, as on one GPU (the ids come
-// from moe_route.forward, in range by construction). Collective over kEp.
-absl::StatusOr<EpRoute> RouteSlots(const Args& a, const int32_t* device_experts, const EpShape& s,
-                                   const EpScratch& w) {
-  const int64_t slots = s.slots(), per_rank = s.local_experts();
-  std::vector<int32_t> experts(slots);
+// Reads the expert ids (waiting for the step's stream), routes the slots to their owners
+// (comm/ExpertRoutes.h: the CPU backend's routes; the counts go over the host communicator) and
+// uploads the orders into the scratch. A slot whose expert is outside [0, E) stays home and
+// contributes nothing, as on one GPU (the ids come from moe_route.forward, in range by
+// construction). Collective over kEp.
+absl::StatusOr<comm::ExpertRoutes> RouteSlots(const Args& a, const int32_t* device_experts,
+                                              const EpShape& s, const EpScratch& w) {
+  std::vector<int32_t> experts(s.slots());
   HCP_RETURN_IF_ERROR(
-      FromCuda(cudaMemcpyAsync(experts.data(), device_experts, sizeof(int32_t) * slots,
+      FromCuda(cudaMemcpyAsync(experts.data(), device_experts, sizeof(int32_t) * experts.size(),
                                cudaMemcpyDeviceToHost, a.stream()),
                "copying the expert ids to the host"));
   a.nccl().Wait(a.stream(), absl::StrFormat("%s's expert ids", plan::KernelName(a.step().kernel)));
-
-  EpRoute r;
-  r.send_count.assign(s.ep, 0);
-  r.recv_count.assign(s.ep, 0);
-  r.position.assign(slots, -1);
-  for (int64_t i = 0; i < slots; ++i) {
-    if (experts[i] >= 0 && experts[i] < s.experts) ++r.send_count[experts[i] / per_rank];
-  }
-  std::vector<int64_t> next(s.ep, 0);
-  for (int64_t p = 1; p < s.ep; ++p) next[p] = next[p - 1] + r.send_count[p - 1];
-  const int64_t sent = next[s.ep - 1] + r.send_count[s.ep - 1];
-  r.order.resize(sent);
-  r.send_ids.resize(sent);
-  for (int64_t i = 0; i < slots; ++i) {
-    if (experts[i] < 0 || experts[i] >= s.experts) continue;
-    const int64_t owner = experts[i] / per_rank, at = next[owner]++;
-    r.order[at] = static_cast<int32_t>(i);
-    r.send_ids[at] = static_cast<int32_t>(experts[i] - owner * per_rank);
-    r.position[i] = static_cast<int32_t>(at);
-  }
-  comm::Communicator& host = a.nccl().host();
-  host.AllToAll(std::as_bytes(std::span(r.send_count)),
-                std::as_writable_bytes(std::span(r.recv_count)), Group::kEp);
-  for (int64_t c : r.recv_count) r.received += c;
-
+  comm::ExpertRoutes r = comm::RouteToExpertOwners(a.nccl().host(), experts, s.experts, s.ep);
   // Pageable host memory: each copy returns once its source has been staged.
-  for (auto [to, from] : {std::pair{w.order, &r.order}, std::pair{w.send_ids, &r.send_ids},
+  for (auto [to, from] : {std::pair{w.order, &r.order}, std::pair{w.send_ids, &r.local_expert},
                           std::pair{w.position, &r.position}}) {
     if (from->empty()) continue;
     HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(to, from->data(), sizeof(int32_t) * from->size(),
@@ -169,7 +125,7 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
   const EpShape s = EpShapeOf(a.step());
   const EpScratch w = EpScratch::Carve(a.workspace(), s, /*backward=*/false);
   if (a.workspace().bytes < w.bytes) return absl::InternalError("workspace too small (a bug)");
-  HCP_ASSIGN_OR_RETURN(EpRoute route, RouteSlots(a, a.in_i32(2), s, w));
+  HCP_ASSIGN_OR_RETURN(comm::ExpertRoutes route, RouteSlots(a, a.in_i32(2), s, w));
   const int64_t H = s.hidden, sent = static_cast<int64_t>(route.order.size());
   cudaStream_t stream = a.stream();
   comm::NcclCommunicator& nccl = a.nccl();
@@ -178,9 +134,9 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
   HCP_RETURN_IF_ERROR(
       Check(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(0), w.order, sent, H, s.k)));
   nccl.GroupStart();
-  nccl.AllToAllV(w.send_x, route.SendElements(H), w.recv_x, route.RecvElements(H), ncclBfloat16,
+  nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
-  nccl.AllToAllV(w.send_ids, route.SendElements(1), w.recv_ids, route.RecvElements(1), ncclInt32,
+  nccl.AllToAllV(w.send_ids, route.SendCounts(1), w.recv_ids, route.RecvCounts(1), ncclInt32,
                  Group::kEp, stream);
   nccl.GroupEnd();
   // The experts wait for their row counts on the host: wait for the exchange here, where a
@@ -190,10 +146,10 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
   // This rank's experts on every row that arrived, gate 1: rows = the experts' outputs.
   HCP_RETURN_IF_ERROR(Check(cuda::moe_experts_forward(
       a.gemm(), stream, w.rows, w.recv_x, /*gates=*/nullptr, w.recv_ids, a.in<bf16>(3),
-      a.in<bf16>(4), route.received, H, s.inner, s.local_experts(), /*k=*/1, w.experts)));
+      a.in<bf16>(4), route.received(), H, s.inner, s.local_experts(), /*k=*/1, w.experts)));
 
   // Back in the order they came, into send_x; then the gated sum over each token's slots.
-  nccl.AllToAllV(w.rows, route.RecvElements(H), w.send_x, route.SendElements(H), ncclBfloat16,
+  nccl.AllToAllV(w.rows, route.RecvCounts(H), w.send_x, route.SendCounts(H), ncclBfloat16,
                  Group::kEp, stream);
   return Check(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x, a.in<float>(1), w.position,
                                       s.tokens, H, s.k));
@@ -205,7 +161,7 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   const EpShape s = EpShapeOf(a.step());
   const EpScratch w = EpScratch::Carve(a.workspace(), s, /*backward=*/true);
   if (a.workspace().bytes < w.bytes) return absl::InternalError("workspace too small (a bug)");
-  HCP_ASSIGN_OR_RETURN(EpRoute route, RouteSlots(a, a.in_i32(3), s, w));
+  HCP_ASSIGN_OR_RETURN(comm::ExpertRoutes route, RouteSlots(a, a.in_i32(3), s, w));
   const int64_t H = s.hidden, sent = static_cast<int64_t>(route.order.size());
   cudaStream_t stream = a.stream();
   comm::NcclCommunicator& nccl = a.nccl();
@@ -219,13 +175,13 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   HCP_RETURN_IF_ERROR(
       Check(cuda::moe_gather_values(stream, w.send_gates, a.in<float>(2), w.order, sent)));
   nccl.GroupStart();
-  nccl.AllToAllV(w.send_x, route.SendElements(H), w.recv_x, route.RecvElements(H), ncclBfloat16,
+  nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
-  nccl.AllToAllV(w.send_dout, route.SendElements(H), w.recv_dout, route.RecvElements(H),
-                 ncclBfloat16, Group::kEp, stream);
-  nccl.AllToAllV(w.send_gates, route.SendElements(1), w.recv_gates, route.RecvElements(1),
-                 ncclFloat32, Group::kEp, stream);
-  nccl.AllToAllV(w.send_ids, route.SendElements(1), w.recv_ids, route.RecvElements(1), ncclInt32,
+  nccl.AllToAllV(w.send_dout, route.SendCounts(H), w.recv_dout, route.RecvCounts(H), ncclBfloat16,
+                 Group::kEp, stream);
+  nccl.AllToAllV(w.send_gates, route.SendCounts(1), w.recv_gates, route.RecvCounts(1), ncclFloat32,
+                 Group::kEp, stream);
+  nccl.AllToAllV(w.send_ids, route.SendCounts(1), w.recv_ids, route.RecvCounts(1), ncclInt32,
                  Group::kEp, stream);
   nccl.GroupEnd();
   nccl.Wait(stream, "moe_experts_ep.backward's all-to-all");
@@ -234,16 +190,16 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   // dgate; dw_in / dw_out are complete for this rank's experts.
   HCP_RETURN_IF_ERROR(Check(cuda::moe_experts_backward(
       a.gemm(), stream, w.rows, w.row_dgates, a.out<bf16>(2), a.out<bf16>(3), w.recv_dout, w.recv_x,
-      w.recv_gates, w.recv_ids, a.in<bf16>(4), a.in<bf16>(5), route.received, H, s.inner,
+      w.recv_gates, w.recv_ids, a.in<bf16>(4), a.in<bf16>(5), route.received(), H, s.inner,
       s.local_experts(), /*k=*/1, w.experts)));
 
   // Back: the dx shares into send_x, the dgates into send_gates; dx sums a token's shares in
   // slot order (as one GPU does), dgates go to their slots.
   nccl.GroupStart();
-  nccl.AllToAllV(w.rows, route.RecvElements(H), w.send_x, route.SendElements(H), ncclBfloat16,
+  nccl.AllToAllV(w.rows, route.RecvCounts(H), w.send_x, route.SendCounts(H), ncclBfloat16,
                  Group::kEp, stream);
-  nccl.AllToAllV(w.row_dgates, route.RecvElements(1), w.send_gates, route.SendElements(1),
-                 ncclFloat32, Group::kEp, stream);
+  nccl.AllToAllV(w.row_dgates, route.RecvCounts(1), w.send_gates, route.SendCounts(1), ncclFloat32,
+                 Group::kEp, stream);
   nccl.GroupEnd();
   HCP_RETURN_IF_ERROR(
       Check(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x,

@@ -1,5 +1,6 @@
 // The single-rank pieces of context parallelism (no MPI): ssd_log_decay's gradients by finite
-// differences, the one-rank communicator, and the messages the ranks agree on.
+// differences, the one-rank communicator, the messages the ranks agree on, and the expert routes
+// of expert parallelism.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/comm/ExpertRoutes.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/PlanBuilder.h"
 #include "tests/unit/kernels_cpu/TestUtil.h"
@@ -105,6 +107,43 @@ TEST(Agreement, OneRankChecksItsPlan) {
   // The FNV-1a hash is stable (the same on every machine and run).
   EXPECT_EQ(comm::HashString(comm::PlanBytesHash("")), "cbf29ce484222325");
   EXPECT_EQ(comm::HashString(comm::PlanBytesHash("a")), "af63dc4c8601ec8c");
+}
+
+// 6 experts over 3 ranks (2 each): slots go to their expert's owner in send order "by owner,
+// then slot", with the expert counted from the owner's first; an out-of-range id stays home.
+TEST(ExpertRoutes, BucketsSlotsByOwnerInSlotOrder) {
+  const std::vector<int32_t> experts = {5, 0, 3, 1, 4, 2, 0, 5};
+  const comm::ExpertRoutes r = comm::BucketByOwner(experts, /*experts=*/6, /*ep=*/3);
+  EXPECT_EQ(r.send_count, (std::vector<int64_t>{3, 2, 3}));
+  // Owner 0 (experts 0, 1): slots 1, 3, 6; owner 1 (2, 3): slots 2, 5; owner 2: slots 0, 4, 7.
+  EXPECT_EQ(r.order, (std::vector<int32_t>{1, 3, 6, 2, 5, 0, 4, 7}));
+  EXPECT_EQ(r.local_expert, (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 1}));
+  for (size_t at = 0; at < r.order.size(); ++at) {
+    EXPECT_EQ(r.position[r.order[at]], static_cast<int32_t>(at));
+  }
+  EXPECT_EQ(r.bad_slot, -1);
+  EXPECT_EQ(r.SendCounts(10), (std::vector<int64_t>{30, 20, 30}));
+}
+
+TEST(ExpertRoutes, OutOfRangeExpertsStayHome) {
+  const std::vector<int32_t> experts = {1, 4, -1, 0};
+  const comm::ExpertRoutes r = comm::BucketByOwner(experts, /*experts=*/4, /*ep=*/2);
+  EXPECT_EQ(r.bad_slot, 1);
+  EXPECT_EQ(r.send_count, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(r.order, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(r.position, (std::vector<int32_t>{0, -1, -1, 1}));
+}
+
+// One rank (ep = 1): everything stays here and the counts come back unchanged.
+TEST(ExpertRoutes, OneRankReceivesWhatItSends) {
+  comm::LocalCommunicator local;
+  const std::vector<int32_t> experts = {2, 0, 1, 2};
+  const comm::ExpertRoutes r = comm::RouteToExpertOwners(local, experts, /*experts=*/3, /*ep=*/1);
+  EXPECT_EQ(r.send_count, (std::vector<int64_t>{4}));
+  EXPECT_EQ(r.recv_count, (std::vector<int64_t>{4}));
+  EXPECT_EQ(r.received(), 4);
+  EXPECT_EQ(r.order, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(r.local_expert, experts);
 }
 
 }  // namespace

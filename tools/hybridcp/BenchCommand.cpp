@@ -166,10 +166,11 @@ absl::Status RunBench(const Args& args) {
               plan.model.c_str(), static_cast<long long>(plan.micro_batch),
               static_cast<long long>(plan.seq), plan.steps.size());
   std::printf("data: %s\n", o.data_path.empty() ? "random tokens" : o.data_path.c_str());
-  std::printf("GPUs: %lld (cp=%lld x dp=%lld, %s layout)\n",
+  std::printf("GPUs: %lld (cp=%lld x dp=%lld, %s layout, experts split over ep=%lld)\n",
               static_cast<long long>(plan.mesh.world()), static_cast<long long>(plan.mesh.cp),
               static_cast<long long>(plan.mesh.dp),
-              plan.mesh.layout == plan::SequenceLayout::Zigzag ? "zigzag" : "contiguous");
+              plan.mesh.layout == plan::SequenceLayout::Zigzag ? "zigzag" : "contiguous",
+              static_cast<long long>(plan.mesh.ep));
   std::fflush(stdout);
 
   CudaExecutor::Options exec_options;

@@ -36,8 +36,8 @@ absl::Status embedding_forward(T* out, const int32_t* ids, const T* table, int64
 // dtable [vocab, hidden] = scatter-add of dout[t, :] * multiplier into row ids[t]. Rows equal to
 // padding_idx get no gradient (torch.nn.Embedding's padding_idx); padding_idx < 0 means none.
 template <typename T>
-void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t tokens,
-                        int64_t vocab, int64_t hidden, T multiplier, int64_t padding_idx);
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t tokens, int64_t vocab,
+                        int64_t hidden, T multiplier, int64_t padding_idx);
 
 // ---------------------------------------------------------------------------------------------
 // RMSNorm over the last dim: rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps); y = x * rstd * w.
@@ -54,21 +54,29 @@ template <typename T>
 void gated_rms_norm_forward(T* out, T* rstd, const T* y, const T* z, const T* w, int64_t rows,
                             int64_t dim, T eps);
 template <typename T>
-void gated_rms_norm_backward(T* dy, T* dz, T* dw, const T* dout, const T* y, const T* z,
-                             const T* w, const T* rstd, int64_t rows, int64_t dim);
+void gated_rms_norm_backward(T* dy, T* dz, T* dw, const T* dout, const T* y, const T* z, const T* w,
+                             const T* rstd, int64_t rows, int64_t dim);
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise, n elements.
-template <typename T> void silu_forward(T* y, const T* x, int64_t n);
-template <typename T> void silu_backward(T* dx, const T* dy, const T* x, int64_t n);
+template <typename T>
+void silu_forward(T* y, const T* x, int64_t n);
+template <typename T>
+void silu_backward(T* dx, const T* dy, const T* x, int64_t n);
 // softplus(x) = log(1 + exp(x)), and x itself above 20 (torch's threshold).
-template <typename T> void softplus_forward(T* y, const T* x, int64_t n);
-template <typename T> void softplus_backward(T* dx, const T* dy, const T* x, int64_t n);
-template <typename T> void add(T* y, const T* a, const T* b, int64_t n);
-template <typename T> void scale(T* y, const T* x, T factor, int64_t n);
+template <typename T>
+void softplus_forward(T* y, const T* x, int64_t n);
+template <typename T>
+void softplus_backward(T* dx, const T* dy, const T* x, int64_t n);
+template <typename T>
+void add(T* y, const T* a, const T* b, int64_t n);
+template <typename T>
+void scale(T* y, const T* x, T factor, int64_t n);
 // A = -exp(A_log) (Mamba2's decay rates); backward: dA_log = dA * A.
-template <typename T> void neg_exp_forward(T* y, const T* x, int64_t n);
-template <typename T> void neg_exp_backward(T* dx, const T* dy, const T* y, int64_t n);
+template <typename T>
+void neg_exp_forward(T* y, const T* x, int64_t n);
+template <typename T>
+void neg_exp_backward(T* dx, const T* dy, const T* y, int64_t n);
 
 // Row-broadcast bias: y[r, c] = x[r, c] + bias[c]. Backward of the bias: dbias[c] = sum_r dy[r, c].
 template <typename T>
@@ -85,8 +93,8 @@ void slice_columns(T* out, const T* in, int64_t rows, int64_t in_cols, int64_t o
 // din[r, offset : offset + width] = dout[r, :], other columns untouched (the caller zeroes or
 // fills them with the other slices).
 template <typename T>
-void slice_columns_backward(T* din, const T* dout, int64_t rows, int64_t in_cols,
-                            int64_t offset, int64_t width);
+void slice_columns_backward(T* din, const T* dout, int64_t rows, int64_t in_cols, int64_t offset,
+                            int64_t width);
 
 // SwiGLU with gate-first packing: x [rows, 2*inner] = [a | b]; y [rows, inner] = silu(a) * b.
 template <typename T>
@@ -106,8 +114,8 @@ void causal_conv1d_forward(T* y, const T* x, const T* halo, const T* w, const T*
 // dhalo is nullable (not wanted) and gets the gradient of the halo rows.
 template <typename T>
 void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const T* x,
-                            const T* halo, const T* w, int64_t batch, int64_t seq,
-                            int64_t channels, int64_t width);
+                            const T* halo, const T* w, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t width);
 
 // ---------------------------------------------------------------------------------------------
 // Mamba2 SSD scan, chunked. Per batch b and head h (group g = h / (heads / groups)):
@@ -129,10 +137,9 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
 // (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
 // chunk's states), so it needs no saved activations and memory linear in one chunk.
 template <typename T>
-void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state,
-                       const T* dy, const T* dfinal_state, const T* x, const T* dt, const T* A,
-                       const T* Bm, const T* Cm, const T* D, const T* init_state,
-                       const SsdShape& shape);
+void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
+                       const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
+                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape);
 // The final state ssd_scan_forward reaches from a zero initial state, without computing y: the
 // same chunk steps, so it equals ssd_scan_forward's final_state exactly. Context parallelism's
 // summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].
@@ -144,7 +151,8 @@ void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A
 template <typename T>
 void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
                               const T* dt, const T* A, const T* Bm, const SsdShape& shape);
-// Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t dt[b,t,h]*A[h].
+// Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t
+// dt[b,t,h]*A[h].
 template <typename T>
 void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads);
 // Its gradients: ddt[b, t, h] = dg[b, h] * A[h]; dA[h] = sum_{b,t} dg[b, h] * dt[b, t, h].
@@ -195,9 +203,9 @@ void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const in
 // and e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden] (gate rows first);
 // w_out [E, hidden, inner].
 template <typename T>
-void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices,
-                         const T* w_in, const T* w_out, int64_t tokens, int64_t hidden,
-                         int64_t inner, int64_t experts, int64_t k);
+void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices, const T* w_in,
+                         const T* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                         int64_t experts, int64_t k);
 template <typename T>
 void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, const T* x,
                           const T* gates, const int32_t* indices, const T* w_in, const T* w_out,
@@ -208,7 +216,8 @@ void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, 
 // Cross-entropy with an ignore index. logits [tokens, vocab]; targets [tokens].
 // loss_sum = sum over valid rows of (lse[t] - logits[t, targets[t]]); valid_count = number of
 // valid rows (as a scalar of type T); lse [tokens] saved (ignored rows too).
-// Returns InvalidArgument naming the position if a target is neither ignore_index nor in [0, vocab).
+// Returns InvalidArgument naming the position if a target is neither ignore_index nor in [0,
+// vocab).
 template <typename T>
 absl::Status cross_entropy_forward(T* loss_sum, T* valid_count, T* lse, const T* logits,
                                    const int32_t* targets, int64_t tokens, int64_t vocab,

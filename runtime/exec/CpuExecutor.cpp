@@ -150,9 +150,7 @@ double CpuExecutor::GradientSquaredNorm() {
 }
 
 CpuExecutor::ShardRange CpuExecutor::ShardOf(const plan::Parameter& p) const {
-  const int64_t count = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
-  if (!p.sharded()) return ShardRange{.begin = 0, .count = count, .full = count};
-  return ShardRange{.begin = comm_->ep_index() * count, .count = count, .full = count * p.shards};
+  return hcp::ShardOf(plan_, p, comm_->ep_index());
 }
 
 std::span<const float> CpuExecutor::LocalPart(const plan::Parameter& p,

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/backends/cpu/CpuBackend.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/plan/Plan.h"
 
 namespace hcp {
@@ -94,14 +95,9 @@ class CpuExecutor {
   // rows (ShardOf).
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
 
-  // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor,
-  // flattened row-major: elements [begin, begin + count) of `full` (the tensor's element count).
-  // A sharded parameter (p.shards = the mesh's ep) holds rows [i * R / ep, (i + 1) * R / ep)
-  // along dim 0, i = communicator().ep_index(): begin = i * count. Replicated: begin 0, count =
-  // full.
-  struct ShardRange {
-    int64_t begin = 0, count = 0, full = 0;
-  };
+  // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor
+  // (ParameterValues.h's ShardOf, with communicator().ep_index()).
+  using ShardRange = ParameterShard;
   ShardRange ShardOf(const plan::Parameter& p) const;
   // This rank's part of an array laid out like p's whole checkpoint tensor (e.g. a restored
   // optimizer moment): full.subspan(begin, count). `full` must have ShardOf(p).full elements.

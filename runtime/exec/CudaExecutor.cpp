@@ -328,10 +328,7 @@ absl::StatusOr<std::vector<float>> CudaExecutor::DownloadF32(const float* device
 // Parameters and inputs.
 
 CudaExecutor::ShardRange CudaExecutor::ShardOf(const plan::Parameter& p) const {
-  const auto count = static_cast<int64_t>(plan_.buffers[p.buffer].elements);
-  if (!p.sharded()) return ShardRange{.begin = 0, .count = count, .full = count};
-  const int64_t index = nccl_ == nullptr ? 0 : nccl_->host().ep_index();
-  return ShardRange{.begin = index * count, .count = count, .full = count * p.shards};
+  return hcp::ShardOf(plan_, p, nccl_ == nullptr ? 0 : nccl_->host().ep_index());
 }
 
 absl::StatusOr<std::vector<float>> CudaExecutor::GatherFull(

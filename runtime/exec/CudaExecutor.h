@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/comm/NcclCommunicator.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/plan/Plan.h"
 
@@ -116,10 +117,8 @@ class CudaExecutor {
   float Loss() const;
 
   // Which elements of the whole (checkpoint) tensor this rank holds: all of a replicated
-  // parameter, its ep_index's rows of a sharded one.
-  struct ShardRange {
-    int64_t begin = 0, count = 0, full = 0;
-  };
+  // parameter, its ep_index's rows of a sharded one (ParameterValues.h).
+  using ShardRange = ParameterShard;
   ShardRange ShardOf(const plan::Parameter& p) const;
   // A parameter's value or gradient by checkpoint name, as fp32, whole (an expert tensor is
   // gathered over the ep group); NotFound names the parameter.

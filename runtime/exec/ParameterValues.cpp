@@ -42,6 +42,12 @@ void FillNormalInParallel(float* out, int64_t begin, int64_t n, uint64_t seed,
 
 }  // namespace
 
+ParameterShard ShardOf(const plan::Plan& plan, const plan::Parameter& p, int64_t ep_index) {
+  const auto count = static_cast<int64_t>(plan.buffers[p.buffer].elements);
+  if (!p.sharded()) return ParameterShard{.begin = 0, .count = count, .full = count};
+  return ParameterShard{.begin = ep_index * count, .count = count, .full = count * p.shards};
+}
+
 void FillInitialValues(const plan::Parameter& p, uint64_t seed, int64_t begin,
                        std::span<float> out) {
   const auto n = static_cast<int64_t>(out.size());

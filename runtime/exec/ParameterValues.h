@@ -1,5 +1,6 @@
-// What every executor does the same way with parameter values: fill them from the plan's
-// initialisers, and check a checkpoint against the plan before reading anything from it.
+// What every executor does the same way with parameter values: say which part of each tensor a
+// rank holds, fill them from the plan's initialisers, and check a checkpoint against the plan
+// before reading anything from it.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,15 @@
 namespace hcp {
 
 class CheckpointReader;
+
+// Which elements of p's whole (checkpoint) tensor, flattened row-major, a rank holds: [begin,
+// begin + count) of `full`. A sharded parameter (p.shards = the mesh's ep) holds rows
+// [i * R / ep, (i + 1) * R / ep) along dim 0, i = the rank's ep_index: begin = i * count.
+// Replicated: begin 0, count = full.
+struct ParameterShard {
+  int64_t begin = 0, count = 0, full = 0;
+};
+ParameterShard ShardOf(const plan::Plan& plan, const plan::Parameter& p, int64_t ep_index);
 
 // out = elements [begin, begin + out.size()) of parameter p's whole tensor, initialised by
 // p.init: Normal keyed by (seed, p.name, element index) (runtime/weights/Init.h), so a parameter

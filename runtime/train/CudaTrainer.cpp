@@ -185,35 +185,28 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
 }
 
 // Rank 0 writes. It holds every replicated parameter whole; an expert tensor split over ep
-// ranks is gathered over the ep group, so those ranks fetch their part too.
+// ranks is gathered over the ep group, so every rank fetches those (their values only matter on
+// rank 0, and a rank whose download fails ends the job in the gather).
 absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
   absl::Status written = absl::OkStatus();
-  const bool gathers = plan_.mesh.ep > 1;
-  if (gathers && !root()) {
-    for (const plan::Parameter& p : plan_.parameters) {
-      if (!p.sharded()) continue;
-      // Their values only matter on rank 0; a failure to download ends the job in the gather.
-      (void)executor_->Master(p.name);
-      (void)executor_->ExpAvg(p.name);
-      (void)executor_->ExpAvgSq(p.name);
+  std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
+  for (const plan::Parameter& p : plan_.parameters) {
+    const bool gathered = plan_.mesh.ep > 1 && p.sharded();
+    // After a failure, rank 0 still takes part in the gathers the other ranks are in.
+    if (!gathered && (!root() || !written.ok())) continue;
+    absl::StatusOr<std::vector<float>> master = executor_->Master(p.name);
+    absl::StatusOr<std::vector<float>> m = executor_->ExpAvg(p.name);
+    absl::StatusOr<std::vector<float>> v = executor_->ExpAvgSq(p.name);
+    if (!root()) continue;
+    for (const absl::Status& s : {master.status(), m.status(), v.status()}) {
+      if (written.ok()) written = s;
     }
+    if (!written.ok()) continue;
+    values.push_back(*std::move(master));
+    exp_avg.push_back(*std::move(m));
+    exp_avg_sq.push_back(*std::move(v));
   }
   if (root()) {
-    std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
-    for (const plan::Parameter& p : plan_.parameters) {
-      // After a failure, still take part in the gathers the other ranks are in.
-      if (!written.ok() && !(gathers && p.sharded())) continue;
-      absl::StatusOr<std::vector<float>> master = executor_->Master(p.name);
-      absl::StatusOr<std::vector<float>> m = executor_->ExpAvg(p.name);
-      absl::StatusOr<std::vector<float>> v = executor_->ExpAvgSq(p.name);
-      for (const absl::Status& s : {master.status(), m.status(), v.status()}) {
-        if (written.ok()) written = s;
-      }
-      if (!written.ok()) continue;
-      values.push_back(*std::move(master));
-      exp_avg.push_back(*std::move(m));
-      exp_avg_sq.push_back(*std::move(v));
-    }
     if (written.ok()) {
       const CheckpointContents contents{values, exp_avg, exp_avg_sq,
                                         StateAfter(steps_done, *data_.batcher, options_, updates_),

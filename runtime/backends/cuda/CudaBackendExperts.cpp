@@ -94,12 +94,18 @@ struct EpScratch {
 absl::StatusOr<comm::ExpertRoutes> RouteSlots(const Args& a, const int32_t* device_experts,
                                               const EpShape& s, const EpScratch& w) {
   std::vector<int32_t> experts(s.slots());
-  HCP_RETURN_IF_ERROR(
-      FromCuda(cudaMemcpyAsync(experts.data(), device_experts, sizeof(int32_t) * experts.size(),
-                               cudaMemcpyDeviceToHost, a.stream()),
-               "copying the expert ids to the host"));
+  // The peers are about to exchange counts with this rank: one that cannot read its ids ends the
+  // job rather than leave them waiting in that collective.
+  comm::Communicator& host = a.nccl().host();
+  if (absl::Status copied =
+          FromCuda(cudaMemcpyAsync(experts.data(), device_experts, sizeof(int32_t) * experts.size(),
+                                   cudaMemcpyDeviceToHost, a.stream()),
+                   "copying the expert ids to the host");
+      !copied.ok()) {
+    host.Abort(copied);
+  }
   a.nccl().Wait(a.stream(), absl::StrFormat("%s's expert ids", plan::KernelName(a.step().kernel)));
-  comm::ExpertRoutes r = comm::RouteToExpertOwners(a.nccl().host(), experts, s.experts, s.ep);
+  comm::ExpertRoutes r = comm::RouteToExpertOwners(host, experts, s.experts, s.ep);
   // Pageable host memory: each copy returns once its source has been staged.
   for (auto [to, from] : {std::pair{w.order, &r.order}, std::pair{w.send_ids, &r.local_expert},
                           std::pair{w.position, &r.position}}) {
@@ -110,8 +116,6 @@ absl::StatusOr<comm::ExpertRoutes> RouteSlots(const Args& a, const int32_t* devi
   }
   return r;
 }
-
-absl::Status Check(const cuda::Status& status) { return FromCuda(status); }
 
 }  // namespace
 
@@ -132,7 +136,7 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
 
   // Out: each sent slot's x row and its expert.
   HCP_RETURN_IF_ERROR(
-      Check(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(0), w.order, sent, H, s.k)));
+      Done(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(0), w.order, sent, H, s.k)));
   nccl.GroupStart();
   nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
@@ -144,15 +148,15 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
   nccl.Wait(stream, "moe_experts_ep.forward's all-to-all");
 
   // This rank's experts on every row that arrived, gate 1: rows = the experts' outputs.
-  HCP_RETURN_IF_ERROR(Check(cuda::moe_experts_forward(
+  HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_forward(
       a.gemm(), stream, w.rows, w.recv_x, /*gates=*/nullptr, w.recv_ids, a.in<bf16>(3),
       a.in<bf16>(4), route.received(), H, s.inner, s.local_experts(), /*k=*/1, w.experts)));
 
   // Back in the order they came, into send_x; then the gated sum over each token's slots.
   nccl.AllToAllV(w.rows, route.RecvCounts(H), w.send_x, route.SendCounts(H), ncclBfloat16,
                  Group::kEp, stream);
-  return Check(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x, a.in<float>(1), w.position,
-                                      s.tokens, H, s.k));
+  return Done(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x, a.in<float>(1), w.position,
+                                     s.tokens, H, s.k));
 }
 
 // ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out (this rank's
@@ -169,11 +173,11 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   // Out: each sent slot's x and dout rows, gate and expert (x again rather than kept from the
   // forward: no buffer of data-dependent size lives between the two).
   HCP_RETURN_IF_ERROR(
-      Check(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(1), w.order, sent, H, s.k)));
+      Done(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(1), w.order, sent, H, s.k)));
   HCP_RETURN_IF_ERROR(
-      Check(cuda::moe_gather_rows(stream, w.send_dout, a.in<bf16>(0), w.order, sent, H, s.k)));
+      Done(cuda::moe_gather_rows(stream, w.send_dout, a.in<bf16>(0), w.order, sent, H, s.k)));
   HCP_RETURN_IF_ERROR(
-      Check(cuda::moe_gather_values(stream, w.send_gates, a.in<float>(2), w.order, sent)));
+      Done(cuda::moe_gather_values(stream, w.send_gates, a.in<float>(2), w.order, sent)));
   nccl.GroupStart();
   nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
@@ -188,7 +192,7 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
 
   // The local experts' backward, one row per arrived slot: rows = its dx share, row_dgates its
   // dgate; dw_in / dw_out are complete for this rank's experts.
-  HCP_RETURN_IF_ERROR(Check(cuda::moe_experts_backward(
+  HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_backward(
       a.gemm(), stream, w.rows, w.row_dgates, a.out<bf16>(2), a.out<bf16>(3), w.recv_dout, w.recv_x,
       w.recv_gates, w.recv_ids, a.in<bf16>(4), a.in<bf16>(5), route.received(), H, s.inner,
       s.local_experts(), /*k=*/1, w.experts)));
@@ -202,9 +206,9 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
                  Group::kEp, stream);
   nccl.GroupEnd();
   HCP_RETURN_IF_ERROR(
-      Check(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x,
-                                   /*gates=*/nullptr, w.position, s.tokens, H, s.k)));
-  return Check(
+      Done(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x,
+                                  /*gates=*/nullptr, w.position, s.tokens, H, s.k)));
+  return Done(
       cuda::moe_gather_values(stream, a.out<float>(1), w.send_gates, w.position, s.slots()));
 }
 

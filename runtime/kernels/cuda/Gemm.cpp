@@ -142,14 +142,12 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes)
   if (workspace_bytes > 0) {
     if (Status s = cuda(cudaMalloc(&context->workspace, workspace_bytes)); !s.ok()) return fail(s);
   }
+  context->lanes.resize(std::max(lanes, 0));
   if (lanes > 0) {
     if (Status s = cuda(cudaEventCreateWithFlags(&context->fork, cudaEventDisableTiming));
         !s.ok()) {
       return fail(s);
     }
-  }
-  context->lanes.resize(std::max(lanes, 0));
-  if (lanes > 0) {
     int device = 0, sms = 0;
     if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
     if (Status s = cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -267,7 +265,6 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
                  bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
                  int64_t lda, const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc) {
   const char* where = "gemm";
-  if (ctx == nullptr) return Status(where, "no GemmContext");
   if (m < 0 || n < 0 || k < 0) return Status(where, "negative size");
   if (lda < std::max<int64_t>(1, trans_a ? m : k) || ldb < std::max<int64_t>(1, trans_b ? k : n) ||
       ldc < std::max<int64_t>(1, n)) {

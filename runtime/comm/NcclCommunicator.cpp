@@ -150,6 +150,12 @@ void NcclCommunicator::AllReduceSum(const void* send, void* recv, size_t count, 
   if (r != ncclSuccess) Fail(absl::StrFormat("ncclAllReduce: %s", ncclGetErrorString(r)));
 }
 
+void NcclCommunicator::ReduceScatterSum(const void* send, void* recv, size_t recv_count,
+                                        ncclDataType_t type, Group group, cudaStream_t stream) {
+  ncclResult_t r = ncclReduceScatter(send, recv, recv_count, type, ncclSum, CommOf(group), stream);
+  if (r != ncclSuccess) Fail(absl::StrFormat("ncclReduceScatter: %s", ncclGetErrorString(r)));
+}
+
 void NcclCommunicator::GroupStart() {
   if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) {
     Fail(absl::StrFormat("ncclGroupStart: %s", ncclGetErrorString(r)));

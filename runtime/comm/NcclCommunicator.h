@@ -44,10 +44,16 @@ class NcclCommunicator {
   // recv[i] = sum over the group of send[i] (send == recv: in place), summed in `type`.
   void AllReduceSum(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
                     cudaStream_t stream);
+  // recv = group rank r's `recv_count` elements of the sum over the group of send, whose
+  // elements [r * recv_count, (r + 1) * recv_count) they are (recv == send + r * recv_count: in
+  // place), summed in `type`.
+  void ReduceScatterSum(const void* send, void* recv, size_t recv_count, ncclDataType_t type,
+                        Group group, cudaStream_t stream);
   // Brackets a batch of calls that NCCL launches as one (ncclGroupStart / ncclGroupEnd).
   void GroupStart();
   void GroupEnd();
-  // recv = every group rank's `count` elements of send, in group rank order.
+  // recv = every group rank's `count` elements of send, in group rank order (send == recv +
+  // r * count on group rank r: in place).
   void AllGather(const void* send, void* recv, size_t count, ncclDataType_t type, Group group,
                  cudaStream_t stream);
   // All-to-all with per-peer counts (elements of `type`): send_counts[p] elements go to group

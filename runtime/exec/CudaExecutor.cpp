@@ -59,11 +59,28 @@ float Bf16Value(uint16_t bits) {
   return value;
 }
 
-// The optimizer state one parameter needs: m and v, plus an fp32 master for a bf16 parameter.
-uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p) {
-  const plan::Buffer& b = plan.buffers[p.buffer];
-  const int arrays = b.dtype == plan::DType::BF16 ? 3 : 2;
-  return arrays * RoundUp(b.elements * sizeof(float));
+// The optimizer state one parameter's slice needs: m and v, plus an fp32 master for a bf16
+// parameter.
+uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p, OptimizerSlice slice) {
+  const int arrays = plan.buffers[p.buffer].dtype == plan::DType::BF16 ? 3 : 2;
+  return arrays * RoundUp(slice.count * sizeof(float));
+}
+
+// Per parameter, the slice of its buffer this rank's optimizer updates (ParameterValues.h).
+std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan,
+                                            const CudaExecutor::Options& options) {
+  const int64_t ranks = plan.mesh.cp * plan.mesh.dp;
+  const int64_t rank = ranks > 1 ? options.nccl->host().world_rank() : 0;
+  std::vector<OptimizerSlice> slices;
+  for (const plan::Parameter& p : plan.parameters) {
+    const auto elements = static_cast<int64_t>(plan.buffers[p.buffer].elements);
+    slices.push_back(OptimizerSliceOf(p, elements, options.shard_optimizer, rank, ranks));
+  }
+  return slices;
+}
+
+ncclDataType_t NcclTypeOf(plan::DType dtype) {
+  return dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
 }  // namespace
@@ -104,14 +121,16 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
 
   // Refuse up front what cannot fit, rather than failing halfway through the allocations (or at
   // InitOptimizer). Arena sizes come from the file: the sums saturate.
+  const std::vector<OptimizerSlice> slices = OptimizerSlices(plan, options);
   uint64_t arenas = 0, optimizer = 0, largest_parameter = 0;
   for (uint64_t bytes : plan.arena_bytes) {
     if (__builtin_add_overflow(arenas, RoundUp(bytes), &arenas)) {
       arenas = std::numeric_limits<uint64_t>::max();
     }
   }
-  for (const plan::Parameter& p : plan.parameters) {
-    if (options.reserve_optimizer_state) optimizer += OptimizerBytes(plan, p);
+  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+    const plan::Parameter& p = plan.parameters[i];
+    if (options.reserve_optimizer_state) optimizer += OptimizerBytes(plan, p, slices[i]);
     largest_parameter = std::max(largest_parameter, plan.buffers[p.buffer].elements);
   }
   const uint64_t workspace = RoundUp(std::max(
@@ -149,6 +168,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
   }
+  exec->slices_ = slices;
   exec->OrderGradientsByReadiness();
   for (int a = 0; a < plan::kNumArenas; ++a) {
     const auto arena = plan::Arena(a);
@@ -436,17 +456,25 @@ void CudaExecutor::OrderGradientsByReadiness() {
 }
 
 // One NCCL launch for the lot. bf16 gradients are summed in bf16 (one rounding per addition, as
-// a bf16 data-parallel all-reduce is); the f32 ones (dt_bias, A_log, D) in f32.
+// a bf16 data-parallel all-reduce is); the f32 ones (dt_bias, A_log, D) in f32. With the
+// optimizer sharded, a rank needs only its slice of the sum: reduce-scatter, half the bytes.
 void CudaExecutor::QueueGradientSums(size_t first, size_t last, cudaStream_t stream) {
   nccl_->GroupStart();
   for (size_t r = first; r < last; ++r) {
-    const uint32_t gradient = plan_.parameters[ready_order_[r]].gradient;
+    const uint32_t index = ready_order_[r];
+    const uint32_t gradient = plan_.parameters[index].gradient;
     const plan::Buffer& g = plan_.buffers[gradient];
     std::byte* data = Address(gradient);
+    const OptimizerSlice& slice = slices_[index];
+    if (slice.split) {
+      nccl_->ReduceScatterSum(data, data + slice.begin * plan::DTypeSize(g.dtype), slice.count,
+                              NcclTypeOf(g.dtype), comm::Group::kWorld, stream);
+      gradients_scattered_ = true;
+      continue;
+    }
     // A sharded (expert) gradient is summed over the ranks holding the same experts.
-    const bool sharded = plan_.parameters[ready_order_[r]].sharded();
-    nccl_->AllReduceSum(data, data, g.elements,
-                        g.dtype == plan::DType::BF16 ? ncclBfloat16 : ncclFloat32,
+    const bool sharded = plan_.parameters[index].sharded();
+    nccl_->AllReduceSum(data, data, g.elements, NcclTypeOf(g.dtype),
                         sharded ? comm::Group::kEpReplica : comm::Group::kWorld, stream);
   }
   nccl_->GroupEnd();
@@ -481,6 +509,7 @@ absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel) {
 
 absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients) {
   HCP_RETURN_IF_ERROR(Activate());
+  gradients_scattered_ = false;  // the steps write every gradient whole
   const bool profile = ms_per_kernel != nullptr;
   const size_t steps = plan_.steps.size();
   if (profile && events_.size() != steps + 1) {
@@ -599,7 +628,34 @@ absl::StatusOr<std::vector<float>> CudaExecutor::Parameter(std::string_view name
 
 absl::StatusOr<std::vector<float>> CudaExecutor::Gradient(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
-  return GatherFull(*p, DownloadFloats(p->gradient));
+  const OptimizerSlice& slice = slices_[p - plan_.parameters.data()];
+  if (!gradients_scattered_ || !slice.split) return GatherFull(*p, DownloadFloats(p->gradient));
+  // Reduce-scattered: only this rank's slice of the buffer holds the sum.
+  absl::StatusOr<std::vector<float>> whole = DownloadFloats(p->gradient);
+  if (!whole.ok()) return GatherSlices(*p, whole.status());
+  return GatherSlices(*p, std::vector<float>(whole->begin() + slice.begin,
+                                             whole->begin() + slice.begin + slice.count));
+}
+
+bool CudaExecutor::ReadsGather(const plan::Parameter& p) const {
+  // By name: `p` may be a caller's copy of the plan's parameter.
+  const plan::Parameter* mine = FindParameter(p.name);
+  if (mine == nullptr) return false;
+  return (mine->sharded() && nccl_ != nullptr) || slices_[mine - plan_.parameters.data()].split;
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::GatherSlices(
+    const plan::Parameter& p, absl::StatusOr<std::vector<float>> slice) const {
+  const OptimizerSlice& mine = slices_[&p - plan_.parameters.data()];
+  if (!mine.split) return GatherFull(p, std::move(slice));
+  // As in GatherFull: a rank that cannot take part ends the job instead of leaving the others
+  // waiting in the all-gather.
+  comm::Communicator& host = nccl_->host();
+  if (!slice.ok()) host.Abort(slice.status());
+  std::vector<float> whole(mine.count * host.world_size());
+  host.AllGather(std::as_bytes(std::span(*slice)), std::as_writable_bytes(std::span(whole)),
+                 comm::Group::kWorld);
+  return whole;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -609,7 +665,9 @@ absl::Status CudaExecutor::InitOptimizer() {
   HCP_RETURN_IF_ERROR(Activate());
   if (optimizer_memory_ == nullptr) {
     uint64_t bytes = 0;
-    for (const plan::Parameter& p : plan_.parameters) bytes += OptimizerBytes(plan_, p);
+    for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+      bytes += OptimizerBytes(plan_, plan_.parameters[i], slices_[i]);
+    }
     HCP_RETURN_IF_ERROR(Allocate(&optimizer_memory_, bytes, "the optimizer state"));
   }
   optimizer_.assign(plan_.parameters.size(), OptimizerSlot{});
@@ -622,21 +680,22 @@ absl::Status CudaExecutor::InitOptimizer() {
   for (size_t i = 0; i < plan_.parameters.size(); ++i) {
     const plan::Parameter& p = plan_.parameters[i];
     const plan::Buffer& value = plan_.buffers[p.buffer];
+    const OptimizerSlice& slice = slices_[i];
     OptimizerSlot& slot = optimizer_[i];
     if (value.dtype == plan::DType::BF16) {
-      slot.master = take(value.elements);
-      HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
-          cuda::cast(stream_, slot.master, reinterpret_cast<const cuda::bf16*>(Address(p.buffer)),
-                     static_cast<int64_t>(value.elements))));
+      slot.master = take(slice.count);
+      HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(cuda::cast(
+          stream_, slot.master,
+          reinterpret_cast<const cuda::bf16*>(Address(p.buffer)) + slice.begin, slice.count)));
     } else {
-      slot.master = reinterpret_cast<float*>(Address(p.buffer));
+      slot.master = reinterpret_cast<float*>(Address(p.buffer)) + slice.begin;
     }
-    slot.m = take(value.elements);
-    slot.v = take(value.elements);
-    HCP_RETURN_IF_ERROR(FromCuda(
-        cudaMemsetAsync(slot.m, 0, value.elements * sizeof(float), stream_), "cudaMemsetAsync"));
-    HCP_RETURN_IF_ERROR(FromCuda(
-        cudaMemsetAsync(slot.v, 0, value.elements * sizeof(float), stream_), "cudaMemsetAsync"));
+    slot.m = take(slice.count);
+    slot.v = take(slice.count);
+    HCP_RETURN_IF_ERROR(FromCuda(cudaMemsetAsync(slot.m, 0, slice.count * sizeof(float), stream_),
+                                 "cudaMemsetAsync"));
+    HCP_RETURN_IF_ERROR(FromCuda(cudaMemsetAsync(slot.v, 0, slice.count * sizeof(float), stream_),
+                                 "cudaMemsetAsync"));
   }
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "initialising the optimizer state"));
   SampleMemory();
@@ -703,8 +762,10 @@ absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
   const size_t count = plan_.parameters.size();
   for (size_t i = 0; i < count; ++i) {
     const plan::Buffer& g = plan_.buffers[plan_.parameters[i].gradient];
-    const auto n = static_cast<int64_t>(g.elements);
-    const std::byte* data = Address(plan_.parameters[i].gradient);
+    // A sliced gradient: this rank's slice (all a reduce-scatter leaves summed here).
+    const int64_t n = slices_[i].count;
+    const std::byte* data =
+        Address(plan_.parameters[i].gradient) + slices_[i].begin * plan::DTypeSize(g.dtype);
     const cuda::Status s =
         g.dtype == plan::DType::BF16
             ? cuda::sum_of_squares(stream_, squares_ + i, reinterpret_cast<const cuda::bf16*>(data),
@@ -715,12 +776,20 @@ absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
   }
   std::vector<double> squares(count);
   HCP_RETURN_IF_ERROR(ToHost(squares.data(), squares_, sizeof(double) * count));
-  double replicated = 0, sharded = 0;
-  for (size_t i = 0; i < count; ++i)
-    (plan_.parameters[i].sharded() ? sharded : replicated) += squares[i];
-  // The experts' gradients are split over the ep group: their squares add up over it.
+  double replicated = 0, sharded = 0, sliced = 0;
+  for (size_t i = 0; i < count; ++i) {
+    (slices_[i].split                ? sliced
+     : plan_.parameters[i].sharded() ? sharded
+                                     : replicated) += squares[i];
+  }
+  // The experts' gradients are split over the ep group: their squares add up over it; the
+  // optimizer's slices add up over the world.
   if (plan_.mesh.ep > 1) nccl_->host().AllReduceSum(&sharded, 1, comm::Group::kEp);
-  return replicated + sharded;
+  if (std::any_of(slices_.begin(), slices_.end(),
+                  [](const OptimizerSlice& s) { return s.split; })) {
+    nccl_->host().AllReduceSum(&sliced, 1, comm::Group::kWorld);
+  }
+  return replicated + sharded + sliced;
 }
 
 absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
@@ -734,14 +803,15 @@ absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
     const plan::Buffer& value = plan_.buffers[p.buffer];
     const plan::Buffer& gradient = plan_.buffers[p.gradient];
     const OptimizerSlot& slot = optimizer_[i];
+    const OptimizerSlice& slice = slices_[i];
     cuda::AdamWStep mine = step;
     if (decay) mine.decay = decay(p);
     // A bf16 parameter is the compute copy of its master; an f32 one is its own master.
     cuda::bf16* param = value.dtype == plan::DType::BF16
-                            ? reinterpret_cast<cuda::bf16*>(Address(p.buffer))
+                            ? reinterpret_cast<cuda::bf16*>(Address(p.buffer)) + slice.begin
                             : nullptr;
-    const auto n = static_cast<int64_t>(value.elements);
-    const std::byte* grad = Address(p.gradient);
+    const int64_t n = slice.count;
+    const std::byte* grad = Address(p.gradient) + slice.begin * plan::DTypeSize(gradient.dtype);
     const cuda::Status s =
         gradient.dtype == plan::DType::BF16
             ? cuda::adamw_update(stream_, slot.master, param,
@@ -753,7 +823,19 @@ absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
           absl::StrFormat("updating '%s': %s: %s", p.name, s.where(), s.message()));
     }
   }
-  return FromCuda(cudaStreamSynchronize(stream_), "the optimizer step");
+  if (nccl_ == nullptr) return FromCuda(cudaStreamSynchronize(stream_), "the optimizer step");
+  // Every rank updated its slices: all of them gather the updated values, in place.
+  nccl_->GroupStart();
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const OptimizerSlice& slice = slices_[i];
+    if (!slice.split) continue;
+    const plan::Buffer& value = plan_.buffers[plan_.parameters[i].buffer];
+    std::byte* data = Address(plan_.parameters[i].buffer);
+    nccl_->AllGather(data + slice.begin * plan::DTypeSize(value.dtype), data, slice.count,
+                     NcclTypeOf(value.dtype), comm::Group::kWorld, stream_);
+  }
+  nccl_->GroupEnd();
+  return Wait("the optimizer step");
 }
 
 absl::StatusOr<const CudaExecutor::OptimizerSlot*> CudaExecutor::SlotOf(
@@ -765,20 +847,20 @@ absl::StatusOr<const CudaExecutor::OptimizerSlot*> CudaExecutor::SlotOf(
   return &optimizer_[p - plan_.parameters.data()];
 }
 
-absl::StatusOr<std::vector<float>> CudaExecutor::Master(std::string_view name) const {
+absl::StatusOr<std::vector<float>> CudaExecutor::OptimizerArray(
+    std::string_view name, float* OptimizerSlot::*array) const {
   HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
   const plan::Parameter& p = *FindParameter(name);
-  return GatherFull(p, DownloadF32(slot->master, plan_.buffers[p.buffer].elements));
+  return GatherSlices(p, DownloadF32(slot->*array, slices_[&p - plan_.parameters.data()].count));
+}
+absl::StatusOr<std::vector<float>> CudaExecutor::Master(std::string_view name) const {
+  return OptimizerArray(name, &OptimizerSlot::master);
 }
 absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvg(std::string_view name) const {
-  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
-  const plan::Parameter& p = *FindParameter(name);
-  return GatherFull(p, DownloadF32(slot->m, plan_.buffers[p.buffer].elements));
+  return OptimizerArray(name, &OptimizerSlot::m);
 }
 absl::StatusOr<std::vector<float>> CudaExecutor::ExpAvgSq(std::string_view name) const {
-  HCP_ASSIGN_OR_RETURN(const OptimizerSlot* slot, SlotOf(name));
-  const plan::Parameter& p = *FindParameter(name);
-  return GatherFull(p, DownloadF32(slot->v, plan_.buffers[p.buffer].elements));
+  return OptimizerArray(name, &OptimizerSlot::v);
 }
 
 absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<const float> master,
@@ -791,11 +873,15 @@ absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<co
         absl::StrFormat("optimizer state of '%s': %d / %d / %d values for a parameter of %d", name,
                         master.size(), m.size(), v.size(), n));
   }
-  HCP_RETURN_IF_ERROR(ToDevice(slot->m, m.data(), sizeof(float) * n));
-  HCP_RETURN_IF_ERROR(ToDevice(slot->v, v.data(), sizeof(float) * n));
-  // The master, and the compute copy rounded from it (an f32 parameter is its own master).
-  HCP_RETURN_IF_ERROR(ToDevice(slot->master, master.data(), sizeof(float) * n));
-  if (plan_.buffers[p.buffer].dtype == plan::DType::BF16) {
+  // This rank's slice of the state (all of it unless the optimizer is sharded).
+  const OptimizerSlice& slice = slices_[&p - plan_.parameters.data()];
+  const size_t bytes = sizeof(float) * slice.count;
+  HCP_RETURN_IF_ERROR(ToDevice(slot->m, m.data() + slice.begin, bytes));
+  HCP_RETURN_IF_ERROR(ToDevice(slot->v, v.data() + slice.begin, bytes));
+  HCP_RETURN_IF_ERROR(ToDevice(slot->master, master.data() + slice.begin, bytes));
+  // The compute copy, whole, rounded from the master (an f32 parameter is its own master: its
+  // slice is set above, the rest of it here).
+  if (plan_.buffers[p.buffer].dtype == plan::DType::BF16 || slice.split) {
     HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, master));
   }
   return absl::OkStatus();

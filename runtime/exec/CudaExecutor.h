@@ -68,6 +68,12 @@ class CudaExecutor {
     // for a step run goes through its Wait, so a peer that fails or hangs ends the job with a
     // message instead of a hang.
     comm::NcclCommunicator* nccl = nullptr;
+    // ZeRO-1 over the plan's ranks: each rank keeps the fp32 master and moments of its slice of
+    // every parameter (ParameterValues.h's OptimizerSliceOf: 1/ranks of each replicated
+    // parameter whose size divides; an expert shard or a parameter that does not divide stays
+    // whole), the gradient sums reduce-scatter those parameters instead of all-reducing them,
+    // and OptimizerStep all-gathers the updated slices.
+    bool shard_optimizer = false;
   };
 
   // Validates `plan` (plan::ValidatePlan, then cuda_backend::CheckPlanRunsOnCuda: one rank, every
@@ -121,9 +127,13 @@ class CudaExecutor {
   using ShardRange = ParameterShard;
   ShardRange ShardOf(const plan::Parameter& p) const;
   // A parameter's value or gradient by checkpoint name, as fp32, whole (an expert tensor is
-  // gathered over the ep group); NotFound names the parameter.
+  // gathered over the ep group, a reduce-scattered gradient over the world); NotFound names
+  // the parameter.
   absl::StatusOr<std::vector<float>> Parameter(std::string_view name) const;
   absl::StatusOr<std::vector<float>> Gradient(std::string_view name) const;
+  // Whether reading p's gradient or optimizer state gathers it from other ranks (an expert
+  // shard, or a slice of the sharded optimizer): every rank must make those calls alike.
+  bool ReadsGather(const plan::Parameter& p) const;
   // Any int32 buffer by index, as left by the last step (for tests: MoE routing decisions).
   absl::StatusOr<std::vector<int32_t>> I32Buffer(uint32_t index) const;
 
@@ -133,11 +143,13 @@ class CudaExecutor {
 
   // Allocates the optimizer state, per parameter: m and v (zeros) and, for a bf16 parameter, an
   // fp32 master copy initialised from the parameter's current value. An f32 parameter's buffer
-  // IS its master. Call after the parameters are set; calling it again resets the state.
+  // IS its master. With Options::shard_optimizer, all of it for this rank's slice only. Call
+  // after the parameters are set; calling it again resets the state.
   absl::Status InitOptimizer();
   // Each rank computed its gradients from its own tokens: sums them over the world (NCCL, in
   // each gradient's dtype; an expert gradient over the ranks holding the same experts), so every
-  // rank holds the whole global batch's gradient. Collective;
+  // rank holds the whole global batch's gradient (with Options::shard_optimizer, its optimizer
+  // slice of it, for the parameters that are sliced: a reduce-scatter). Collective;
   // once per optimizer step, after gradient accumulation. Nothing to do with one rank.
   absl::Status SumGradientsOverRanks();
   // RunStep, then SumGradientsOverRanks, overlapped: each parameter's all-reduce starts on a
@@ -154,12 +166,14 @@ class CudaExecutor {
   absl::Status AddStashedGradients();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
   // sums, fixed order) and summed in double on the host in parameter order; with ep > 1 the
-  // experts' part is summed over the ep group (collective then).
+  // experts' part is summed over the ep group, the optimizer slices' over the world (collective
+  // then).
   absl::StatusOr<double> GradientSquaredNorm();
   // One update of every parameter with `step` (lr, betas, eps, weight decay, clip_coef, t);
   // step.decay is replaced per parameter by decay(p) (the trainer's rule, e.g.
   // train::DefaultDecay of its name and checkpoint shape). A bf16 parameter is rewritten from its
-  // updated master. Needs InitOptimizer.
+  // updated master. Needs InitOptimizer. With sliced parameters, each rank updates its slices and
+  // then all gather them (collective).
   absl::Status OptimizerStep(const cuda::AdamWStep& step,
                              const std::function<bool(const plan::Parameter&)>& decay);
   // The optimizer state of a parameter, as fp32, whole (gathered as Parameter is).
@@ -191,7 +205,7 @@ class CudaExecutor {
  private:
   // Per parameter: where its fp32 master, m and v live.
   struct OptimizerSlot {
-    float* master = nullptr;  // the parameter buffer itself for an f32 parameter
+    float* master = nullptr;  // the parameter buffer (its slice) for an f32 parameter
     float* m = nullptr;
     float* v = nullptr;
   };
@@ -207,6 +221,11 @@ class CudaExecutor {
   // over the ep group for a sharded one (collective then; a failed `local` ends the job).
   absl::StatusOr<std::vector<float>> GatherFull(const plan::Parameter& p,
                                                 absl::StatusOr<std::vector<float>> local) const;
+  // `slice` (this rank's optimizer slice of p's buffer) made the whole buffer, gathered over the
+  // world when the slice is split (collective then; a failed `slice` ends the job); otherwise
+  // as GatherFull.
+  absl::StatusOr<std::vector<float>> GatherSlices(const plan::Parameter& p,
+                                                  absl::StatusOr<std::vector<float>> slice) const;
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
@@ -230,6 +249,9 @@ class CudaExecutor {
   absl::StatusOr<std::vector<float>> DownloadFloats(uint32_t buffer) const;
   absl::StatusOr<std::vector<float>> DownloadF32(const float* device, int64_t n) const;
   absl::StatusOr<const OptimizerSlot*> SlotOf(std::string_view name) const;
+  // One of a parameter's optimizer arrays (master, m or v), whole.
+  absl::StatusOr<std::vector<float>> OptimizerArray(std::string_view name,
+                                                    float* OptimizerSlot::*array) const;
 
   plan::Plan plan_;
   int device_ = 0;
@@ -254,6 +276,8 @@ class CudaExecutor {
   void* optimizer_memory_ = nullptr;
   std::byte* gradient_stash_ = nullptr;   // StashGradients' arena, same layout as the gradients
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
+  std::vector<OptimizerSlice> slices_;    // per parameter: what its optimizer state covers
+  bool gradients_scattered_ = false;      // the last gradient sums were reduce-scatters
   std::vector<cudaEvent_t> events_;       // RunStepProfiled's, one more than the steps
   uint64_t allocated_bytes_ = 0;
   mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes

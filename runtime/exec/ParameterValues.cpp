@@ -48,6 +48,15 @@ ParameterShard ShardOf(const plan::Plan& plan, const plan::Parameter& p, int64_t
   return ParameterShard{.begin = ep_index * count, .count = count, .full = count * p.shards};
 }
 
+OptimizerSlice OptimizerSliceOf(const plan::Parameter& p, int64_t elements, bool shard,
+                                int64_t rank, int64_t ranks) {
+  if (!shard || ranks <= 1 || p.sharded() || elements % ranks != 0) {
+    return OptimizerSlice{.begin = 0, .count = elements, .split = false};
+  }
+  const int64_t count = elements / ranks;
+  return OptimizerSlice{.begin = rank * count, .count = count, .split = true};
+}
+
 void FillInitialValues(const plan::Parameter& p, uint64_t seed, int64_t begin,
                        std::span<float> out) {
   const auto n = static_cast<int64_t>(out.size());

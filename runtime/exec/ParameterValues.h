@@ -22,6 +22,19 @@ struct ParameterShard {
 };
 ParameterShard ShardOf(const plan::Plan& plan, const plan::Parameter& p, int64_t ep_index);
 
+// The part of a parameter's local buffer (`elements` values) whose optimizer state a rank keeps
+// when the optimizer is sharded over `ranks` ranks (ZeRO-1): rank r keeps the r-th of `ranks`
+// equal slices, [r * elements / ranks, (r + 1) * elements / ranks), and `split` is true. The
+// whole buffer (split false) without sharding, with one rank, for an expert shard (p.sharded():
+// already split over ep) and for a buffer that does not divide into equal slices (the
+// collectives that scatter and gather the slices take equal counts; such buffers are small).
+struct OptimizerSlice {
+  int64_t begin = 0, count = 0;
+  bool split = false;
+};
+OptimizerSlice OptimizerSliceOf(const plan::Parameter& p, int64_t elements, bool shard,
+                                int64_t rank, int64_t ranks);
+
 // out = elements [begin, begin + out.size()) of parameter p's whole tensor, initialised by
 // p.init: Normal keyed by (seed, p.name, element index) (runtime/weights/Init.h), so a parameter
 // gets the same values whatever plan, split or executor it is in; Zeros; Ones; LogArange =

@@ -35,7 +35,6 @@ class GpuLoop {
  private:
   bool root() const { return comm_.world_rank() == 0; }
   absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
-  absl::Status CheckOptions() const;
   absl::Status ResumeFrom(const std::string& checkpoint);
   absl::Status Step(int64_t step, MetricsRecord& record);
   absl::Status SaveCheckpoint(int64_t steps_done);
@@ -51,20 +50,11 @@ class GpuLoop {
   int64_t updates_ = 0;  // AdamW updates applied (its t)
 };
 
-absl::Status GpuLoop::CheckOptions() const {
-  if (options_.shard_optimizer) {
-    return absl::UnimplementedError(
-        "--shard-optimizer is not supported on the GPU yet: every GPU keeps the whole optimizer "
-        "state");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status GpuLoop::Setup() {
   HCP_RETURN_IF_ERROR(PrepareOptions(options_));
-  HCP_RETURN_IF_ERROR(CheckOptions());
   // One GPU per rank; NCCL between them when there are several.
   CudaExecutor::Options exec_options;
+  exec_options.shard_optimizer = options_.shard_optimizer;
   if (comm_.world_size() > 1) {
     exec_options.device = comm::NcclCommunicator::LocalDevice(comm_);
     absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
@@ -184,14 +174,15 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
   return absl::OkStatus();
 }
 
-// Rank 0 writes. It holds every replicated parameter whole; an expert tensor split over ep
-// ranks is gathered over the ep group, so every rank fetches those (their values only matter on
+// Rank 0 writes. It holds every replicated parameter's state whole, unless the optimizer is
+// sharded; an expert tensor split over ep ranks is gathered over the ep group, a sharded
+// optimizer's slices over the world, so every rank fetches those (their values only matter on
 // rank 0, and a rank whose download fails ends the job in the gather).
 absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
   absl::Status written = absl::OkStatus();
   std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
   for (const plan::Parameter& p : plan_.parameters) {
-    const bool gathered = plan_.mesh.ep > 1 && p.sharded();
+    const bool gathered = executor_->ReadsGather(p);
     // After a failure, rank 0 still takes part in the gathers the other ranks are in.
     if (!gathered && (!root() || !written.ok())) continue;
     absl::StatusOr<std::vector<float>> master = executor_->Master(p.name);

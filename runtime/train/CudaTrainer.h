@@ -1,13 +1,12 @@
 // The training loop of Trainer.h on GPUs: a bf16 plan, one process per GPU (cp x dp ranks under
 // mpirun, NCCL between them; one GPU without it), the CUDA executor's device AdamW (fp32 master
-// weights and moments on every GPU). Same data order, loss normalisation, schedule, NaN/Inf
+// weights and moments on every GPU, or with --shard-optimizer each GPU's slice of them:
+// CudaExecutor::Options::shard_optimizer). Same data order, loss normalisation, schedule, NaN/Inf
 // policy, clipping, metrics and checkpoints (the same files: a GPU run resumes from its own
 // checkpoints, and its checkpoints hold fp32 masters a CPU run can load too).
 //
 // Gradient accumulation keeps the running sum of the micro-batches' gradients in a second
-// gradients arena on the device, in each gradient's dtype (CudaExecutor::StashGradients). Not on
-// the GPU yet (refused up front, with the same error on every rank): the sharded optimizer
-// (--shard-optimizer).
+// gradients arena on the device, in each gradient's dtype (CudaExecutor::StashGradients).
 #pragma once
 
 #include "absl/status/status.h"

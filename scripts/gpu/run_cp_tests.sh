@@ -18,7 +18,8 @@
 #    two (the same tokens per GPU), the same with ep=2, s = 8192 with dp=2, s = 131072 with cp=2 and recomputation,
 #    then 20 steps with AdamW on real text at cp=2 (SKIP_TRAIN=1 leaves it out).
 # 5. hybridcp train on GPUs: checkpoint, stop and resume on one GPU, cp=2 on two, cp=2 with ep=2
-#    (also stopped and resumed), dp=2 without and with ep=2, tiny on one.
+#    (also stopped and resumed), dp=2 without and with ep=2, the sharded optimizer (cp=2, also
+#    stopped and resumed sharded and unsharded; dp=2 + ep=2), tiny on one.
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
 # SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain", "ep2"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
 # SKIP_TRAIN_CMD=1, SKIP_TINY_TRAIN=1, SKIP_BENCH=1, SKIP_ONE_GPU_BENCH=1, SKIP_TRAIN=1.
@@ -113,6 +114,22 @@ if [ "${SKIP_TRAIN_CMD:-0}" != 1 ]; then
     run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-$split.plan" \
       --metrics "$M/$split.jsonl"
   done
+  # The sharded optimizer (each GPU keeps and updates half the AdamW state): cp=2 and dp=2 + ep=2
+  # as above, cp=2 stopped after 4 and resumed, and the same checkpoint resumed unsharded.
+  SHARD=(--shard-optimizer --checkpoint-every 4)
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-zigzag.plan" \
+    "${SHARD[@]}" --checkpoint-dir "$T/shard" --metrics "$M/cp2-shard.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-zigzag.plan" \
+    "${SHARD[@]}" --checkpoint-dir "$T/shard-resumed" --stop-after 4 \
+    --metrics "$M/cp2-shard-resumed.jsonl"
+  cp -r "$T/shard-resumed" "$T/unsharded-resumed"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-zigzag.plan" \
+    "${SHARD[@]}" --checkpoint-dir "$T/shard-resumed" --resume \
+    --metrics "$M/cp2-shard-resumed.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512-bf16-cp2-zigzag.plan" \
+    --checkpoint-dir "$T/unsharded-resumed" --resume --metrics "$M/cp2-unsharded-resumed.jsonl"
+  run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-dp2-ep2.plan" \
+    --shard-optimizer --metrics "$M/dp2-ep2-shard.jsonl"
   run "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16.plan" --grad-accum 2 \
     --metrics "$M/gas2.jsonl"
   run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" "${TRAIN[@]}" "$P/small-512x1-bf16-cp2-zigzag.plan" \
@@ -122,10 +139,11 @@ import json, sys
 d = sys.argv[1]
 load = lambda n: {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{n}.jsonl"))}
 runs = {n: load(n) for n in ("full", "resumed", "cp2", "gas2", "cp2-gas2", "cp2-ep2",
-                             "cp2-ep2-resumed", "dp2", "dp2-ep2")}
+                             "cp2-ep2-resumed", "dp2", "dp2-ep2", "cp2-shard",
+                             "cp2-shard-resumed", "cp2-unsharded-resumed", "dp2-ep2-shard")}
 full = runs["full"]
 rel = lambda a, b: abs(a - b) / abs(b)
-print("step  " + "  ".join(f"{n:>9}" for n in runs))
+print("step  " + "  ".join(f"{n[:9]:>9}" for n in runs))
 for s in sorted(full):
     print(f"{s:4d}  " + "  ".join(f"{r.get(s, float('nan')):9.5f}" for r in runs.values()))
 bad = []
@@ -135,7 +153,13 @@ checks = [("resumed", range(5, 9), "full", 1e-4), ("cp2", range(1, 9), "full", 2
           ("gas2", range(1, 9), "full", 2e-2), ("cp2-gas2", range(1, 9), "full", 2e-2),
           ("cp2-ep2", range(1, 9), "full", 2e-2), ("dp2", range(1, 9), "full", 2e-2),
           ("dp2-ep2", range(1, 9), "full", 2e-2),
-          ("cp2-ep2-resumed", range(5, 9), "cp2-ep2", 1e-4)]
+          ("cp2-ep2-resumed", range(5, 9), "cp2-ep2", 1e-4),
+          # The sharded optimizer computes what the whole one does: the sums are the same
+          # two-term bf16 additions; only the gradient norm's fp32 partial sums are cut
+          # differently (1e-4, as for a resumed run).
+          ("cp2-shard", range(1, 9), "cp2", 1e-4), ("dp2-ep2-shard", range(1, 9), "dp2-ep2", 1e-4),
+          ("cp2-shard-resumed", range(5, 9), "cp2-shard", 1e-4),
+          ("cp2-unsharded-resumed", range(5, 9), "cp2-shard", 1e-4)]
 for n, rng, base, bound in checks:
     worst = max(rel(runs[n][s], runs[base][s]) for s in rng)
     print(f"worst {n} vs {base}: {worst:.2e} (bound {bound:.0e})")
@@ -162,4 +186,7 @@ run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-131072-bf16-cp2-recompu
 [ "${SKIP_TRAIN:-0}" = 1 ] && exit $status
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" \
   --data "$BUNDLE/text.bin" --steps 20 --warmup 0 --optimizer --lr 3e-4
+# The same with the AdamW state sharded over the two GPUs.
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" \
+  --data "$BUNDLE/text.bin" --steps 20 --warmup 0 --optimizer --shard-optimizer --lr 3e-4
 exit $status

@@ -41,6 +41,7 @@ struct BenchOptions {
   int64_t steps = 10;
   int64_t warmup = 2;
   bool optimizer = false;
+  bool shard_optimizer = false;
   bool profile = false;
   double lr = 3e-4;
   int64_t seed = 0;
@@ -61,6 +62,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
   HCP_ASSIGN_OR_RETURN(int64_t device, args.GetInt("device", 0));
   o.device = static_cast<int>(device);
   o.optimizer = args.Has("optimizer");
+  o.shard_optimizer = args.Has("shard-optimizer");
+  if (o.shard_optimizer && !o.optimizer) {
+    return absl::InvalidArgumentError("--shard-optimizer shards the optimizer: add --optimizer");
+  }
   o.profile = args.Has("profile");
   if (o.steps < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--steps must be at least 1 and --warmup at least 0");
@@ -176,6 +181,7 @@ absl::Status RunBench(const Args& args) {
   CudaExecutor::Options exec_options;
   exec_options.device = o.device;
   exec_options.reserve_optimizer_state = o.optimizer;
+  exec_options.shard_optimizer = o.shard_optimizer;
   exec_options.nccl = nccl.get();
   HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> exec,
                        CudaExecutor::Create(plan, exec_options));
@@ -263,12 +269,16 @@ Command MakeBenchCommand() {
   return Command{
       "bench",
       "time a bf16 plan on its GPUs: tokens/s/GPU, MFU, peak memory, time per kernel kind",
-      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer] [--profile]\n"
+      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer [--shard-optimizer]]\n"
+      "       [--profile]\n"
       "       (a plan of cp x dp GPUs: mpirun -np cp*dp hybridcp bench PLAN ...)",
       {{"data", "FILE", "token file to train on (default: random tokens)"},
        {"steps", "N", "timed steps (default 10)"},
        {"warmup", "N", "untimed steps first (default 2)"},
        {"optimizer", "", "also run AdamW (fp32 master weights and moments on the GPU)"},
+       {"shard-optimizer", "",
+        "each GPU keeps and updates its slice of the AdamW state (gradients reduce-scattered, "
+        "updated parameters all-gathered)"},
        {"lr", "X", "AdamW learning rate (default 3e-4)"},
        {"seed", "N", "parameter initialisation seed (default 0)"},
        {"device", "N", "CUDA device (default 0; under mpirun each rank takes its local rank's)"},

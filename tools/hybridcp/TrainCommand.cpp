@@ -134,7 +134,8 @@ Command MakeTrainCommand() {
        {"resume", "", "continue from the latest checkpoint in --checkpoint-dir"},
        {"stop-after", "N", "stop after step N as if interrupted (writes a checkpoint)"},
        {"metrics", "FILE", "append one JSON line per step"},
-       {"shard-optimizer", "", "shard the AdamW moments over the ranks"},
+       {"shard-optimizer", "",
+        "shard the AdamW moments (on GPUs also the fp32 masters) over the ranks"},
        {"log-every", "N", "progress line every N steps (default 1)"}},
       Train,
   };

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/CpuExecutor.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
@@ -587,6 +588,33 @@ TEST(CpuExecutor, ShardedParametersLoadTheCheckpointShape) {
   absl::Status status = (*exec)->LoadParameters(*reader);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("tensor 'experts.w_in' has shape [4, 3, 2], the plan expects [8, 3, 2]"));
+}
+
+// The sharded optimizer's slices (CudaExecutor's ZeRO-1): equal slices of each replicated
+// parameter, in rank order, covering it exactly once; an expert shard, a size that does not
+// divide, one rank, or no sharding: the whole buffer on every rank.
+TEST(OptimizerSlice, EqualSlicesOfReplicatedParameters) {
+  const plan::Plan sharded = ShardedPlan(plan::Mesh{.cp = 1, .dp = 2, .ep = 2});
+  const plan::Parameter& norm = sharded.parameters[0];     // [6], replicated
+  const plan::Parameter& experts = sharded.parameters[1];  // ep-sharded
+  for (int64_t ranks : {2, 3, 6}) {
+    int64_t next = 0;
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      const OptimizerSlice slice = OptimizerSliceOf(norm, 6, /*shard=*/true, rank, ranks);
+      EXPECT_TRUE(slice.split);
+      EXPECT_EQ(slice.begin, next) << ranks << " ranks, rank " << rank;
+      EXPECT_EQ(slice.count, 6 / ranks);
+      next += slice.count;
+    }
+    EXPECT_EQ(next, 6);
+  }
+  auto whole = [](OptimizerSlice slice, int64_t elements) {
+    return !slice.split && slice.begin == 0 && slice.count == elements;
+  };
+  EXPECT_TRUE(whole(OptimizerSliceOf(norm, 6, /*shard=*/true, 1, 4), 6));  // 6 % 4 != 0
+  EXPECT_TRUE(whole(OptimizerSliceOf(norm, 6, /*shard=*/false, 1, 2), 6));
+  EXPECT_TRUE(whole(OptimizerSliceOf(norm, 6, /*shard=*/true, 0, 1), 6));
+  EXPECT_TRUE(whole(OptimizerSliceOf(experts, 24, /*shard=*/true, 1, 2), 24));
 }
 
 TEST(CpuExecutor, CreateValidatesThePlanAgain) {

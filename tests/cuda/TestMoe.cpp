@@ -100,8 +100,10 @@ struct Problem {
   std::vector<int32_t> indices;
 };
 
+// crowded: every token sends a slot to expert 0 (its logit raised by 8), as an untrained or
+// collapsed router may.
 Problem make_problem(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                     int64_t k) {
+                     int64_t k, bool crowded = false) {
   Problem p;
   p.tokens = tokens;
   p.hidden = hidden;
@@ -113,7 +115,10 @@ Problem make_problem(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner
   p.w_out = randn(experts * hidden * inner, ctx.seed(), 1.f / std::sqrt(float(inner)));
   p.dout = randn(tokens * hidden, ctx.seed(), 1.f);
   // Routing as the model does it: top-k of random router logits (distinct experts per token).
-  const std::vector<float> logits = randn(tokens * experts, ctx.seed(), 1.f, false);
+  std::vector<float> logits = randn(tokens * experts, ctx.seed(), 1.f, false);
+  if (crowded) {
+    for (int64_t t = 0; t < tokens; t++) logits[t * experts] += 8.f;
+  }
   p.gates.resize(tokens * k);
   p.indices.resize(tokens * k);
   cpu::topk_softmax_forward<float>(p.gates.data(), p.indices.data(), logits.data(), tokens, experts,
@@ -226,12 +231,14 @@ std::vector<std::pair<int64_t, int64_t>> token_slots(const std::vector<int64_t>&
   return pairs;
 }
 
+// The kernels lay the experts' rows out padded (one batched GEMM) unless one expert has far more
+// rows than the average (crowded): then compact, one GEMM per expert. Both are checked.
 void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                  int64_t k, bool big) {
+                  int64_t k, bool big, bool crowded = false) {
   if (!ctx.wants("moe_experts")) return;
   const std::string shape = shape_str({tokens, hidden, inner}) + " E" + std::to_string(experts) +
-                            " top" + std::to_string(k);
-  const Problem p = make_problem(ctx, tokens, hidden, inner, experts, k);
+                            " top" + std::to_string(k) + (crowded ? " crowded" : "");
+  const Problem p = make_problem(ctx, tokens, hidden, inner, experts, k, crowded);
   const int64_t H = hidden, I = inner, S = tokens * k;
   Dev<bf16> x = to_device<bf16>(p.x), w_in = to_device<bf16>(p.w_in),
             w_out = to_device<bf16>(p.w_out), dout = to_device<bf16>(p.dout);
@@ -450,6 +457,7 @@ void test_moe(Context& ctx) {
   experts_case(ctx, 37, 40, 24, 5, 2, false);
   experts_case(ctx, 3, 16, 8, 9, 2, false);  // most experts get no token: zero weight gradients
   experts_case(ctx, 64, 72, 40, 8, 3, false);
+  experts_case(ctx, 200, 72, 40, 8, 2, false, /*crowded=*/true);  // the compact layout
   exchange_case(ctx, 37, 40, 3);  // hidden not a multiple of 8: the scalar path
   exchange_case(ctx, 64, 72, 6);
   exchange_case(ctx, 1, 16, 1);
@@ -459,6 +467,7 @@ void test_moe(Context& ctx) {
   route_case<bf16>(ctx, 8192, 64, 6, true);
   route_case<float>(ctx, 8192, 72, 10, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
+  experts_case(ctx, 8192, 1536, 512, 64, 6, true, /*crowded=*/true);
   exchange_case(ctx, 8192, 1536, 6);
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <numeric>
 #include <span>
 #include <type_traits>
 #include <unordered_map>
@@ -29,7 +30,14 @@ constexpr int64_t kBucket = 64;
 
 int64_t round_up_bucket(int64_t v) { return (v + kBucket - 1) / kBucket * kBucket; }
 
-using GemmKey = std::array<int64_t, 14>;
+using GemmKey = std::array<int64_t, 15>;
+
+// Strided batches: `count` products, the i-th on a + i * stride_a, b + i * stride_b and
+// c + i * stride_c (elements). One product: count 1.
+struct Batch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
 
 struct GemmKeyHash {
   size_t operator()(const GemmKey& key) const {
@@ -75,10 +83,20 @@ struct Descriptors {
   }
 };
 
+void set_batch(cublasLtMatrixLayout_t layout, int64_t count, int64_t stride) {
+  if (count == 1) return;
+  const int32_t batch = static_cast<int32_t>(count);
+  cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                   sizeof(batch));
+  cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                   sizeof(stride));
+}
+
 // The column-major problem for row-major (m, n, k): layouts of cuBLASLt's A (our b), B (our a)
 // and C.
 Status make_layouts(Descriptors& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                    int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype) {
+                    int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+                    const Batch& batch) {
   const char* where = "gemm: layout";
   if (Status s = lt_status(where, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, trans_b ? k : n,
                                                              trans_b ? n : k, ldb));
@@ -90,7 +108,13 @@ Status make_layouts(Descriptors& d, bool trans_a, bool trans_b, int64_t m, int64
       !s.ok()) {
     return s;
   }
-  return lt_status(where, cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc));
+  if (Status s = lt_status(where, cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc)); !s.ok()) {
+    return s;
+  }
+  set_batch(d.a, batch.count, batch.stride_b);
+  set_batch(d.b, batch.count, batch.stride_a);
+  set_batch(d.c, batch.count, batch.stride_c);
+  return Status();
 }
 
 }  // namespace
@@ -192,7 +216,7 @@ void set_sm_target(cublasLtMatmulDesc_t op, int sm_count) {
 // The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
 Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
-                  const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
+                  const Batch& batch, const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
   const char* where = "gemm: heuristic";
   Descriptors d;
   if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -204,7 +228,7 @@ Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, in
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
   set_sm_target(d.op, sm_count);
-  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype); !s.ok()) {
+  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch); !s.ok()) {
     return s;
   }
   if (Status s = lt_status(where, cublasLtMatmulPreferenceCreate(&d.pref)); !s.ok()) return s;
@@ -239,7 +263,8 @@ Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, in
 template <typename TC>
 Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a, bool trans_b,
            int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
-           int64_t ldb, float beta, TC* c, int64_t ldc, const cublasLtMatmulAlgo_t& algo) {
+           int64_t ldb, float beta, TC* c, int64_t ldc, const Batch& batch,
+           const cublasLtMatmulAlgo_t& algo) {
   const char* where = "gemm";
   Descriptors d;
   if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -251,7 +276,8 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
   set_sm_target(d.op, target.sm_count);
-  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>()); !s.ok()) {
+  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), batch);
+      !s.ok()) {
     return s;
   }
   return lt_status(
@@ -263,9 +289,11 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
 template <typename TC>
 Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a,
                  bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
-                 int64_t lda, const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc) {
+                 int64_t lda, const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc,
+                 const Batch& batch = Batch{}) {
   const char* where = "gemm";
   if (m < 0 || n < 0 || k < 0) return Status(where, "negative size");
+  if (batch.count < 1 || batch.count > INT32_MAX) return Status(where, "bad batch count");
   if (lda < std::max<int64_t>(1, trans_a ? m : k) || ldb < std::max<int64_t>(1, trans_b ? k : n) ||
       ldc < std::max<int64_t>(1, n)) {
     return Status(where, "a row stride is smaller than its row");
@@ -274,12 +302,18 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
   if (k == 0) {
     if (beta == 1.f) return Status();
     if (beta != 0.f) return Status(where, "k == 0 with beta other than 0 or 1 is not supported");
-    cudaError_t error = cudaMemset2DAsync(c, sizeof(TC) * ldc, 0, sizeof(TC) * n, m, stream);
-    return error == cudaSuccess ? Status() : Status::Cuda(where, error);
+    for (int64_t i = 0; i < batch.count; ++i) {
+      cudaError_t error =
+          cudaMemset2DAsync(c + i * batch.stride_c, sizeof(TC) * ldc, 0, sizeof(TC) * n, m, stream);
+      if (error != cudaSuccess) return Status::Cuda(where, error);
+    }
+    return Status();
   }
 
-  const int64_t align[3] = {alignment(a, lda, 2), alignment(b, ldb, 2),
-                            alignment(c, ldc, sizeof(TC))};
+  // A batch's strides count towards the alignment too: every product's start must have it.
+  const int64_t align[3] = {alignment(a, std::gcd(lda, batch.stride_a), 2),
+                            alignment(b, std::gcd(ldb, batch.stride_b), 2),
+                            alignment(c, std::gcd(ldc, batch.stride_c), sizeof(TC))};
   const bool bucket_m = !trans_a;
   const bool bucket_k = trans_a && !trans_b;
   const int64_t m_key = bucket_m ? round_up_bucket(m) : m;
@@ -297,17 +331,18 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
                        align[0],
                        align[1],
                        align[2],
-                       target.sm_count};
+                       target.sm_count,
+                       batch.count};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
     cublasLtMatmulAlgo_t algo;
     if (Status s = query_algo(ctx, target.sm_count, trans_a, trans_b, m_key, n, k_key, lda, ldb,
-                              ldc, c_type<TC>(), align, &algo);
+                              ldc, c_type<TC>(), batch, align, &algo);
         !s.ok()) {
       // The heuristic may have nothing for the bucket's shape yet something for the exact one.
       if (m_key == m && k_key == k) return s;
       if (Status exact = query_algo(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
-                                    c_type<TC>(), align, &algo);
+                                    c_type<TC>(), batch, align, &algo);
           !exact.ok()) {
         return exact;
       }
@@ -315,18 +350,18 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
     it = ctx->algos.emplace(key, algo).first;
   }
   Status status = run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
-                      c, ldc, it->second);
+                      c, ldc, batch, it->second);
   if (status.ok() || (m_key == m && k_key == k)) return status;
   // The cached algorithm came from the bucket's shape and does not run this one: use the exact
   // shape's own (not cached, to keep the bucket's entry for the shapes it serves).
   cublasLtMatmulAlgo_t exact;
   if (Status s = query_algo(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
-                            c_type<TC>(), align, &exact);
+                            c_type<TC>(), batch, align, &exact);
       !s.ok()) {
     return s;
   }
   return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-             exact);
+             batch, exact);
 }
 
 }  // namespace
@@ -338,6 +373,17 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
   if (ctx == nullptr) return Status("gemm", "no GemmContext");
   return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
                    b, ldb, beta, c, ldc);
+}
+
+Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblem& p,
+                            int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  const char* where = "gemm_strided_batched";
+  if (ctx == nullptr) return Status(where, "no GemmContext");
+  if (batch == 0) return Status();
+  if (stride_a < 0 || stride_b < 0 || stride_c < 0) return Status(where, "negative stride");
+  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, p.trans_a, p.trans_b, p.m, p.n, p.k,
+                   p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc,
+                   Batch{batch, stride_a, stride_b, stride_c});
 }
 
 Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems) {

@@ -102,6 +102,11 @@ struct GemmProblem {
   int64_t ldc = 0;
 };
 Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems);
+// `batch` products of p's shape in one cuBLASLt launch (strided batched): the i-th reads
+// p.a + i * stride_a and p.b + i * stride_b and writes p.c + i * stride_c (elements), with p's row
+// strides. The same result as `batch` gemm() calls up to the order of the fp32 sums.
+Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblem& p,
+                            int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise (Elementwise.cu), n elements unless said. In-place use (y == x) is allowed.

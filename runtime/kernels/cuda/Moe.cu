@@ -5,13 +5,20 @@
 //   plan     sort the (token, slot) pairs by expert, stably: sorted_slot[p] is the slot at
 //            permuted row p, slot_pos[s] the permuted row of slot s, offsets[e] expert e's first
 //            row (one block per expert; deterministic, no atomics on the result);
-//   gather   xp[p] = x[token of sorted_slot[p]];
-//   experts  for each expert e with rows [offsets[e], offsets[e+1]): h = xp W_in[e]^T (GEMM),
-//            u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
+//   layout   the experts' rows are laid out padded when the routing is balanced enough: expert
+//            e's i-th row at e * capacity + i, capacity = its largest count rounded up to 64,
+//            the rows past an expert's count zero; then every expert's product is ONE strided
+//            batched GEMM (one launch that fills the GPU, where 64 experts' own GEMMs are a few
+//            dozen tiles each). Otherwise (an expert with more than about twice the average
+//            rows: the padding would not fit the workspace) the compact rows [offsets[e],
+//            offsets[e+1]) and one GEMM per expert, side by side (gemm_group);
+//   gather   xp[p] = x[token of the slot at row p] (zero for a padding row);
+//   experts  h = xp W_in[e]^T (GEMM), u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
 //   combine  out[t] = sum_j gates[t, j] y[slot_pos[t*k + j]], fp32, slot order.
 // The backward recomputes h, u, y the same way, then dgates[s] = dout[t] . y[p] and
 // dyp[p] = gate * dout[t]; du = dyp W_out[e], dW_out[e] = dyp^T u, dh = swiglu'(du),
 // dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j dxp[slot_pos[t*k + j]].
+#include <algorithm>
 #include <cfloat>
 #include <vector>
 
@@ -175,18 +182,38 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// xp[p] = x[sorted_slot[p] / k]: one warp per permuted row.
-__global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* sorted_slot, int64_t rows,
+// The padded layout from the compact plan (one thread per padded row q = e * capacity + i):
+// row_slot[q] = the slot at expert e's compact row offsets[e] + i, or -1 past e's count, and
+// that slot's slot_pos moves to q.
+__global__ void pad_plan_kernel(int32_t* row_slot, int32_t* slot_pos, const int32_t* sorted_slot,
+                                const int32_t* offsets, int64_t capacity, int64_t rows) {
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < rows;
+       q += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = q / capacity, i = q % capacity;
+    const int32_t first = offsets[e];
+    if (i < offsets[e + 1] - first) {
+      const int32_t slot = sorted_slot[first + i];
+      row_slot[q] = slot;
+      slot_pos[slot] = static_cast<int32_t>(q);
+    } else {
+      row_slot[q] = -1;
+    }
+  }
+}
+
+// xp[p] = x[row_slot[p] / k], or zeros where row_slot[p] < 0 (padding): one warp per row.
+__global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* row_slot, int64_t rows,
                               int64_t hidden, int k, bool vec) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
   for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
        p += warps) {
-    const int64_t t = sorted_slot[p] / k;
+    const int32_t slot = row_slot[p];
+    const int64_t t = slot / k;
     for (int64_t c = lane * 8; c < hidden; c += 256) {
       const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
-      float v[8];
-      load8_any(v, x + t * hidden + c, valid, vec);
+      float v[8] = {};
+      if (slot >= 0) load8_any(v, x + t * hidden + c, valid, vec);
       store8_any(xp + p * hidden + c, v, valid, vec);
     }
   }
@@ -220,15 +247,23 @@ __global__ void combine_kernel(bf16* out, const bf16* rows, const float* gates,
   }
 }
 
-// dgates[s] = dout[t] . y[p] and dyp[p] = gates[s] * dout[t], one warp per permuted row p.
+// dgates[s] = dout[t] . y[p] and dyp[p] = gates[s] * dout[t], one warp per row p; a padding row
+// (row_slot < 0) gets dyp = 0.
 __global__ void expert_output_grad_kernel(bf16* dyp, float* dgates, const bf16* dout, const bf16* y,
-                                          const float* gates, const int32_t* sorted_slot,
-                                          int64_t rows, int64_t hidden, int k, bool vec) {
+                                          const float* gates, const int32_t* row_slot, int64_t rows,
+                                          int64_t hidden, int k, bool vec) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
   for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
        p += warps) {
-    const int64_t s = sorted_slot[p], t = s / k;
+    const int64_t s = row_slot[p], t = s / k;
+    if (s < 0) {
+      const float zeros[8] = {};
+      for (int64_t c = lane * 8; c < hidden; c += 256) {
+        store8_any(dyp + p * hidden + c, zeros, static_cast<int>(min(int64_t{8}, hidden - c)), vec);
+      }
+      continue;
+    }
     const float gate = gates[s];
     float dot = 0.f;
     for (int64_t c = lane * 8; c < hidden; c += 256) {
@@ -250,6 +285,13 @@ __global__ void expert_output_grad_kernel(bf16* dyp, float* dgates, const bf16* 
 
 unsigned warp_grid(int64_t items) { return grid_for(items, kWarpsPerBlock); }
 
+// The padded layout's capacity rounding, and how many rows the workspace holds for it: twice
+// the slots plus one rounding per expert (an expert may have about twice the average rows).
+constexpr int64_t kCapacityRounding = 64;
+int64_t row_limit(int64_t slots, int64_t experts) {
+  return 2 * slots + kCapacityRounding * experts;
+}
+
 Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k) {
   if (tokens < 0 || hidden <= 0 || inner <= 0 || experts <= 0 || k <= 0) {
@@ -257,47 +299,118 @@ Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int
   }
   if (experts > kMaxPlanExperts) return Status(name, "more than 4096 experts");
   if (k > kMaxK) return Status(name, "k above 16");
-  if (tokens * k > INT32_MAX) return Status(name, "too many (token, slot) pairs");
+  // Row indices are int32, the padded layout's too.
+  if (row_limit(tokens * k, experts) > INT32_MAX)
+    return Status(name, "too many (token, slot) pairs");
   return Status();
 }
 
-// The plan and the activations both passes need, carved from the workspace.
+// The plan and the activations both passes need, carved from the workspace: R = row_limit rows.
 struct ExpertBuffers {
-  int32_t* sorted_slot;
-  int32_t* slot_pos;
-  int32_t* offsets;
-  bf16* xp;  // [S, hidden]
-  bf16* h;   // [S, 2*inner]
-  bf16* u;   // [S, inner]
-  bf16* y;   // [S, hidden]; the backward reuses it for dxp
+  int32_t* sorted_slot;  // [S], the compact plan
+  int32_t* slot_pos;     // [S]
+  int32_t* offsets;      // [experts + 1]
+  int32_t* row_slot;     // [R], the padded layout's slot per row
+  bf16* xp;              // [R, hidden]
+  bf16* h;               // [R, 2*inner]
+  bf16* u;               // [R, inner]
+  bf16* y;               // [R, hidden]; the backward reuses it for dxp
   // Backward only.
-  bf16* dyp;  // [S, hidden]
-  bf16* du;   // [S, inner]
-  bf16* dh;   // [S, 2*inner]
+  bf16* dyp;  // [R, hidden]
+  bf16* du;   // [R, inner]
+  bf16* dh;   // [R, 2*inner]
 };
 
 ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int64_t inner,
                     int64_t experts, int64_t k, bool backward) {
-  const int64_t slots = tokens * k;
+  const int64_t slots = tokens * k, rows = row_limit(slots, experts);
   ExpertBuffers b{};
   b.sorted_slot = carver.take<int32_t>(slots);
   b.slot_pos = carver.take<int32_t>(slots);
   b.offsets = carver.take<int32_t>(experts + 1);
-  b.xp = carver.take<bf16>(slots * hidden);
-  b.h = carver.take<bf16>(slots * 2 * inner);
-  b.u = carver.take<bf16>(slots * inner);
-  b.y = carver.take<bf16>(slots * hidden);
+  b.row_slot = carver.take<int32_t>(rows);
+  b.xp = carver.take<bf16>(rows * hidden);
+  b.h = carver.take<bf16>(rows * 2 * inner);
+  b.u = carver.take<bf16>(rows * inner);
+  b.y = carver.take<bf16>(rows * hidden);
   if (backward) {
-    b.dyp = carver.take<bf16>(slots * hidden);
-    b.du = carver.take<bf16>(slots * inner);
-    b.dh = carver.take<bf16>(slots * 2 * inner);
+    b.dyp = carver.take<bf16>(rows * hidden);
+    b.du = carver.take<bf16>(rows * inner);
+    b.dh = carver.take<bf16>(rows * 2 * inner);
   }
   return b;
 }
 
-// Plan, gather, the expert MLPs (h, u, y); returns the experts' row offsets on the host.
+// Where the experts' rows are: `rows` of them, row p holding slot row_slot[p] (< 0: padding);
+// padded (capacity > 0: expert e's rows start at e * capacity) or compact (offsets).
+struct ExpertRows {
+  int64_t rows = 0;
+  int64_t capacity = 0;
+  const int32_t* row_slot = nullptr;
+  std::vector<int32_t> offsets;  // the compact plan's, on the host
+};
+
+// The same product for every expert e, on rows [first_e, first_e + count_e) of `a` and `c`
+// (row strides lda, ldc) and expert e's matrix of `b` (stride b_stride): one batched GEMM over
+// the padded layout, or one GEMM per expert with rows. With `rows_are_k` the expert's rows are
+// the reduction (a weight gradient: op(A) = A^T over the rows); an expert without rows then gets
+// C = 0 (k = 0).
+Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& layout,
+                       int64_t experts, bool rows_are_k, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+                       int64_t b_stride, bf16* c, int64_t ldc, int64_t c_stride) {
+  if (layout.capacity > 0) {
+    const int64_t cap = layout.capacity;
+    GemmProblem p{.trans_a = rows_are_k,
+                  .trans_b = trans_b,
+                  .m = rows_are_k ? m : cap,
+                  .n = n,
+                  .k = rows_are_k ? cap : k,
+                  .a = a,
+                  .lda = lda,
+                  .b = b,
+                  .ldb = ldb,
+                  .c = c,
+                  .ldc = ldc};
+    // Per expert: a's rows move by cap rows; c moves by cap rows, or by a whole matrix for a
+    // weight gradient; b moves by b_stride (a weight, or the other operand's cap rows).
+    return gemm_strided_batched(ctx, stream, p, experts, cap * lda, b_stride,
+                                rows_are_k ? c_stride : cap * ldc);
+  }
+  std::vector<GemmProblem> problems;
+  for (int64_t e = 0; e < experts; e++) {
+    const int64_t r0 = layout.offsets[e], n_e = layout.offsets[e + 1] - r0;
+    if (rows_are_k) {
+      problems.push_back({.trans_a = true,
+                          .trans_b = trans_b,
+                          .m = m,
+                          .n = n,
+                          .k = n_e,
+                          .a = a + r0 * lda,
+                          .lda = lda,
+                          .b = b + r0 * ldb,
+                          .ldb = ldb,
+                          .c = c + e * c_stride,
+                          .ldc = ldc});
+    } else if (n_e > 0) {
+      problems.push_back({.trans_b = trans_b,
+                          .m = n_e,
+                          .n = n,
+                          .k = k,
+                          .a = a + r0 * lda,
+                          .lda = lda,
+                          .b = b + e * b_stride,
+                          .ldb = ldb,
+                          .c = c + r0 * ldc,
+                          .ldc = ldc});
+    }
+  }
+  return gemm_group(ctx, stream, problems);
+}
+
+// Plan, layout, gather, the expert MLPs (h, u, y); returns where the rows are.
 Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* name,
-                           const ExpertBuffers& b, std::vector<int32_t>& offsets, const bf16* x,
+                           const ExpertBuffers& b, ExpertRows& layout, const bf16* x,
                            const int32_t* indices, const bf16* w_in, const bf16* w_out,
                            int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
                            int64_t k) {
@@ -306,51 +419,46 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   plan_kernel<<<e_count, kPlanThreads, sizeof(int32_t) * experts, stream>>>(
       b.sorted_slot, b.slot_pos, b.offsets, indices, slots, e_count);
   if (Status s = launch_status(name); !s.ok()) return s;
+  std::vector<int32_t>& offsets = layout.offsets;
   offsets.assign(experts + 1, 0);
   cudaError_t error = cudaMemcpyAsync(offsets.data(), b.offsets, sizeof(int32_t) * (experts + 1),
                                       cudaMemcpyDeviceToHost, stream);
   if (error != cudaSuccess) return Status::Cuda(name, error);
-  // The one wait: cuBLASLt takes each expert's row count from the host.
+  // The one wait: cuBLASLt takes the row counts from the host.
   error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) return Status::Cuda(name, error);
-  const int64_t routed = offsets[experts];
-  const bool vec = hidden % 8 == 0 && aligned16(x);
-  if (routed > 0) {
-    gather_kernel<<<warp_grid(routed), kThreads, 0, stream>>>(b.xp, x, b.sorted_slot, routed,
-                                                              hidden, static_cast<int>(k), vec);
+  int64_t largest = 0;
+  for (int64_t e = 0; e < experts; e++)
+    largest = std::max<int64_t>(largest, offsets[e + 1] - offsets[e]);
+  const int64_t capacity =
+      (largest + kCapacityRounding - 1) / kCapacityRounding * kCapacityRounding;
+  if (capacity > 0 && experts * capacity <= row_limit(slots, experts)) {
+    layout.capacity = capacity;
+    layout.rows = experts * capacity;
+    layout.row_slot = b.row_slot;
+    pad_plan_kernel<<<grid_for(layout.rows, kThreads), kThreads, 0, stream>>>(
+        b.row_slot, b.slot_pos, b.sorted_slot, b.offsets, capacity, layout.rows);
     if (Status s = launch_status(name); !s.ok()) return s;
+  } else {
+    layout.capacity = 0;
+    layout.rows = offsets[experts];
+    layout.row_slot = b.sorted_slot;
   }
-  // One expert's product is a few dozen output tiles: the experts run side by side (gemm_group).
-  std::vector<GemmProblem> up, down;
-  for (int64_t e = 0; e < experts; e++) {
-    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
-    if (n_e == 0) continue;
-    up.push_back({.trans_b = true,
-                  .m = n_e,
-                  .n = 2 * inner,
-                  .k = hidden,
-                  .a = b.xp + r0 * hidden,
-                  .lda = hidden,
-                  .b = w_in + e * 2 * inner * hidden,
-                  .ldb = hidden,
-                  .c = b.h + r0 * 2 * inner,
-                  .ldc = 2 * inner});
-    down.push_back({.trans_b = true,
-                    .m = n_e,
-                    .n = hidden,
-                    .k = inner,
-                    .a = b.u + r0 * inner,
-                    .lda = inner,
-                    .b = w_out + e * hidden * inner,
-                    .ldb = inner,
-                    .c = b.y + r0 * hidden,
-                    .ldc = hidden});
+  const int64_t rows = layout.rows;
+  if (rows == 0) return Status();
+  const bool vec = hidden % 8 == 0 && aligned16(x);
+  gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, layout.row_slot, rows, hidden,
+                                                          static_cast<int>(k), vec);
+  if (Status s = launch_status(name); !s.ok()) return s;
+  // h = xp W_in[e]^T, u = swiglu(h), y = u W_out[e]^T.
+  if (Status s = expert_products(ctx, stream, layout, experts, false, true, 0, 2 * inner, hidden,
+                                 b.xp, hidden, w_in, hidden, 2 * inner * hidden, b.h, 2 * inner, 0);
+      !s.ok()) {
+    return s;
   }
-  if (Status s = gemm_group(ctx, stream, up); !s.ok()) return s;
-  if (routed > 0) {
-    if (Status s = swiglu_forward(stream, b.u, b.h, routed, inner); !s.ok()) return s;
-  }
-  return gemm_group(ctx, stream, down);
+  if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
+  return expert_products(ctx, stream, layout, experts, false, true, 0, hidden, inner, b.u, inner,
+                         w_out, inner, hidden * inner, b.y, hidden, 0);
 }
 
 // out[i] = in[index[i]], or 0 where index[i] < 0.
@@ -421,8 +529,8 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
   WorkspaceCarver carver(workspace);
   const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, false);
   if (!carver.fits()) return Status(name, "workspace too small");
-  std::vector<int32_t> offsets;
-  if (Status s = expert_forward_pass(ctx, stream, name, b, offsets, x, indices, w_in, w_out, tokens,
+  ExpertRows layout;
+  if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
                                      hidden, inner, experts, k);
       !s.ok()) {
     return s;
@@ -447,72 +555,47 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
   WorkspaceCarver carver(workspace);
   const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, true);
   if (!carver.fits()) return Status(name, "workspace too small");
-  std::vector<int32_t> offsets;
-  if (Status s = expert_forward_pass(ctx, stream, name, b, offsets, x, indices, w_in, w_out, tokens,
+  ExpertRows layout;
+  if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
                                      hidden, inner, experts, k);
       !s.ok()) {
     return s;
   }
-  const int64_t routed = offsets[experts];
+  const int64_t rows = layout.rows;
   const bool vec = hidden % 8 == 0 && aligned16(dout) && aligned16(dx);
-  if (routed > 0) {
-    expert_output_grad_kernel<<<warp_grid(routed), kThreads, 0, stream>>>(
-        b.dyp, dgates, dout, b.y, gates, b.sorted_slot, routed, hidden, static_cast<int>(k), vec);
+  if (rows > 0) {
+    expert_output_grad_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(
+        b.dyp, dgates, dout, b.y, gates, layout.row_slot, rows, hidden, static_cast<int>(k), vec);
     if (Status s = launch_status(name); !s.ok()) return s;
   }
-  // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows:
-  // k = 0). Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp. The experts
-  // run side by side (gemm_group), as in the forward.
+  // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows).
+  // Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp.
   bf16* dxp = b.y;
-  std::vector<GemmProblem> through_out, through_in;
-  for (int64_t e = 0; e < experts; e++) {
-    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
-    if (n_e > 0) {
-      through_out.push_back({.m = n_e,
-                             .n = inner,
-                             .k = hidden,
-                             .a = b.dyp + r0 * hidden,
-                             .lda = hidden,
-                             .b = w_out + e * hidden * inner,
-                             .ldb = inner,
-                             .c = b.du + r0 * inner,
-                             .ldc = inner});
-      through_in.push_back({.m = n_e,
-                            .n = hidden,
-                            .k = 2 * inner,
-                            .a = b.dh + r0 * 2 * inner,
-                            .lda = 2 * inner,
-                            .b = w_in + e * 2 * inner * hidden,
-                            .ldb = hidden,
-                            .c = dxp + r0 * hidden,
-                            .ldc = hidden});
-    }
-    through_out.push_back({.trans_a = true,
-                           .m = hidden,
-                           .n = inner,
-                           .k = n_e,
-                           .a = b.dyp + r0 * hidden,
-                           .lda = hidden,
-                           .b = b.u + r0 * inner,
-                           .ldb = inner,
-                           .c = dw_out + e * hidden * inner,
-                           .ldc = inner});
-    through_in.push_back({.trans_a = true,
-                          .m = 2 * inner,
-                          .n = hidden,
-                          .k = n_e,
-                          .a = b.dh + r0 * 2 * inner,
-                          .lda = 2 * inner,
-                          .b = b.xp + r0 * hidden,
-                          .ldb = hidden,
-                          .c = dw_in + e * 2 * inner * hidden,
-                          .ldc = hidden});
+  if (Status s = expert_products(ctx, stream, layout, experts, false, false, 0, inner, hidden,
+                                 b.dyp, hidden, w_out, inner, hidden * inner, b.du, inner, 0);
+      !s.ok()) {
+    return s;
   }
-  if (Status s = gemm_group(ctx, stream, through_out); !s.ok()) return s;
-  if (routed > 0) {
-    if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, routed, inner); !s.ok()) return s;
+  const int64_t cap = layout.capacity;
+  if (Status s = expert_products(ctx, stream, layout, experts, true, false, hidden, inner, 0, b.dyp,
+                                 hidden, b.u, inner, cap * inner, dw_out, inner, hidden * inner);
+      !s.ok()) {
+    return s;
   }
-  if (Status s = gemm_group(ctx, stream, through_in); !s.ok()) return s;
+  if (rows > 0) {
+    if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, rows, inner); !s.ok()) return s;
+  }
+  if (Status s = expert_products(ctx, stream, layout, experts, false, false, 0, hidden, 2 * inner,
+                                 b.dh, 2 * inner, w_in, hidden, 2 * inner * hidden, dxp, hidden, 0);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s =
+          expert_products(ctx, stream, layout, experts, true, false, 2 * inner, hidden, 0, b.dh,
+                          2 * inner, b.xp, hidden, cap * hidden, dw_in, hidden, 2 * inner * hidden);
+      !s.ok()) {
+    return s;
+  }
   combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
       dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
   return launch_status(name);

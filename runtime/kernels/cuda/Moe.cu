@@ -5,13 +5,13 @@
 //   plan     sort the (token, slot) pairs by expert, stably: sorted_slot[p] is the slot at
 //            permuted row p, slot_pos[s] the permuted row of slot s, offsets[e] expert e's first
 //            row (one block per expert; deterministic, no atomics on the result);
-//   layout   the experts' rows are laid out padded when the routing is balanced enough: expert
-//            e's i-th row at e * capacity + i, capacity = its largest count rounded up to 64,
-//            the rows past an expert's count zero; then every expert's product is ONE strided
-//            batched GEMM (one launch that fills the GPU, where 64 experts' own GEMMs are a few
-//            dozen tiles each). Otherwise (an expert with more than about twice the average
-//            rows: the padding would not fit the workspace) the compact rows [offsets[e],
-//            offsets[e+1]) and one GEMM per expert, side by side (gemm_group);
+//   layout   expert e's first min(count_e, capacity) rows at e * capacity + i (padded: the rows
+//            past its count are zero), the rest in an overflow region after them, expert by
+//            expert. Every expert's product is then ONE strided-batched GEMM over the padded
+//            rows (one launch that fills the GPU, where one expert's GEMM is a few dozen tiles)
+//            plus one GEMM per expert that overflows (side by side, gemm_group). The capacity
+//            (a multiple of 64) is chosen per call from the counts: the largest count when the
+//            routing is balanced, less when a few experts take far more rows than the rest;
 //   gather   xp[p] = x[token of the slot at row p] (zero for a padding row);
 //   experts  h = xp W_in[e]^T (GEMM), u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
 //   combine  out[t] = sum_j gates[t, j] y[slot_pos[t*k + j]], fp32, slot order.
@@ -20,6 +20,7 @@
 // dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j dxp[slot_pos[t*k + j]].
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include <vector>
 
 #include "runtime/kernels/cuda/Common.cuh"
@@ -182,22 +183,48 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// The padded layout from the compact plan (one thread per padded row q = e * capacity + i):
-// row_slot[q] = the slot at expert e's compact row offsets[e] + i, or -1 past e's count, and
-// that slot's slot_pos moves to q.
-__global__ void pad_plan_kernel(int32_t* row_slot, int32_t* slot_pos, const int32_t* sorted_slot,
-                                const int32_t* offsets, int64_t capacity, int64_t rows) {
+// Where each expert's overflow rows start (after the padded rows), from the compact offsets:
+// one thread, the experts in order.
+__global__ void overflow_offsets_kernel(int32_t* overflow_start, const int32_t* offsets,
+                                        int64_t capacity, int experts) {
+  int64_t next = experts * capacity;
+  for (int e = 0; e < experts; e++) {
+    overflow_start[e] = static_cast<int32_t>(next);
+    next += max(int64_t{0}, offsets[e + 1] - offsets[e] - capacity);
+  }
+}
+
+// The layout from the compact plan, one thread per compact row p (expert e, its i-th row): the
+// row it moves to, row_slot there, and its slot's slot_pos.
+__global__ void layout_kernel(int32_t* row_slot, int32_t* slot_pos, const int32_t* sorted_slot,
+                              const int32_t* offsets, const int32_t* overflow_start,
+                              int64_t capacity, int64_t routed, int experts) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < routed;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    int lo = 0, hi = experts - 1;  // the last expert whose first row is <= p
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (offsets[mid] <= p) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const int64_t i = p - offsets[lo];
+    const int64_t q = i < capacity ? lo * capacity + i : overflow_start[lo] + (i - capacity);
+    const int32_t slot = sorted_slot[p];
+    row_slot[q] = slot;
+    slot_pos[slot] = static_cast<int32_t>(q);
+  }
+}
+
+// row_slot = -1 on the padded rows past each expert's count.
+__global__ void padding_kernel(int32_t* row_slot, const int32_t* offsets, int64_t capacity,
+                               int64_t rows) {
   for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < rows;
        q += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t e = q / capacity, i = q % capacity;
-    const int32_t first = offsets[e];
-    if (i < offsets[e + 1] - first) {
-      const int32_t slot = sorted_slot[first + i];
-      row_slot[q] = slot;
-      slot_pos[slot] = static_cast<int32_t>(q);
-    } else {
-      row_slot[q] = -1;
-    }
+    const int64_t e = q / capacity;
+    if (q % capacity >= offsets[e + 1] - offsets[e]) row_slot[q] = -1;
   }
 }
 
@@ -285,8 +312,8 @@ __global__ void expert_output_grad_kernel(bf16* dyp, float* dgates, const bf16* 
 
 unsigned warp_grid(int64_t items) { return grid_for(items, kWarpsPerBlock); }
 
-// The padded layout's capacity rounding, and how many rows the workspace holds for it: twice
-// the slots plus one rounding per expert (an expert may have about twice the average rows).
+// The capacity's rounding, and how many rows the workspace holds: the padded rows may take up to
+// the slots plus one rounding per expert, the overflow at most the slots.
 constexpr int64_t kCapacityRounding = 64;
 int64_t row_limit(int64_t slots, int64_t experts) {
   return 2 * slots + kCapacityRounding * experts;
@@ -307,14 +334,15 @@ Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int
 
 // The plan and the activations both passes need, carved from the workspace: R = row_limit rows.
 struct ExpertBuffers {
-  int32_t* sorted_slot;  // [S], the compact plan
-  int32_t* slot_pos;     // [S]
-  int32_t* offsets;      // [experts + 1]
-  int32_t* row_slot;     // [R], the padded layout's slot per row
-  bf16* xp;              // [R, hidden]
-  bf16* h;               // [R, 2*inner]
-  bf16* u;               // [R, inner]
-  bf16* y;               // [R, hidden]; the backward reuses it for dxp
+  int32_t* sorted_slot;     // [S], the compact plan
+  int32_t* slot_pos;        // [S]
+  int32_t* offsets;         // [experts + 1]
+  int32_t* overflow_start;  // [experts]
+  int32_t* row_slot;        // [R], the slot at each row of the layout (-1: padding)
+  bf16* xp;                 // [R, hidden]
+  bf16* h;                  // [R, 2*inner]
+  bf16* u;                  // [R, inner]
+  bf16* y;                  // [R, hidden]; the backward reuses it for dxp
   // Backward only.
   bf16* dyp;  // [R, hidden]
   bf16* du;   // [R, inner]
@@ -328,6 +356,7 @@ ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int
   b.sorted_slot = carver.take<int32_t>(slots);
   b.slot_pos = carver.take<int32_t>(slots);
   b.offsets = carver.take<int32_t>(experts + 1);
+  b.overflow_start = carver.take<int32_t>(experts);
   b.row_slot = carver.take<int32_t>(rows);
   b.xp = carver.take<bf16>(rows * hidden);
   b.h = carver.take<bf16>(rows * 2 * inner);
@@ -341,60 +370,88 @@ ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int
   return b;
 }
 
-// Where the experts' rows are: `rows` of them, row p holding slot row_slot[p] (< 0: padding);
-// padded (capacity > 0: expert e's rows start at e * capacity) or compact (offsets).
+// Where the experts' rows are (see the top): `rows` in all, expert e's first min(count_e,
+// capacity) at e * capacity, its overflow (count_e - capacity rows, when positive) at
+// overflow[e].
 struct ExpertRows {
   int64_t rows = 0;
   int64_t capacity = 0;
-  const int32_t* row_slot = nullptr;
-  std::vector<int32_t> offsets;  // the compact plan's, on the host
+  std::vector<int64_t> counts;    // per expert
+  std::vector<int64_t> overflow;  // per expert, where its overflow rows start
 };
 
-// The same product for every expert e, on rows [first_e, first_e + count_e) of `a` and `c`
-// (row strides lda, ldc) and expert e's matrix of `b` (stride b_stride): one batched GEMM over
-// the padded layout, or one GEMM per expert with rows. With `rows_are_k` the expert's rows are
-// the reduction (a weight gradient: op(A) = A^T over the rows); an expert without rows then gets
-// C = 0 (k = 0).
-Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& layout,
-                       int64_t experts, bool rows_are_k, bool trans_b, int64_t m, int64_t n,
-                       int64_t k, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
-                       int64_t b_stride, bf16* c, int64_t ldc, int64_t c_stride) {
-  if (layout.capacity > 0) {
-    const int64_t cap = layout.capacity;
-    GemmProblem p{.trans_a = rows_are_k,
-                  .trans_b = trans_b,
-                  .m = rows_are_k ? m : cap,
-                  .n = n,
-                  .k = rows_are_k ? cap : k,
-                  .a = a,
-                  .lda = lda,
-                  .b = b,
-                  .ldb = ldb,
-                  .c = c,
-                  .ldc = ldc};
-    // Per expert: a's rows move by cap rows; c moves by cap rows, or by a whole matrix for a
-    // weight gradient; b moves by b_stride (a weight, or the other operand's cap rows).
-    return gemm_strided_batched(ctx, stream, p, experts, cap * lda, b_stride,
-                                rows_are_k ? c_stride : cap * ldc);
+// The capacity for these counts: the multiple of 64 whose padded rows plus overflow GEMMs cost
+// least, counting a padded row as 1, an overflow row as 2 (a small GEMM runs at about half the
+// batched one's rate) and each overflow GEMM as 256 more; within the workspace's `limit` rows.
+int64_t choose_capacity(const std::vector<int64_t>& counts, int64_t limit) {
+  const int64_t experts = static_cast<int64_t>(counts.size());
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  int64_t best = kCapacityRounding, best_cost = INT64_MAX;
+  for (int64_t cap = kCapacityRounding; cap < largest + kCapacityRounding;
+       cap += kCapacityRounding) {
+    int64_t overflow = 0, cost = experts * cap;
+    for (int64_t n : counts) {
+      if (n > cap) {
+        overflow += n - cap;
+        cost += 2 * (n - cap) + 256;
+      }
+    }
+    if (experts * cap + overflow <= limit && cost < best_cost) {
+      best = cap;
+      best_cost = cost;
+    }
   }
-  std::vector<GemmProblem> problems;
+  return best;
+}
+
+// The same product for every expert e, on its rows of `a` and `c` (row strides lda, ldc) and its
+// matrix of `b` (stride b_stride): one batched GEMM over the padded rows, then one GEMM per
+// expert that overflows. With `rows_are_k` the rows are the reduction (a weight gradient:
+// op(A) = A^T, and `b` is the other operand's rows, not a weight): the overflow then adds to what
+// the batched GEMM wrote (beta 1), and an expert without rows gets C = 0.
+Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& layout,
+                       bool rows_are_k, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       const bf16* a, int64_t lda, const bf16* b, int64_t ldb, int64_t b_stride,
+                       bf16* c, int64_t ldc, int64_t c_stride) {
+  const int64_t cap = layout.capacity, experts = static_cast<int64_t>(layout.counts.size());
+  const GemmProblem padded{.trans_a = rows_are_k,
+                           .trans_b = trans_b,
+                           .m = rows_are_k ? m : cap,
+                           .n = n,
+                           .k = rows_are_k ? cap : k,
+                           .a = a,
+                           .lda = lda,
+                           .b = b,
+                           .ldb = ldb,
+                           .c = c,
+                           .ldc = ldc};
+  // Per expert: a's rows move by cap rows; c by cap rows, or by a whole matrix for a weight
+  // gradient; b by b_stride (a weight, or the other operand's cap rows).
+  if (Status s = gemm_strided_batched(ctx, stream, padded, experts, cap * lda, b_stride,
+                                      rows_are_k ? c_stride : cap * ldc);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<GemmProblem> overflow;
   for (int64_t e = 0; e < experts; e++) {
-    const int64_t r0 = layout.offsets[e], n_e = layout.offsets[e + 1] - r0;
+    const int64_t r0 = layout.overflow[e], rows = layout.counts[e] - cap;
+    if (rows <= 0) continue;
     if (rows_are_k) {
-      problems.push_back({.trans_a = true,
+      overflow.push_back({.trans_a = true,
                           .trans_b = trans_b,
                           .m = m,
                           .n = n,
-                          .k = n_e,
+                          .k = rows,
                           .a = a + r0 * lda,
                           .lda = lda,
                           .b = b + r0 * ldb,
                           .ldb = ldb,
+                          .beta = 1.f,
                           .c = c + e * c_stride,
                           .ldc = ldc});
-    } else if (n_e > 0) {
-      problems.push_back({.trans_b = trans_b,
-                          .m = n_e,
+    } else {
+      overflow.push_back({.trans_b = trans_b,
+                          .m = rows,
                           .n = n,
                           .k = k,
                           .a = a + r0 * lda,
@@ -405,7 +462,7 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
                           .ldc = ldc});
     }
   }
-  return gemm_group(ctx, stream, problems);
+  return gemm_group(ctx, stream, overflow);
 }
 
 // Plan, layout, gather, the expert MLPs (h, u, y); returns where the rows are.
@@ -419,46 +476,48 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   plan_kernel<<<e_count, kPlanThreads, sizeof(int32_t) * experts, stream>>>(
       b.sorted_slot, b.slot_pos, b.offsets, indices, slots, e_count);
   if (Status s = launch_status(name); !s.ok()) return s;
-  std::vector<int32_t>& offsets = layout.offsets;
-  offsets.assign(experts + 1, 0);
+  std::vector<int32_t> offsets(experts + 1, 0);
   cudaError_t error = cudaMemcpyAsync(offsets.data(), b.offsets, sizeof(int32_t) * (experts + 1),
                                       cudaMemcpyDeviceToHost, stream);
   if (error != cudaSuccess) return Status::Cuda(name, error);
   // The one wait: cuBLASLt takes the row counts from the host.
   error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) return Status::Cuda(name, error);
-  int64_t largest = 0;
-  for (int64_t e = 0; e < experts; e++)
-    largest = std::max<int64_t>(largest, offsets[e + 1] - offsets[e]);
-  const int64_t capacity =
-      (largest + kCapacityRounding - 1) / kCapacityRounding * kCapacityRounding;
-  if (capacity > 0 && experts * capacity <= row_limit(slots, experts)) {
-    layout.capacity = capacity;
-    layout.rows = experts * capacity;
-    layout.row_slot = b.row_slot;
-    pad_plan_kernel<<<grid_for(layout.rows, kThreads), kThreads, 0, stream>>>(
-        b.row_slot, b.slot_pos, b.sorted_slot, b.offsets, capacity, layout.rows);
-    if (Status s = launch_status(name); !s.ok()) return s;
-  } else {
-    layout.capacity = 0;
-    layout.rows = offsets[experts];
-    layout.row_slot = b.sorted_slot;
+  const int64_t routed = offsets[experts];
+  if (routed == 0) return Status();
+  layout.counts.resize(experts);
+  for (int64_t e = 0; e < experts; e++) layout.counts[e] = offsets[e + 1] - offsets[e];
+  const int64_t cap = choose_capacity(layout.counts, row_limit(slots, experts));
+  layout.capacity = cap;
+  layout.overflow.resize(experts);
+  int64_t next = experts * cap;
+  for (int64_t e = 0; e < experts; e++) {
+    layout.overflow[e] = next;
+    next += std::max<int64_t>(0, layout.counts[e] - cap);
   }
+  layout.rows = next;
+  overflow_offsets_kernel<<<1, 1, 0, stream>>>(b.overflow_start, b.offsets, cap, e_count);
+  if (Status s = launch_status(name); !s.ok()) return s;
+  layout_kernel<<<grid_for(routed, kThreads), kThreads, 0, stream>>>(
+      b.row_slot, b.slot_pos, b.sorted_slot, b.offsets, b.overflow_start, cap, routed, e_count);
+  if (Status s = launch_status(name); !s.ok()) return s;
+  padding_kernel<<<grid_for(experts * cap, kThreads), kThreads, 0, stream>>>(b.row_slot, b.offsets,
+                                                                             cap, experts * cap);
+  if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t rows = layout.rows;
-  if (rows == 0) return Status();
   const bool vec = hidden % 8 == 0 && aligned16(x);
-  gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, layout.row_slot, rows, hidden,
+  gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, b.row_slot, rows, hidden,
                                                           static_cast<int>(k), vec);
   if (Status s = launch_status(name); !s.ok()) return s;
   // h = xp W_in[e]^T, u = swiglu(h), y = u W_out[e]^T.
-  if (Status s = expert_products(ctx, stream, layout, experts, false, true, 0, 2 * inner, hidden,
-                                 b.xp, hidden, w_in, hidden, 2 * inner * hidden, b.h, 2 * inner, 0);
+  if (Status s = expert_products(ctx, stream, layout, false, true, 0, 2 * inner, hidden, b.xp,
+                                 hidden, w_in, hidden, 2 * inner * hidden, b.h, 2 * inner, 0);
       !s.ok()) {
     return s;
   }
   if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
-  return expert_products(ctx, stream, layout, experts, false, true, 0, hidden, inner, b.u, inner,
-                         w_out, inner, hidden * inner, b.y, hidden, 0);
+  return expert_products(ctx, stream, layout, false, true, 0, hidden, inner, b.u, inner, w_out,
+                         inner, hidden * inner, b.y, hidden, 0);
 }
 
 // out[i] = in[index[i]], or 0 where index[i] < 0.
@@ -563,42 +622,46 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
   }
   const int64_t rows = layout.rows;
   const bool vec = hidden % 8 == 0 && aligned16(dout) && aligned16(dx);
-  if (rows > 0) {
-    expert_output_grad_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(
-        b.dyp, dgates, dout, b.y, gates, layout.row_slot, rows, hidden, static_cast<int>(k), vec);
-    if (Status s = launch_status(name); !s.ok()) return s;
+  auto combine_dx = [&](const bf16* dxp) {  // also zeroes the dgates of slots without an expert
+    combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
+        dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
+    return launch_status(name);
+  };
+  if (rows == 0) {  // no slot has an expert: dx = 0, dgates = 0, no weight gradient
+    if (Status s = fill(stream, dw_in, 0.f, experts * 2 * inner * hidden); !s.ok()) return s;
+    if (Status s = fill(stream, dw_out, 0.f, experts * hidden * inner); !s.ok()) return s;
+    return combine_dx(b.y);
   }
+  expert_output_grad_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(
+      b.dyp, dgates, dout, b.y, gates, b.row_slot, rows, hidden, static_cast<int>(k), vec);
+  if (Status s = launch_status(name); !s.ok()) return s;
   // Through W_out: du = dyp W_out[e]; dW_out[e] = dyp^T u (zero for an expert without rows).
   // Through W_in: dxp = dh W_in[e] (into y's buffer); dW_in[e] = dh^T xp.
   bf16* dxp = b.y;
-  if (Status s = expert_products(ctx, stream, layout, experts, false, false, 0, inner, hidden,
-                                 b.dyp, hidden, w_out, inner, hidden * inner, b.du, inner, 0);
+  if (Status s = expert_products(ctx, stream, layout, false, false, 0, inner, hidden, b.dyp, hidden,
+                                 w_out, inner, hidden * inner, b.du, inner, 0);
       !s.ok()) {
     return s;
   }
   const int64_t cap = layout.capacity;
-  if (Status s = expert_products(ctx, stream, layout, experts, true, false, hidden, inner, 0, b.dyp,
-                                 hidden, b.u, inner, cap * inner, dw_out, inner, hidden * inner);
+  if (Status s = expert_products(ctx, stream, layout, true, false, hidden, inner, 0, b.dyp, hidden,
+                                 b.u, inner, cap * inner, dw_out, inner, hidden * inner);
       !s.ok()) {
     return s;
   }
-  if (rows > 0) {
-    if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, rows, inner); !s.ok()) return s;
-  }
-  if (Status s = expert_products(ctx, stream, layout, experts, false, false, 0, hidden, 2 * inner,
-                                 b.dh, 2 * inner, w_in, hidden, 2 * inner * hidden, dxp, hidden, 0);
+  if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, rows, inner); !s.ok()) return s;
+  if (Status s = expert_products(ctx, stream, layout, false, false, 0, hidden, 2 * inner, b.dh,
+                                 2 * inner, w_in, hidden, 2 * inner * hidden, dxp, hidden, 0);
       !s.ok()) {
     return s;
   }
   if (Status s =
-          expert_products(ctx, stream, layout, experts, true, false, 2 * inner, hidden, 0, b.dh,
-                          2 * inner, b.xp, hidden, cap * hidden, dw_in, hidden, 2 * inner * hidden);
+          expert_products(ctx, stream, layout, true, false, 2 * inner, hidden, 0, b.dh, 2 * inner,
+                          b.xp, hidden, cap * hidden, dw_in, hidden, 2 * inner * hidden);
       !s.ok()) {
     return s;
   }
-  combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
-      dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
-  return launch_status(name);
+  return combine_dx(dxp);
 }
 
 // ---------------------------------------------------------------------------------------------

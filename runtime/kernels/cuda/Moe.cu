@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/kernels/cuda/Common.cuh"
+#include "runtime/kernels/cuda/ExpertRows.h"
 
 namespace hcp::cuda {
 namespace {
@@ -312,13 +313,6 @@ __global__ void expert_output_grad_kernel(bf16* dyp, float* dgates, const bf16* 
 
 unsigned warp_grid(int64_t items) { return grid_for(items, kWarpsPerBlock); }
 
-// The capacity's rounding, and how many rows the workspace holds: the padded rows may take up to
-// the slots plus one rounding per expert, the overflow at most the slots.
-constexpr int64_t kCapacityRounding = 64;
-int64_t row_limit(int64_t slots, int64_t experts) {
-  return 2 * slots + kCapacityRounding * experts;
-}
-
 Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k) {
   if (tokens < 0 || hidden <= 0 || inner <= 0 || experts <= 0 || k <= 0) {
@@ -327,12 +321,13 @@ Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int
   if (experts > kMaxPlanExperts) return Status(name, "more than 4096 experts");
   if (k > kMaxK) return Status(name, "k above 16");
   // Row indices are int32, the padded layout's too.
-  if (row_limit(tokens * k, experts) > INT32_MAX)
+  if (expert_row_limit(tokens * k, experts) > INT32_MAX)
     return Status(name, "too many (token, slot) pairs");
   return Status();
 }
 
-// The plan and the activations both passes need, carved from the workspace: R = row_limit rows.
+// The plan and the activations both passes need, carved from the workspace: R = expert_row_limit
+// rows.
 struct ExpertBuffers {
   int32_t* sorted_slot;     // [S], the compact plan
   int32_t* slot_pos;        // [S]
@@ -351,7 +346,7 @@ struct ExpertBuffers {
 
 ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int64_t inner,
                     int64_t experts, int64_t k, bool backward) {
-  const int64_t slots = tokens * k, rows = row_limit(slots, experts);
+  const int64_t slots = tokens * k, rows = expert_row_limit(slots, experts);
   ExpertBuffers b{};
   b.sorted_slot = carver.take<int32_t>(slots);
   b.slot_pos = carver.take<int32_t>(slots);
@@ -368,40 +363,6 @@ ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int
     b.dh = carver.take<bf16>(rows * 2 * inner);
   }
   return b;
-}
-
-// Where the experts' rows are (see the top): `rows` in all, expert e's first min(count_e,
-// capacity) at e * capacity, its overflow (count_e - capacity rows, when positive) at
-// overflow[e].
-struct ExpertRows {
-  int64_t rows = 0;
-  int64_t capacity = 0;
-  std::vector<int64_t> counts;    // per expert
-  std::vector<int64_t> overflow;  // per expert, where its overflow rows start
-};
-
-// The capacity for these counts: the multiple of 64 whose padded rows plus overflow GEMMs cost
-// least, counting a padded row as 1, an overflow row as 2 (a small GEMM runs at about half the
-// batched one's rate) and each overflow GEMM as 256 more; within the workspace's `limit` rows.
-int64_t choose_capacity(const std::vector<int64_t>& counts, int64_t limit) {
-  const int64_t experts = static_cast<int64_t>(counts.size());
-  const int64_t largest = *std::max_element(counts.begin(), counts.end());
-  int64_t best = kCapacityRounding, best_cost = INT64_MAX;
-  for (int64_t cap = kCapacityRounding; cap < largest + kCapacityRounding;
-       cap += kCapacityRounding) {
-    int64_t overflow = 0, cost = experts * cap;
-    for (int64_t n : counts) {
-      if (n > cap) {
-        overflow += n - cap;
-        cost += 2 * (n - cap) + 256;
-      }
-    }
-    if (experts * cap + overflow <= limit && cost < best_cost) {
-      best = cap;
-      best_cost = cost;
-    }
-  }
-  return best;
 }
 
 // The same product for every expert e, on its rows of `a` and `c` (row strides lda, ldc) and its
@@ -485,17 +446,10 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   if (error != cudaSuccess) return Status::Cuda(name, error);
   const int64_t routed = offsets[experts];
   if (routed == 0) return Status();
-  layout.counts.resize(experts);
-  for (int64_t e = 0; e < experts; e++) layout.counts[e] = offsets[e + 1] - offsets[e];
-  const int64_t cap = choose_capacity(layout.counts, row_limit(slots, experts));
-  layout.capacity = cap;
-  layout.overflow.resize(experts);
-  int64_t next = experts * cap;
-  for (int64_t e = 0; e < experts; e++) {
-    layout.overflow[e] = next;
-    next += std::max<int64_t>(0, layout.counts[e] - cap);
-  }
-  layout.rows = next;
+  std::vector<int64_t> counts(experts);
+  for (int64_t e = 0; e < experts; e++) counts[e] = offsets[e + 1] - offsets[e];
+  layout = plan_expert_rows(std::move(counts), expert_row_limit(slots, experts));
+  const int64_t cap = layout.capacity;
   overflow_offsets_kernel<<<1, 1, 0, stream>>>(b.overflow_start, b.offsets, cap, e_count);
   if (Status s = launch_status(name); !s.ok()) return s;
   layout_kernel<<<grid_for(routed, kThreads), kThreads, 0, stream>>>(

@@ -397,31 +397,20 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
   for (int64_t e = 0; e < experts; e++) {
     const int64_t r0 = layout.overflow[e], rows = layout.counts[e] - cap;
     if (rows <= 0) continue;
-    if (rows_are_k) {
-      overflow.push_back({.trans_a = true,
-                          .trans_b = trans_b,
-                          .m = m,
-                          .n = n,
-                          .k = rows,
-                          .a = a + r0 * lda,
-                          .lda = lda,
-                          .b = b + r0 * ldb,
-                          .ldb = ldb,
-                          .beta = 1.f,
-                          .c = c + e * c_stride,
-                          .ldc = ldc});
-    } else {
-      overflow.push_back({.trans_b = trans_b,
-                          .m = rows,
-                          .n = n,
-                          .k = k,
-                          .a = a + r0 * lda,
-                          .lda = lda,
-                          .b = b + e * b_stride,
-                          .ldb = ldb,
-                          .c = c + r0 * ldc,
-                          .ldc = ldc});
-    }
+    // As the padded product, for this expert's overflow rows; a weight gradient's part adds onto
+    // what the batched GEMM wrote.
+    overflow.push_back({.trans_a = rows_are_k,
+                        .trans_b = trans_b,
+                        .m = rows_are_k ? m : rows,
+                        .n = n,
+                        .k = rows_are_k ? rows : k,
+                        .a = a + r0 * lda,
+                        .lda = lda,
+                        .b = rows_are_k ? b + r0 * ldb : b + e * b_stride,
+                        .ldb = ldb,
+                        .beta = rows_are_k ? 1.f : 0.f,
+                        .c = rows_are_k ? c + e * c_stride : c + r0 * ldc,
+                        .ldc = ldc});
   }
   return gemm_group(ctx, stream, overflow);
 }

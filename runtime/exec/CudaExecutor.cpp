@@ -62,8 +62,7 @@ float Bf16Value(uint16_t bits) {
 // The optimizer state one parameter's slice needs: m and v, plus an fp32 master for a bf16
 // parameter.
 uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p, OptimizerSlice slice) {
-  const int arrays = plan.buffers[p.buffer].dtype == plan::DType::BF16 ? 3 : 2;
-  return arrays * RoundUp(slice.count * sizeof(float));
+  return OptimizerArrays(plan.buffers[p.buffer].dtype) * RoundUp(slice.count * sizeof(float));
 }
 
 // Per parameter, the slice of its buffer this rank's optimizer updates (ParameterValues.h).

@@ -57,6 +57,17 @@ OptimizerSlice OptimizerSliceOf(const plan::Parameter& p, int64_t elements, bool
   return OptimizerSlice{.begin = rank * count, .count = count, .split = true};
 }
 
+uint64_t OptimizerStateBytes(const plan::Plan& plan, bool shard) {
+  uint64_t bytes = 0;
+  for (const plan::Parameter& p : plan.parameters) {
+    const plan::Buffer& b = plan.buffers[p.buffer];
+    const OptimizerSlice slice = OptimizerSliceOf(p, static_cast<int64_t>(b.elements), shard,
+                                                  /*rank=*/0, plan.mesh.world());
+    bytes += static_cast<uint64_t>(slice.count) * OptimizerArrays(b.dtype) * sizeof(float);
+  }
+  return bytes;
+}
+
 void FillInitialValues(const plan::Parameter& p, uint64_t seed, int64_t begin,
                        std::span<float> out) {
   const auto n = static_cast<int64_t>(out.size());

@@ -35,6 +35,13 @@ struct OptimizerSlice {
 OptimizerSlice OptimizerSliceOf(const plan::Parameter& p, int64_t elements, bool shard,
                                 int64_t rank, int64_t ranks);
 
+// The fp32 arrays AdamW keeps per value of a parameter stored in `dtype`: m and v, and a master
+// copy for a bf16 parameter (an f32 parameter is its own master).
+inline int OptimizerArrays(plan::DType dtype) { return dtype == plan::DType::BF16 ? 3 : 2; }
+// The AdamW state one rank of `plan` keeps, in bytes: OptimizerArrays per value of its slice of
+// each parameter (OptimizerSliceOf over the plan's ranks; every rank's slice is the same size).
+uint64_t OptimizerStateBytes(const plan::Plan& plan, bool shard);
+
 // out = elements [begin, begin + out.size()) of parameter p's whole tensor, initialised by
 // p.init: Normal keyed by (seed, p.name, element index) (runtime/weights/Init.h), so a parameter
 // gets the same values whatever plan, split or executor it is in; Zeros; Ones; LogArange =

@@ -1,10 +1,12 @@
 // `hybridcp inspect FILE.plan`: what a plan holds and costs: memory per arena (the activation
-// arena is the step's peak activation memory), kernels, FLOPs per step.
+// arena is the step's peak activation memory) and the optimizer state training adds, kernels,
+// FLOPs per step.
 #include <cstdio>
 #include <fstream>
 #include <map>
 
 #include "absl/strings/str_format.h"
+#include "runtime/exec/ParameterValues.h"
 #include "runtime/plan/CommVolume.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
@@ -97,6 +99,10 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
                 a == plan::Arena::Activations ? "  (peak activation memory)" : "");
   }
   std::printf("  %-12s %s\n", "total", Bytes(plan.total_arena_bytes()).c_str());
+  // Training adds the optimizer's state (train --shard-optimizer splits it over the ranks).
+  std::printf("  %-12s %s  (training; %s with --shard-optimizer)\n", "AdamW state",
+              Bytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
+              Bytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
   std::map<std::string, int> kernels;
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());

@@ -617,6 +617,15 @@ TEST(OptimizerSlice, EqualSlicesOfReplicatedParameters) {
   EXPECT_TRUE(whole(OptimizerSliceOf(experts, 24, /*shard=*/true, 1, 2), 24));
 }
 
+// inspect's AdamW figure: m and v per held value of an f32 parameter; sharded, the replicated
+// [6] norm weight splits over the two ranks while the ep-split experts stay whole.
+TEST(OptimizerSlice, StateBytesPerRank) {
+  const plan::Plan sharded = ShardedPlan(plan::Mesh{.cp = 1, .dp = 2, .ep = 2});
+  // norm 6 values, experts.w_in 4 x 3 x 2 = 24 and experts.a_log 4 x 2 = 8 held per rank.
+  EXPECT_EQ(OptimizerStateBytes(sharded, /*shard=*/false), 2 * 4 * (6 + 24 + 8));
+  EXPECT_EQ(OptimizerStateBytes(sharded, /*shard=*/true), 2 * 4 * (3 + 24 + 8));
+}
+
 TEST(CpuExecutor, CreateValidatesThePlanAgain) {
   plan::Plan plan = LoadTinyLm();
   plan.steps[1].ints[1] = H + 1;  // rms_norm dim

@@ -68,7 +68,7 @@ uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p, Optimi
 // Per parameter, the slice of its buffer this rank's optimizer updates (ParameterValues.h).
 std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan,
                                             const CudaExecutor::Options& options) {
-  const int64_t ranks = plan.mesh.cp * plan.mesh.dp;
+  const int64_t ranks = plan.mesh.world();
   const int64_t rank = ranks > 1 ? options.nccl->host().world_rank() : 0;
   std::vector<OptimizerSlice> slices;
   for (const plan::Parameter& p : plan.parameters) {

@@ -213,12 +213,11 @@ void set_sm_target(cublasLtMatmulDesc_t op, int sm_count) {
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target));
 }
 
-// The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
-Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
-                  const Batch& batch, const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
-  const char* where = "gemm: heuristic";
-  Descriptors d;
+// The operation (fp32 accumulation, the transposes, the SM target) and the layouts of a problem:
+// what the heuristic query and the launch both describe.
+Status describe(Descriptors& d, const char* where, int sm_count, bool trans_a, bool trans_b,
+                int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                cudaDataType_t ctype, const Batch& batch) {
   if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       !s.ok()) {
     return s;
@@ -228,7 +227,18 @@ Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, in
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
   set_sm_target(d.op, sm_count);
-  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch); !s.ok()) {
+  return make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch);
+}
+
+// The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
+Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+                  const Batch& batch, const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
+  const char* where = "gemm: heuristic";
+  Descriptors d;
+  if (Status s =
+          describe(d, where, sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch);
+      !s.ok()) {
     return s;
   }
   if (Status s = lt_status(where, cublasLtMatmulPreferenceCreate(&d.pref)); !s.ok()) return s;
@@ -267,16 +277,8 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
            const cublasLtMatmulAlgo_t& algo) {
   const char* where = "gemm";
   Descriptors d;
-  if (Status s = lt_status(where, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      !s.ok()) {
-    return s;
-  }
-  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
-  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
-  set_sm_target(d.op, target.sm_count);
-  if (Status s = make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_type<TC>(), batch);
+  if (Status s = describe(d, where, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                          c_type<TC>(), batch);
       !s.ok()) {
     return s;
   }

@@ -75,7 +75,24 @@ struct SsdBackwardBuffers {
   float* da_pass;   // [B,H,nc,PN/128]
   float* dD_part;   // [B,H,nc,2]
   float* dA_part;   // [B,H,nc]
+  float* dbc_part;  // [splits,B,S,G,N] the dB / dC sums of each slice of heads (splits > 1)
 };
+
+// ssd_dbc_kernel's slices of a group's heads. Each block sums its 64 rows' state terms over the
+// group's heads one after another; at short sequences there are few blocks (4 per chunk and group:
+// 128 at s = 8192, one per SM and one latency-bound warp group each), so the heads are split over
+// up to 8x more blocks, whose fp32 sums ssd_dbc_sum_kernel adds in a fixed order. A function of
+// the shape only: the results do not depend on the device.
+int dbc_head_splits(const SsdShape& s) {
+  constexpr int64_t kTargetBlocks = 1024;
+  const int64_t blocks = kTiles * ssd_num_chunks(s) * s.batch * s.groups;
+  const int hg = static_cast<int>(s.heads / s.groups);
+  int splits = 1;
+  for (int d = 2; d <= 8; d++) {
+    if (hg % d == 0 && blocks * d <= kTargetBlocks) splits = d;
+  }
+  return splits;
+}
 
 // Without dy (ssd_final_state_backward) the buffers only the dy terms fill (dcb, da_pairs, da_c,
 // dD_part) take no space and stay null.
@@ -84,6 +101,7 @@ size_t backward_extra_bytes(const SsdShape& s, bool with_dy, SsdBackwardBuffers*
   const size_t bh = static_cast<size_t>(s.batch * s.heads);
   const size_t pn = static_cast<size_t>(s.head_dim * s.state);
   const size_t dy_only = with_dy ? 1 : 0;
+  const int splits = dbc_head_splits(s);
   const size_t sizes[] = {
       bh * nc * pn,                                                      // gstates
       dy_only * static_cast<size_t>(s.batch * s.groups) * nc * kQ * kQ,  // dcb
@@ -94,17 +112,21 @@ size_t backward_extra_bytes(const SsdShape& s, bool with_dy, SsdBackwardBuffers*
       bh * nc * (pn / 128),                                              // da_pass
       dy_only * bh * nc * 2,                                             // dD_part
       bh * nc,                                                           // dA_part
+      splits > 1 ? static_cast<size_t>(splits * s.batch * s.seq * s.groups * s.state) : 0,
   };
-  float* dummy[9];
-  float** slots[] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3], &dummy[4],
-                     &dummy[5], &dummy[6], &dummy[7], &dummy[8]};
+  constexpr int kCount = sizeof(sizes) / sizeof(sizes[0]);
+  float* dummy[kCount];
+  float** slots[kCount];
+  for (int i = 0; i < kCount; i++) slots[i] = &dummy[i];
   if (out != nullptr) {
     float** named[] = {&out->gstates,  &out->dcb,     &out->da_pairs, &out->da_c,   &out->da_b,
-                       &out->ddt_part, &out->da_pass, &out->dD_part,  &out->dA_part};
-    for (int i = 0; i < 9; i++) slots[i] = named[i];
+                       &out->ddt_part, &out->da_pass, &out->dD_part,  &out->dA_part,
+                       &out->dbc_part};
+    static_assert(sizeof(named) / sizeof(named[0]) == kCount);
+    for (int i = 0; i < kCount; i++) slots[i] = named[i];
   }
   size_t total = 0;
-  for (int i = 0; i < 9; i++) {
+  for (int i = 0; i < kCount; i++) {
     *slots[i] = base != nullptr && sizes[i] > 0
                     ? reinterpret_cast<float*>(static_cast<char*>(base) + total)
                     : nullptr;
@@ -347,11 +369,14 @@ __global__ void __launch_bounds__(128, 3)
 
 // ---------------------------------------------------------------------------------------------
 // 5. dC (kMode 0, rows = positions l) and dB (kMode 1, rows = positions s), 64 rows per block,
-// grid (kTiles, nc, B * G), 128 threads = 4 warps x 16 rows, each row's 128 outputs in registers.
+// grid (kTiles, nc, B * G * splits), 128 threads = 4 warps x 16 rows, each row's 128 outputs in
+// registers.
 //   kMode 0: acc = sum_{st <= rt} dCB[rt, st] B[st]   + sum_h exp(a_l) (dy_h H_h)_l
 //   kMode 1: acc = sum_{lt >= rt} dCB[lt, rt]^T C[lt] + sum_h exp(a_last - a_s) dt_s (x_h G_h)_s
 // and per head the da part: mode 0 + (head term) . C_l -> da_c; mode 1 - (head term) . B_s -> da_b.
-// dcb null (dy = 0, so dCB = 0): the head terms alone, and Zm is not read.
+// dcb null (dy = 0, so dCB = 0): the head terms alone, and Zm is not read. With splits > 1 (see
+// dbc_head_splits) block slice k sums the heads [k hg/splits, (k+1) hg/splits) of its group (slice
+// 0 also the dCB product) into part[k] in fp32, and ssd_dbc_sum_kernel writes out.
 template <int P>
 struct DbcSmem {
   static constexpr int kLdN = kN + 8, kLdP = P + 8, kLdT = kT + 8;
@@ -361,11 +386,11 @@ struct DbcSmem {
 
 template <int kMode, int P>
 __global__ void __launch_bounds__(128, 2)
-    ssd_dbc_kernel(bf16* __restrict__ out, float* __restrict__ da_out,
+    ssd_dbc_kernel(bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ da_out,
                    const float* __restrict__ dcb, const bf16* __restrict__ Zm,
                    const bf16* __restrict__ Om, const bf16* __restrict__ U,
                    const float* __restrict__ states, const float* __restrict__ acs,
-                   const float* __restrict__ dtc, int64_t S, int H, int G, int nc) {
+                   const float* __restrict__ dtc, int64_t S, int H, int G, int nc, int splits) {
   using Sm = DbcSmem<P>;
   constexpr int kLdN = Sm::kLdN, kLdP = Sm::kLdP, kLdT = Sm::kLdT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -376,8 +401,9 @@ __global__ void __launch_bounds__(128, 2)
   bf16* Ss = Us + kT * kLdP;                     // H_c / G_c as bf16 [P][N]
   float* rs = reinterpret_cast<float*>(Ss + P * kLdN);
 
-  const int rt = blockIdx.x, c = blockIdx.y, b = blockIdx.z / G, g = blockIdx.z % G;
-  const int hg = H / G;
+  const int rt = blockIdx.x, c = blockIdx.y, split = blockIdx.z % splits;
+  const int b = blockIdx.z / splits / G, g = blockIdx.z / splits % G;
+  const int hg = H / G, heads_per_split = hg / splits;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   const int64_t t0 = static_cast<int64_t>(c) * kQ;
   const int valid = static_cast<int>(S - t0 < kQ ? S - t0 : kQ);
@@ -394,7 +420,7 @@ __global__ void __launch_bounds__(128, 2)
 
   float acc[16][4] = {};
   const int it_begin = kMode == 0 ? 0 : rt;
-  const int it_end = dcb == nullptr ? it_begin : kMode == 0 ? rt + 1 : kTiles;
+  const int it_end = dcb == nullptr || split != 0 ? it_begin : kMode == 0 ? rt + 1 : kTiles;
   for (int it = it_begin; it < it_end; it++) {
     const int lt = kMode == 0 ? rt : it, st = kMode == 0 ? it : rt;
     const int z0 = it * kT;  // rows of Z: s-tile (mode 0) or l-tile (mode 1)
@@ -432,7 +458,7 @@ __global__ void __launch_bounds__(128, 2)
 
   const int row_a = warp * 16 + gq, row_b = row_a + 8;  // block-relative
   const int64_t u_stride = static_cast<int64_t>(H) * P;
-  for (int hh = 0; hh < hg; hh++) {
+  for (int hh = split * heads_per_split; hh < (split + 1) * heads_per_split; hh++) {
     const int h = g * hg + hh;
     const int64_t bhc = (static_cast<int64_t>(b) * H + h) * nc + c;
     if (threadIdx.x < kT) {
@@ -509,7 +535,12 @@ __global__ void __launch_bounds__(128, 2)
     __syncthreads();  // Us, Ss, rs are rewritten by the next head
   }
 
-  bf16* o = out + (static_cast<int64_t>(b) * S + t0) * bc_stride + static_cast<int64_t>(g) * kN;
+  const int64_t o_offset =
+      (static_cast<int64_t>(b) * S + t0) * bc_stride + static_cast<int64_t>(g) * kN;
+  bf16* o = out + o_offset;
+  float* po = splits > 1 ? part + split * (static_cast<int64_t>(gridDim.z / splits) * S * kN) +
+                               o_offset
+                         : nullptr;
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     const int row = r0 + (half == 0 ? row_a : row_b);
@@ -517,10 +548,32 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
     for (int nt = 0; nt < 16; nt++) {
       const int n = nt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(o + row * bc_stride + n) =
-          pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      if (po != nullptr) {
+        *reinterpret_cast<float2*>(po + row * bc_stride + n) =
+            make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(o + row * bc_stride + n) =
+            pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      }
     }
   }
+}
+
+// out = the sum over the head slices of part, in slice order. n = B * S * G * N (a multiple of 4).
+__global__ void __launch_bounds__(256)
+    ssd_dbc_sum_kernel(bf16* __restrict__ out, const float* __restrict__ part, int splits,
+                       int64_t n) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x) * 4;
+  if (i >= n) return;
+  float4 sum = *reinterpret_cast<const float4*>(part + i);
+  for (int k = 1; k < splits; k++) {
+    const float4 v = *reinterpret_cast<const float4*>(part + k * n + i);
+    sum = make_float4(sum.x + v.x, sum.y + v.y, sum.z + v.z, sum.w + v.w);
+  }
+  uint2 o;
+  o.x = pack_bf16(sum.x, sum.y);
+  o.y = pack_bf16(sum.z, sum.w);
+  *reinterpret_cast<uint2*>(out + i) = o;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -607,6 +660,30 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// One ssd_dbc_kernel launch over the shape's head slices, and their sum when there are several.
+template <int kMode, int P>
+cudaError_t launch_dbc(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* out, float* da_out,
+                       const float* dcb, const bf16* Zm, const bf16* Om, const bf16* U,
+                       const float* states, const SsdShape& s) {
+  const int nc = static_cast<int>(ssd_num_chunks(s));
+  const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
+  const int splits = dbc_head_splits(s);
+  const size_t smem = DbcSmem<P>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(
+      ssd_dbc_kernel<kMode, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const unsigned blocks_z = static_cast<unsigned>(s.batch * s.groups * splits);
+  ssd_dbc_kernel<kMode, P><<<dim3(kTiles, nc, blocks_z), 128, smem, stream>>>(
+      out, w.dbc_part, da_out, dcb, Zm, Om, U, states, w.fwd.acs, w.fwd.dtc, s.seq, H, G, nc,
+      splits);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || splits == 1) return err;
+  const int64_t n = s.batch * s.seq * s.groups * kN;
+  ssd_dbc_sum_kernel<<<static_cast<unsigned>((n / 4 + 255) / 256), 256, 0, stream>>>(
+      out, w.dbc_part, splits, n);
+  return cudaGetLastError();
+}
+
 template <int P>
 cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
                                  bf16* dCm, const bf16* dy, const bf16* x, const bf16* Bm,
@@ -625,39 +702,19 @@ cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& 
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  const size_t smem = DbcSmem<P>::kBytes;
-  err = cudaFuncSetAttribute(ssd_dbc_kernel<0, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(ssd_dbc_kernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
   // dC: Z = B, own = C, U = dy, states = H_c.
-  ssd_dbc_kernel<0, P><<<dim3(kTiles, nc, bg), 128, smem, stream>>>(
-      dCm, w.da_c, w.dcb, Bm, Cm, dy, w.fwd.states, w.fwd.acs, w.fwd.dtc, s.seq, H, G, nc);
-  err = cudaGetLastError();
+  err = launch_dbc<0, P>(stream, w, dCm, w.da_c, w.dcb, Bm, Cm, dy, w.fwd.states, s);
   if (err != cudaSuccess) return err;
   // dB: Z = C, own = B, U = x, states = G_c.
-  ssd_dbc_kernel<1, P><<<dim3(kTiles, nc, bg), 128, smem, stream>>>(
-      dBm, w.da_b, w.dcb, Cm, Bm, x, w.gstates, w.fwd.acs, w.fwd.dtc, s.seq, H, G, nc);
-  return cudaGetLastError();
+  return launch_dbc<1, P>(stream, w, dBm, w.da_b, w.dcb, Cm, Bm, x, w.gstates, s);
 }
 
 // dB without dy: ssd_dbc_kernel in mode 1 with no dCB (Zm unread), states = G_c.
 template <int P>
 cudaError_t launch_db_from_states(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
                                   const bf16* x, const bf16* Bm, const SsdShape& s) {
-  const int nc = static_cast<int>(ssd_num_chunks(s));
-  const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
-  const size_t smem = DbcSmem<P>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(
-      ssd_dbc_kernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  ssd_dbc_kernel<1, P>
-      <<<dim3(kTiles, nc, static_cast<unsigned>(s.batch * s.groups)), 128, smem, stream>>>(
-          dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x, w.gstates, w.fwd.acs, w.fwd.dtc,
-          s.seq, H, G, nc);
-  return cudaGetLastError();
+  return launch_dbc<1, P>(stream, w, dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x,
+                          w.gstates, s);
 }
 
 }  // namespace

@@ -136,6 +136,34 @@ __device__ __forceinline__ void tile_load_async(__nv_bfloat16* dst, const __nv_b
 constexpr int kSsdChunk = 256;
 constexpr int kSsdState = 128;
 
+// One chunk's fp32 state [P][N] (contiguous) into a padded bf16 shared tile (row stride N + 8).
+// All of a thread's loads are issued before its first conversion, in groups of 8 16-byte loads
+// (32 registers): one load-convert-store at a time would wait out the memory latency per piece.
+// All threads of the block call it.
+template <int P, int kThreads>
+__device__ __forceinline__ void stage_state_bf16(__nv_bfloat16* dst, const float* src) {
+  constexpr int kPieces = P * kSsdState / 4 / kThreads;
+  constexpr int kGroup = kPieces < 8 ? kPieces : 8;
+  static_assert(kPieces * kThreads * 4 == P * kSsdState && kPieces % kGroup == 0);
+#pragma unroll
+  for (int k0 = 0; k0 < kPieces; k0 += kGroup) {
+    float4 v[kGroup];
+#pragma unroll
+    for (int k = 0; k < kGroup; k++) {
+      v[k] = reinterpret_cast<const float4*>(src)[threadIdx.x + (k0 + k) * kThreads];
+    }
+#pragma unroll
+    for (int k = 0; k < kGroup; k++) {
+      const int e = (threadIdx.x + (k0 + k) * kThreads) * 4;
+      const int p = e / kSsdState, n = e % kSsdState;
+      uint2 o;
+      o.x = pack_bf16(v[k].x, v[k].y);
+      o.y = pack_bf16(v[k].z, v[k].w);
+      *reinterpret_cast<uint2*>(dst + p * (kSsdState + 8) + n) = o;
+    }
+  }
+}
+
 // Workspace slices of the forward (and of the backward, which starts with the same three).
 //   acs    [B, H, nc, Q]      inclusive cumulative sum of dt * A within each chunk (fp32)
 //   dtc    [B, H, nc, Q]      dt, zero past the end of the sequence (fp32)

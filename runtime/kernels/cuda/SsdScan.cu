@@ -111,6 +111,18 @@ __global__ void __launch_bounds__(256, 2)
                                static_cast<int64_t>(G) * kN, valid);
   cp_async_commit();
 
+  // Every load of U is issued before the first is used (a loop that loads, scales and stores
+  // one 16-byte piece at a time waits out the memory latency once per piece).
+  constexpr int kChunksPerRow = P / 8, kPieces = kQ * kChunksPerRow / 256;
+  uint4 raw[kPieces];
+#pragma unroll
+  for (int k = 0; k < kPieces; k++) {
+    const int i = threadIdx.x + k * 256;
+    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+    raw[k] = r < valid ? *reinterpret_cast<const uint4*>(
+                             U + ((static_cast<int64_t>(b) * S + t0 + r) * H + h) * P + col)
+                       : make_uint4(0, 0, 0, 0);
+  }
   const int64_t cb = ((static_cast<int64_t>(b) * H + h) * nc + c) * kQ;
   {
     const int l = threadIdx.x;
@@ -118,16 +130,11 @@ __global__ void __launch_bounds__(256, 2)
     w[l] = kind == 0 ? fast_exp(acs[cb + kQ - 1] - a) * dtc[cb + l] : fast_exp(a);
   }
   __syncthreads();
-
-  constexpr int kChunksPerRow = P / 8;
-  for (int i = threadIdx.x; i < kQ * kChunksPerRow; i += 256) {
+#pragma unroll
+  for (int k = 0; k < kPieces; k++) {
+    const int i = threadIdx.x + k * 256;
     const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (r < valid) {
-      raw = *reinterpret_cast<const uint4*>(
-          U + ((static_cast<int64_t>(b) * S + t0 + r) * H + h) * P + col);
-    }
-    const bf16* e = reinterpret_cast<const bf16*>(&raw);
+    const bf16* e = reinterpret_cast<const bf16*>(&raw[k]);
     const float wr = w[r];
     uint4 o;
     o.x = pack_bf16(bf2f(e[0]) * wr, bf2f(e[1]) * wr);
@@ -298,17 +305,7 @@ __global__ void __launch_bounds__(kScanThreads, 2)
     a_s[l] = args.acs[cb + l];
     dt_s[l] = args.dtc[cb + l];
   }
-  {
-    const float* st = args.state + (bh * nc + c) * P * kN;
-    for (int i = threadIdx.x; i < P * kN / 4; i += kScanThreads) {
-      const float4 v = reinterpret_cast<const float4*>(st)[i];
-      const int p = (i * 4) / kN, n = (i * 4) % kN;
-      uint2 o;
-      o.x = pack_bf16(v.x, v.y);
-      o.y = pack_bf16(v.z, v.w);
-      *reinterpret_cast<uint2*>(Ss + p * kLdN + n) = o;
-    }
-  }
+  stage_state_bf16<P, kScanThreads>(Ss, args.state + (bh * nc + c) * P * kN);
   cp_async_wait<1>();
   __syncthreads();
 

@@ -467,26 +467,25 @@ __global__ void __launch_bounds__(128, 2)
       rs[threadIdx.x] =
           kMode == 0 ? fast_exp(a) : fast_exp(acs[bhc * kQ + kQ - 1] - a) * dtc[bhc * kQ + r];
     }
-    const float* stp = states + bhc * P * kN;
-    for (int i = threadIdx.x; i < P * kN / 4; i += 128) {
-      const float4 v = reinterpret_cast<const float4*>(stp)[i];
-      const int p = (i * 4) / kN, n = (i * 4) % kN;
-      uint2 o;
-      o.x = pack_bf16(v.x, v.y);
-      o.y = pack_bf16(v.z, v.w);
-      *reinterpret_cast<uint2*>(Ss + p * kLdN + n) = o;
-    }
-    __syncthreads();  // rs visible
-    constexpr int kChunksPerRow = P / 8;
-    for (int i = threadIdx.x; i < kT * kChunksPerRow; i += 128) {
+    // The head's rows of U are loaded while its state is staged (all loads in flight at once).
+    constexpr int kChunksPerRow = P / 8, kPieces = kT * kChunksPerRow / 128;
+    uint4 raw[kPieces];
+#pragma unroll
+    for (int k = 0; k < kPieces; k++) {
+      const int i = threadIdx.x + k * 128;
       const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (r0 + r < valid) {
-        raw = *reinterpret_cast<const uint4*>(
-            U + (static_cast<int64_t>(b) * S + t0 + r0 + r) * u_stride +
-            static_cast<int64_t>(h) * P + col);
-      }
-      const bf16* e = reinterpret_cast<const bf16*>(&raw);
+      raw[k] = r0 + r < valid ? *reinterpret_cast<const uint4*>(
+                                    U + (static_cast<int64_t>(b) * S + t0 + r0 + r) * u_stride +
+                                    static_cast<int64_t>(h) * P + col)
+                              : make_uint4(0, 0, 0, 0);
+    }
+    stage_state_bf16<P, 128>(Ss, states + bhc * P * kN);
+    __syncthreads();  // rs visible
+#pragma unroll
+    for (int k = 0; k < kPieces; k++) {
+      const int i = threadIdx.x + k * 128;
+      const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+      const bf16* e = reinterpret_cast<const bf16*>(&raw[k]);
       const float w = rs[r];
       uint4 o;
       o.x = pack_bf16(__bfloat162float(e[0]) * w, __bfloat162float(e[1]) * w);

@@ -12,6 +12,7 @@
 #
 #   scripts/gpu/make_bundle.sh
 # Then: run(command="scripts/gpu/run_plan_tests.sh", carry=["build-gpu/bundle"]).
+# (run_cp_tests.sh on nvidia-h200-x2, run_cp4_tests.sh on nvidia-h200-x4: the same carry.)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -61,6 +62,13 @@ done
 # Expert parallelism on the same 2 GPUs: the experts split over the cp ranks (--ep 2).
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
   -o "$BUNDLE/plans/small-512-bf16-cp2-ep2.plan"
+# The same over 4 GPUs (scripts/gpu/run_cp4_tests.sh), the experts split over all four (ep=4).
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --layout zigzag \
+  --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp4-zigzag.plan"
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --layout contiguous \
+  --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp4-chain.plan"
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --ep 4 --layout zigzag \
+  -o "$BUNDLE/plans/small-512-bf16-cp4-ep4.plan"
 # Data parallelism on 2 GPUs, one sequence each, without and with the experts split over them.
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --dp 2 \
   -o "$BUNDLE/plans/small-512x1-bf16-dp2.plan"
@@ -83,6 +91,11 @@ done
   --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-chain.plan"
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
   -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-ep2.plan"
+# On 4 GPUs: contiguous only (300 tokens do not split into zigzag's 8 pieces), and with ep=4.
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 4 --layout contiguous \
+  --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp4-chain.plan"
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 4 --ep 4 \
+  --layout contiguous -o "$BUNDLE/plans/gpu-shapes-bf16-cp4-ep4.plan"
 # Long context on 2 GPUs: s = 131072 split in two, with activation recomputation.
 "$HCP" compile --model granite-4.0-h-tiny --seq 131072 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag --recompute -o "$BUNDLE/plans/tiny-131072-bf16-cp2-recompute.plan"
@@ -96,6 +109,9 @@ done
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
 # With activation recomputation: the same step, and a sequence 8 times longer on one GPU.
+# cp=4 over 4 GPUs at s = 32768: 8192 tokens per GPU, as one GPU at s = 8192.
+"$HCP" compile --model granite-4.0-h-tiny --seq 32768 --micro-batch 1 --dtype bf16 --cp 4 \
+  --layout zigzag -o "$BUNDLE/plans/tiny-32768-bf16-cp4.plan"
 for seq in 8192 65536; do
   "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
     -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"

@@ -119,9 +119,9 @@ size_t backward_extra_bytes(const SsdShape& s, bool with_dy, SsdBackwardBuffers*
   float** slots[kCount];
   for (int i = 0; i < kCount; i++) slots[i] = &dummy[i];
   if (out != nullptr) {
-    float** named[] = {&out->gstates,  &out->dcb,     &out->da_pairs, &out->da_c,   &out->da_b,
-                       &out->ddt_part, &out->da_pass, &out->dD_part,  &out->dA_part,
-                       &out->dbc_part};
+    float** named[] = {&out->gstates, &out->dcb,      &out->da_pairs, &out->da_c,
+                       &out->da_b,    &out->ddt_part, &out->da_pass,  &out->dD_part,
+                       &out->dA_part, &out->dbc_part};
     static_assert(sizeof(named) / sizeof(named[0]) == kCount);
     for (int i = 0; i < kCount; i++) slots[i] = named[i];
   }
@@ -537,9 +537,9 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t o_offset =
       (static_cast<int64_t>(b) * S + t0) * bc_stride + static_cast<int64_t>(g) * kN;
   bf16* o = out + o_offset;
-  float* po = splits > 1 ? part + split * (static_cast<int64_t>(gridDim.z / splits) * S * kN) +
-                               o_offset
-                         : nullptr;
+  float* po = splits > 1
+                  ? part + split * (static_cast<int64_t>(gridDim.z / splits) * S * kN) + o_offset
+                  : nullptr;
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     const int row = r0 + (half == 0 ? row_a : row_b);
@@ -668,8 +668,9 @@ cudaError_t launch_dbc(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* o
   const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
   const int splits = dbc_head_splits(s);
   const size_t smem = DbcSmem<P>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(
-      ssd_dbc_kernel<kMode, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t err =
+      cudaFuncSetAttribute(ssd_dbc_kernel<kMode, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const unsigned blocks_z = static_cast<unsigned>(s.batch * s.groups * splits);
   ssd_dbc_kernel<kMode, P><<<dim3(kTiles, nc, blocks_z), 128, smem, stream>>>(
@@ -712,8 +713,8 @@ cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& 
 template <int P>
 cudaError_t launch_db_from_states(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
                                   const bf16* x, const bf16* Bm, const SsdShape& s) {
-  return launch_dbc<1, P>(stream, w, dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x,
-                          w.gstates, s);
+  return launch_dbc<1, P>(stream, w, dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x, w.gstates,
+                          s);
 }
 
 }  // namespace

@@ -18,6 +18,18 @@ std::string FormatCount(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%d B", bytes)
+                   : absl::StrFormat("%.2f %s", value, units[unit]);
+}
+
 std::string FormatDuration(double seconds) {
   // 1e15 s is far beyond any run and keeps the conversion to int64 defined.
   if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e15) return "-:--:--";

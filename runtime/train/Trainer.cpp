@@ -10,6 +10,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/support/Status.h"
+#include "runtime/train/Format.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
@@ -19,10 +20,14 @@
 namespace hcp::train {
 namespace {
 
-absl::StatusOr<FlatLayout> LayoutOf(const plan::Plan& plan) {
+// The flat layout of parameters `indices` of the plan (this rank's buffers: an expert shard has
+// its local shape), in that order.
+absl::StatusOr<FlatLayout> LayoutOf(const plan::Plan& plan, const std::vector<size_t>& indices) {
   std::vector<ParamSpec> specs;
-  for (const plan::Parameter& p : plan.parameters)
+  for (size_t i : indices) {
+    const plan::Parameter& p = plan.parameters[i];
     specs.push_back(ParamSpec::WithDefaultDecay(p.name, plan.buffers[p.buffer].shape));
+  }
   return FlatLayout::Create(std::move(specs));
 }
 
@@ -57,6 +62,8 @@ class Loop {
   // `local` on this rank; every rank returns the same status.
   absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
 
+  absl::Status CreateOptimizer();
+  void DescribeOptimizer() const;
   absl::Status ResumeFrom(const std::string& checkpoint);
   absl::Status LoadMoments(const TrainStateReader& state);
   absl::Status Step(int64_t step, MetricsRecord& record);
@@ -70,8 +77,17 @@ class Loop {
   TrainOptions options_;
   std::unique_ptr<CpuExecutor> executor_;
   TrainingData data_;
-  std::optional<FlatLayout> layout_;
-  std::optional<AdamW> optimizer_;
+  std::optional<FlatLayout> layout_;  // every parameter, in plan order
+  // The AdamW state, in one or two parts. Without --shard-optimizer, one part: every parameter,
+  // whole on every rank. With it, the replicated parameters' state is cut over the ranks (each
+  // updates its slice of their flat layout, then the slices are all-gathered); an expert shard
+  // (ep > 1) holds other experts on every rank, so its state stays whole on its rank, in a
+  // second part (as the GPU trainer does).
+  struct OptimizerPart {
+    std::vector<size_t> params;  // indices into the plan's parameters, in plan order
+    AdamW adamw;                 // over the flat layout of those parameters
+  };
+  std::vector<OptimizerPart> optimizer_;
   std::optional<MetricsWriter> metrics_;
   std::vector<float> gradients_;  // flat, layout order: accumulation and the update's input
   // A checkpoint's whole tensors, per parameter (expert shards gathered), while it is written.
@@ -82,23 +98,14 @@ class Loop {
 absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(PrepareOptions(options_));
   HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_));
-  HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_));
+  std::vector<size_t> all(plan_.parameters.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_, all));
   layout_ = std::move(layout);
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
 
-  std::optional<FlatRange> owned;
-  if (options_.shard_optimizer) {
-    // The optimizer's slices cut the flat parameters, which must be the same on every rank:
-    // expert shards are not.
-    if (plan_.mesh.ep > 1) {
-      return absl::UnimplementedError(
-          "--shard-optimizer with expert parallelism (ep > 1) is not supported yet");
-    }
-    owned = ShardRange(layout_->total(), comm_.world_rank(), comm_.world_size());
-  }
-  HCP_ASSIGN_OR_RETURN(AdamW optimizer, AdamW::Create(*layout_, options_.adamw, owned));
-  optimizer_ = std::move(optimizer);
   gradients_.assign(layout_->total(), 0.0f);
+  HCP_RETURN_IF_ERROR(CreateOptimizer());
 
   if (options_.resume) {
     HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
@@ -110,7 +117,48 @@ absl::Status Loop::Setup() {
   } else {
     executor_->InitializeParameters(options_.seed);
   }
+  if (root()) DescribeOptimizer();
   return OpenMetrics(comm_, options_, metrics_);
+}
+
+// One line on what the optimizer keeps on this rank (rank 0's figure; the others' differ by
+// at most one element per sliced part).
+void Loop::DescribeOptimizer() const {
+  uint64_t bytes = 0;
+  for (const OptimizerPart& part : optimizer_) {
+    bytes += 2 * sizeof(float) * static_cast<uint64_t>(part.adamw.owned().size());
+  }
+  std::string how = "m and v of every parameter it holds";
+  if (options_.shard_optimizer) {
+    how = absl::StrFormat(
+        "--shard-optimizer: the replicated parameters' m and v sliced over %d "
+        "ranks%s",
+        comm_.world_size(), optimizer_.size() > 1 ? ", its experts' whole" : "");
+  }
+  std::printf("optimizer: AdamW, state %s on rank 0 (%s)\n", FormatBytes(bytes).c_str(),
+              how.c_str());
+}
+
+// Zero moments with options_.adamw, in the parts described at optimizer_.
+absl::Status Loop::CreateOptimizer() {
+  std::vector<size_t> replicated, experts;
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const bool apart = options_.shard_optimizer && plan_.parameters[i].sharded();
+    (apart ? experts : replicated).push_back(i);
+  }
+  optimizer_.clear();
+  for (const std::vector<size_t>* params : {&replicated, &experts}) {
+    if (params->empty()) continue;
+    HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_, *params));
+    std::optional<FlatRange> owned;
+    if (options_.shard_optimizer && params == &replicated) {
+      owned = ShardRange(layout.total(), comm_.world_rank(), comm_.world_size());
+    }
+    HCP_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(std::move(layout), options_.adamw, owned));
+    optimizer_.push_back({*params, std::move(adamw)});
+  }
+  if (optimizer_.empty()) return absl::InvalidArgumentError("the plan has no parameters to train");
+  return absl::OkStatus();
 }
 
 absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
@@ -124,9 +172,13 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   }
   absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, full);
   HCP_RETURN_IF_ERROR(Agree(state.status()));
-  // The saved run's optimizer and schedule, so that it continues exactly.
+  // The saved run's optimizer and schedule, so that it continues exactly (whatever this
+  // command line says).
   const TrainState& saved = state->state();
-  absl::Status loaded = LoadMoments(*state);
+  options_.adamw = saved.optimizer;
+  options_.schedule = saved.schedule;
+  absl::Status loaded = CreateOptimizer();
+  if (loaded.ok()) loaded = LoadMoments(*state);
   if (loaded.ok()) loaded = data_.batcher->Restore(saved.data);
   if (loaded.ok() && saved.step >= options_.steps) {
     loaded = absl::InvalidArgumentError(
@@ -134,8 +186,6 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
                         saved.step, options_.steps));
   }
   HCP_RETURN_IF_ERROR(Agree(loaded));
-  options_.adamw = saved.optimizer;
-  options_.schedule = saved.schedule;
   first_step_ = saved.step;
   if (root())
     std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
@@ -143,18 +193,25 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   return absl::OkStatus();
 }
 
-// The optimizer's moments from a checkpoint: a sharded optimizer takes its flat slice; otherwise
-// each parameter reads the rows this rank holds (all of them unless it is an expert shard).
+// The optimizer's moments from a checkpoint: a sliced part takes its flat slice; a whole part,
+// each parameter's rows this rank holds (all of them unless it is an expert shard).
 absl::Status Loop::LoadMoments(const TrainStateReader& state) {
-  if (!optimizer_->owns_all()) return state.LoadInto(*optimizer_);
-  for (size_t i = 0; i < layout_->size(); ++i) {
-    const plan::Parameter& p = plan_.parameters[i];
-    CpuExecutor::ShardRange shard = executor_->ShardOf(p);
-    HCP_RETURN_IF_ERROR(state.ReadMomentsRange(
-        p.name, shard.begin, shard.count, optimizer_->exp_avg().data() + layout_->offset(i),
-        optimizer_->exp_avg_sq().data() + layout_->offset(i)));
+  for (OptimizerPart& part : optimizer_) {
+    AdamW& adamw = part.adamw;
+    adamw.set_updates(state.state().optimizer_updates);
+    if (!adamw.owns_all()) {
+      HCP_RETURN_IF_ERROR(state.LoadInto(adamw));
+      continue;
+    }
+    for (size_t k = 0; k < part.params.size(); ++k) {
+      const plan::Parameter& p = plan_.parameters[part.params[k]];
+      CpuExecutor::ShardRange shard = executor_->ShardOf(p);
+      const int64_t at = adamw.layout().offset(k);
+      HCP_RETURN_IF_ERROR(state.ReadMomentsRange(p.name, shard.begin, shard.count,
+                                                 adamw.exp_avg().data() + at,
+                                                 adamw.exp_avg_sq().data() + at));
+    }
   }
-  optimizer_->set_updates(state.state().optimizer_updates);
   return absl::OkStatus();
 }
 
@@ -175,30 +232,39 @@ void Loop::WriteBackGradients() {
 }
 
 absl::Status Loop::Update(const AdamWUpdate& update) {
-  if (optimizer_->owns_all()) {
-    for (size_t i = 0; i < layout_->size(); ++i) {
-      const std::string& name = layout_->param(i).name;
-      std::span<float> param = *executor_->Parameter(name);
-      HCP_RETURN_IF_ERROR(optimizer_->UpdateTensor(update, name, param.data(),
-                                                   gradients_.data() + layout_->offset(i)));
+  for (OptimizerPart& part : optimizer_) {
+    AdamW& adamw = part.adamw;
+    if (adamw.owns_all()) {
+      for (size_t i : part.params) {
+        const std::string& name = layout_->param(i).name;
+        std::span<float> param = *executor_->Parameter(name);
+        HCP_RETURN_IF_ERROR(
+            adamw.UpdateTensor(update, name, param.data(), gradients_.data() + layout_->offset(i)));
+      }
+    } else {
+      // Sliced: each rank updates its slice of the part's flat parameters, then all gather the
+      // slices.
+      const FlatLayout& flat = adamw.layout();
+      std::vector<float> params(flat.total()), grads(flat.total());
+      for (size_t k = 0; k < part.params.size(); ++k) {
+        const size_t i = part.params[k];
+        std::span<float> p = *executor_->Parameter(layout_->param(i).name);
+        std::copy(p.begin(), p.end(), params.begin() + flat.offset(k));
+        std::copy_n(gradients_.begin() + layout_->offset(i), p.size(),
+                    grads.begin() + flat.offset(k));
+      }
+      const FlatRange own = adamw.owned();
+      HCP_RETURN_IF_ERROR(
+          adamw.UpdateRange(update, own, params.data() + own.begin, grads.data() + own.begin));
+      AllGatherSlices(comm_, params);
+      for (size_t k = 0; k < part.params.size(); ++k) {
+        std::span<float> p = *executor_->Parameter(layout_->param(part.params[k]).name);
+        std::copy_n(params.begin() + flat.offset(k), p.size(), p.begin());
+      }
     }
-    return optimizer_->Commit(update);
+    HCP_RETURN_IF_ERROR(adamw.Commit(update));
   }
-  // Sharded: each rank updates its slice of the flat parameters, then all gather the slices.
-  std::vector<float> params(layout_->total());
-  for (size_t i = 0; i < layout_->size(); ++i) {
-    std::span<float> p = *executor_->Parameter(layout_->param(i).name);
-    std::copy(p.begin(), p.end(), params.begin() + layout_->offset(i));
-  }
-  FlatRange own = optimizer_->owned();
-  HCP_RETURN_IF_ERROR(optimizer_->UpdateRange(update, own, params.data() + own.begin,
-                                              gradients_.data() + own.begin));
-  AllGatherSlices(comm_, params);
-  for (size_t i = 0; i < layout_->size(); ++i) {
-    std::span<float> p = *executor_->Parameter(layout_->param(i).name);
-    std::copy_n(params.begin() + layout_->offset(i), p.size(), p.begin());
-  }
-  return optimizer_->Commit(update);
+  return absl::OkStatus();
 }
 
 absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
@@ -225,7 +291,8 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   StepDecision decision = DecideStep(loss, norm, options_.adamw.max_grad_norm);
   double lr = LearningRate(options_.schedule, step);
   if (decision.applied()) {
-    HCP_RETURN_IF_ERROR(Agree(Update(optimizer_->NextUpdate(lr, decision.clip_coef))));
+    // Every part has applied as many updates: any one gives the next update's number.
+    HCP_RETURN_IF_ERROR(Agree(Update(optimizer_.front().adamw.NextUpdate(lr, decision.clip_coef))));
   }
   RecordStep(record, step, loss, lr, norm, decision, root());
   return absl::OkStatus();
@@ -243,16 +310,25 @@ absl::Status Loop::Run() {
 // --- checkpoints ----------------------------------------------------------------------------
 
 absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
-  // Every rank: the moments as full arrays (gathered when sharded).
+  // Every rank: the moments of this rank's parameters in the whole layout (sliced parts
+  // gathered).
   std::vector<float> exp_avg(layout_->total()), exp_avg_sq(layout_->total());
-  FlatRange own = optimizer_->owned();
-  std::copy(optimizer_->exp_avg().begin(), optimizer_->exp_avg().end(),
-            exp_avg.begin() + own.begin);
-  std::copy(optimizer_->exp_avg_sq().begin(), optimizer_->exp_avg_sq().end(),
-            exp_avg_sq.begin() + own.begin);
-  if (!optimizer_->owns_all()) {
-    AllGatherSlices(comm_, exp_avg);
-    AllGatherSlices(comm_, exp_avg_sq);
+  for (const OptimizerPart& part : optimizer_) {
+    const AdamW& adamw = part.adamw;
+    const FlatLayout& flat = adamw.layout();
+    std::vector<float> m(flat.total()), v(flat.total());
+    const FlatRange own = adamw.owned();
+    std::copy(adamw.exp_avg().begin(), adamw.exp_avg().end(), m.begin() + own.begin);
+    std::copy(adamw.exp_avg_sq().begin(), adamw.exp_avg_sq().end(), v.begin() + own.begin);
+    if (!adamw.owns_all()) {
+      AllGatherSlices(comm_, m);
+      AllGatherSlices(comm_, v);
+    }
+    for (size_t k = 0; k < part.params.size(); ++k) {
+      const int64_t to = layout_->offset(part.params[k]);
+      std::copy_n(m.begin() + flat.offset(k), flat.numel(k), exp_avg.begin() + to);
+      std::copy_n(v.begin() + flat.offset(k), flat.numel(k), exp_avg_sq.begin() + to);
+    }
   }
   // Every rank: the whole tensors of every parameter and moment (expert shards gathered over
   // their ep group: collective, so all ranks take part although rank 0 alone writes).
@@ -271,7 +347,7 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
   if (root()) {
     const CheckpointContents contents{
         full_values_, full_exp_avg_, full_exp_avg_sq_,
-        StateAfter(steps_done, *data_.batcher, options_, optimizer_->updates()),
+        StateAfter(steps_done, *data_.batcher, options_, optimizer_.front().adamw.updates()),
         options_.model_config};
     written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
       return WriteCheckpointFiles(dir, plan_, contents);

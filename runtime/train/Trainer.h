@@ -10,8 +10,9 @@
 //   4. gradients are summed over the ranks that hold a copy of each parameter (once per step);
 //   5. the global gradient norm, the NaN/Inf policy (skip the update, report it), clipping,
 //      the learning rate of the warmup + cosine schedule, and AdamW with fp32 master weights,
-//      its state optionally sharded over the ranks (each updates its slice; the updated
-//      parameters are then all-gathered);
+//      its state optionally sharded over the ranks (each updates its slice of the replicated
+//      parameters, which are then all-gathered; an expert shard's state stays on its rank);
+//      a resumed run takes the saved run's AdamW settings and schedule;
 //   6. rank 0 prints a progress line, appends a metrics line, and every N steps writes a
 //      checkpoint (Hugging Face safetensors + optimizer state + data position + step),
 //      atomically: `latest` names the last complete checkpoint, so a crash mid-write leaves the
@@ -40,7 +41,7 @@ struct TrainOptions {
   int64_t stop_after = 0;        // stop after this step as if interrupted (0: run all steps)
   std::string metrics;           // JSON-lines file to append to (optional)
   std::string model_config;      // config.json text written into each checkpoint (optional)
-  bool shard_optimizer = false;  // AdamW moments sharded over every rank
+  bool shard_optimizer = false;  // AdamW moments of replicated parameters sliced over the ranks
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`
   AdamWConfig adamw;

@@ -10,6 +10,7 @@
 #include "runtime/plan/CommVolume.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
+#include "runtime/train/Format.h"
 #include "tools/hybridcp/Commands.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/backends/cuda/CudaBackend.h"
@@ -17,18 +18,6 @@
 
 namespace hcp {
 namespace {
-
-std::string Bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? absl::StrFormat("%d B", bytes)
-                   : absl::StrFormat("%.2f %s", value, units[unit]);
-}
 
 // Bytes each rank sends per step, by collective kind: one row per rank, one column per kind.
 void PrintCommunication(const plan::Plan& plan) {
@@ -95,14 +84,14 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   for (int arena = 0; arena < plan::kNumArenas; ++arena) {
     auto a = static_cast<plan::Arena>(arena);
     std::printf("  %-12s %s%s\n", std::string(plan::ArenaName(a)).c_str(),
-                Bytes(plan.arena_size(a)).c_str(),
+                train::FormatBytes(plan.arena_size(a)).c_str(),
                 a == plan::Arena::Activations ? "  (peak activation memory)" : "");
   }
-  std::printf("  %-12s %s\n", "total", Bytes(plan.total_arena_bytes()).c_str());
+  std::printf("  %-12s %s\n", "total", train::FormatBytes(plan.total_arena_bytes()).c_str());
   // Training adds the optimizer's state (train --shard-optimizer splits it over the ranks).
   std::printf("  %-12s %s  (training; %s with --shard-optimizer)\n", "AdamW state",
-              Bytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
-              Bytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
+              train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
+              train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
   std::map<std::string, int> kernels;
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());

@@ -19,6 +19,14 @@ TEST(Format, Count) {
   EXPECT_EQ(FormatCount(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");
 }
 
+TEST(Format, Bytes) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(FormatBytes(uint64_t{3} << 30), "3.00 GiB");
+  EXPECT_EQ(FormatBytes(uint64_t{5} << 50), "5120.00 TiB");  // TiB is the largest unit
+}
+
 TEST(Format, Duration) {
   EXPECT_EQ(FormatDuration(0), "0:00:00");
   EXPECT_EQ(FormatDuration(83), "0:01:23");

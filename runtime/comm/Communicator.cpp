@@ -102,15 +102,29 @@ absl::Status Communicator::SetMesh(const plan::Mesh& mesh) {
   return absl::OkStatus();
 }
 
+void Communicator::CountSent(uint64_t bytes) {
+  if (bytes == 0) return;
+  auto it = bytes_sent_.find(traffic_label_);
+  if (it == bytes_sent_.end()) it = bytes_sent_.emplace(traffic_label_, 0).first;
+  it->second += bytes;
+}
+
+// A ring all-reduce over k ranks sends 2 (k-1)/k of the data from each.
+template <typename T>
+void Communicator::CountAllReduce(int64_t n, Group group) {
+  const auto k = static_cast<uint64_t>(size(group));  // also checks the mesh for kCp and kDp
+  if (k > 1) CountSent(2 * static_cast<uint64_t>(n) * sizeof(T) * (k - 1) / k);
+}
+
 void Communicator::AllReduceSum(float* data, int64_t n, Group group) {
   if (n < 0) Misuse(absl::StrFormat("all-reduce of %d values", n));
-  size(group);  // checks the mesh for kCp and kDp
+  CountAllReduce<float>(n, group);
   DoAllReduceSum(data, n, group);
 }
 
 void Communicator::AllReduceSum(double* data, int64_t n, Group group) {
   if (n < 0) Misuse(absl::StrFormat("all-reduce of %d values", n));
-  size(group);
+  CountAllReduce<double>(n, group);
   DoAllReduceSum(data, n, group);
 }
 
@@ -121,6 +135,7 @@ void Communicator::AllGather(std::span<const std::byte> send, std::span<std::byt
     Misuse(absl::StrFormat("all-gather of %d bytes over %d ranks into %d bytes", send.size(),
                            size(group), recv.size()));
   }
+  CountSent(send.size() * static_cast<uint64_t>(size(group) - 1));
   DoAllGather(send, recv, group);
 }
 
@@ -128,6 +143,7 @@ void Communicator::SendRecv(std::span<const std::byte> send, int dest, std::span
                             int source, Group group) {
   const int world_dest = WorldRank(group, dest);
   const int world_source = WorldRank(group, source);
+  if (dest != kNoRank && world_dest != world_rank_) CountSent(send.size());
   DoSendRecv(dest == kNoRank ? std::span<const std::byte>() : send, world_dest,
              source == kNoRank ? std::span<std::byte>() : recv, world_source);
 }
@@ -157,6 +173,7 @@ void Communicator::AllToAllV(std::span<const std::byte> send, std::span<const in
   }
   std::vector<int> world_ranks(n);
   for (int p = 0; p < n; ++p) world_ranks[p] = WorldRank(group, p);
+  CountSent(static_cast<uint64_t>(sent - send_bytes[rank(group)]));
   DoAllToAllV(send, send_bytes, recv, recv_bytes, world_ranks);
 }
 

@@ -29,9 +29,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "runtime/plan/Plan.h"
@@ -97,6 +99,15 @@ class Communicator {
   void AllToAll(std::span<const std::byte> send, std::span<std::byte> recv, Group group);
   void Barrier(Group group);
 
+  // What this rank handed the transport for OTHER ranks, in bytes, by traffic label: the label
+  // set last (SetTrafficLabel; "unlabelled" before any) names what the following calls send. An
+  // all-reduce over n ranks counts 2 (n-1)/n of its data, what a ring all-reduce sends; the other
+  // collectives count exactly what leaves the rank. plan::BytesSentPerRank predicts these
+  // figures from a plan (`hybridcp inspect`); `run-step --traffic` holds it to them.
+  void SetTrafficLabel(std::string_view label) { traffic_label_ = label; }
+  const std::map<std::string, uint64_t, std::less<>>& bytes_sent() const { return bytes_sent_; }
+  void ResetTraffic() { bytes_sent_.clear(); }
+
   // Ends the whole job now with `status`'s message ("rank 3: error: ..."): every rank exits
   // non-zero. For errors on one rank that the others cannot know about.
   [[noreturn]] virtual void Abort(const absl::Status& status) = 0;
@@ -124,9 +135,15 @@ class Communicator {
   [[noreturn]] void Misuse(const std::string& what);
 
  private:
+  void CountSent(uint64_t bytes);
+  template <typename T>
+  void CountAllReduce(int64_t n, Group group);
+
   int world_rank_;
   int world_size_;
   std::optional<plan::Mesh> mesh_;
+  std::string traffic_label_ = "unlabelled";
+  std::map<std::string, uint64_t, std::less<>> bytes_sent_;
 };
 
 // One rank (no MPI): every group is this rank alone and every collective is the identity;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/plan/CommVolume.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 
@@ -128,6 +129,7 @@ void CpuExecutor::SumGradientsOverRanks() {
       reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get());
   const uint64_t end = plan_.arena_size(plan::Arena::Gradients);
   const uint64_t boundary = plan_.ShardedGradientsOffset();
+  comm_->SetTrafficLabel(plan::kGradientSumTraffic);
   comm_->AllReduceSum(gradients, static_cast<int64_t>(boundary / sizeof(float)),
                       comm::Group::kWorld);
   if (boundary < end) {
@@ -299,7 +301,9 @@ absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids
 
 absl::Status CpuExecutor::RunStep() {
   if (comm_->world_size() == 1) return RunStepOnThisRank();
-  return comm::AgreeOnStatus(*comm_, RunStepOnThisRank());
+  absl::Status status = RunStepOnThisRank();
+  comm_->SetTrafficLabel(plan::kControlTraffic);
+  return comm::AgreeOnStatus(*comm_, status);
 }
 
 absl::Status CpuExecutor::RunStepOnThisRank() {
@@ -307,6 +311,9 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     // After an error only the collectives run, so that the other ranks are not left waiting.
     if (!first_error.ok() && !plan::IsCollective(plan_.steps[i].kernel)) continue;
+    if (plan::IsCollective(plan_.steps[i].kernel)) {
+      comm_->SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
+    }
     absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_);
     if (status.ok()) continue;
     if (comm_->world_size() == 1) return status;

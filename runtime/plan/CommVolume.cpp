@@ -25,6 +25,8 @@ int64_t GroupSize(const Mesh& mesh, int64_t group) {
   return mesh.world();
 }
 
+std::string Kind(const Step& step) { return std::string(TrafficKind(step.kernel)); }
+
 // One step's bytes sent by cp rank `me` (every dp replica sends the same).
 void CountStep(const Mesh& mesh, const Step& step, int64_t me,
                std::map<std::string, uint64_t>& sent) {
@@ -37,7 +39,7 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
       int64_t direction = step.kernel == KernelId::HaloExchangeForward ? 1 : -1;
       for (int64_t k = 0; k < n[1]; ++k) {
         if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction))
-          sent["halo_exchange"] += n[0] * n[4] * n[3] * kFloat;
+          sent[Kind(step)] += n[0] * n[4] * n[3] * kFloat;
       }
       return;
     }
@@ -47,12 +49,12 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
       uint64_t states = n[0] * n[2] * n[3] * n[4] * kFloat;  // one segment, every batch row
       if (n[5] == 0) {  // all-gather of [g | states] of every local segment to the cp-1 others
         uint64_t mine = n[1] * (n[0] * n[2] * kFloat + states);
-        sent["state_scan"] += mine * static_cast<uint64_t>(mesh.cp - 1);
+        sent[Kind(step)] += mine * static_cast<uint64_t>(mesh.cp - 1);
         return;
       }
       int64_t direction = step.kernel == KernelId::StateScanForward ? 1 : -1;
       for (int64_t k = 0; k < n[1]; ++k) {
-        if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction)) sent["state_scan"] += states;
+        if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction)) sent[Kind(step)] += states;
       }
       return;
     }
@@ -62,9 +64,8 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
       if (mesh.cp == 1) return;
       uint64_t kv = n[0] * n[1] * n[3] * n[4] * kFloat;  // K or V of one rank
       uint64_t shifts = static_cast<uint64_t>(mesh.cp - 1);
-      sent["ring_attention"] += step.kernel == KernelId::RingAttentionForward
-                                    ? shifts * 2 * kv
-                                    : shifts * 4 * kv + 2 * kv;
+      sent[Kind(step)] += step.kernel == KernelId::RingAttentionForward ? shifts * 2 * kv
+                                                                        : shifts * 4 * kv + 2 * kv;
       return;
     }
     case KernelId::MoeExpertsEpForward:
@@ -80,13 +81,13 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
       const uint64_t per_slot =
           forward ? (4 + 4 * hidden) + 8 * hidden : (8 + 8 * hidden) + 8 * (hidden + 1);
       const uint64_t slots = static_cast<uint64_t>(n[0] * n[4]);
-      sent["moe_experts_ep"] +=
+      sent[Kind(step)] +=
           slots * per_slot * static_cast<uint64_t>(ep - 1) / static_cast<uint64_t>(ep) +
           sizeof(int64_t) * static_cast<uint64_t>(ep - 1);
       return;
     }
     case KernelId::AllReduce:  // summed in doubles
-      sent["all_reduce"] += RingAllReduce(n[0] * sizeof(double), GroupSize(mesh, n[1]));
+      sent[Kind(step)] += RingAllReduce(n[0] * sizeof(double), GroupSize(mesh, n[1]));
       return;
     default:
       return;
@@ -94,6 +95,27 @@ void CountStep(const Mesh& mesh, const Step& step, int64_t me,
 }
 
 }  // namespace
+
+std::string_view TrafficKind(KernelId kernel) {
+  switch (kernel) {
+    case KernelId::HaloExchangeForward:
+    case KernelId::HaloExchangeBackward:
+      return "halo_exchange";
+    case KernelId::StateScanForward:
+    case KernelId::StateScanBackward:
+      return "state_scan";
+    case KernelId::RingAttentionForward:
+    case KernelId::RingAttentionBackward:
+      return "ring_attention";
+    case KernelId::MoeExpertsEpForward:
+    case KernelId::MoeExpertsEpBackward:
+      return "moe_experts_ep";
+    case KernelId::AllReduce:
+      return "all_reduce";
+    default:
+      return "";
+  }
+}
 
 CommVolume BytesSentPerRank(const Plan& plan) {
   const Mesh& mesh = plan.mesh;
@@ -107,7 +129,7 @@ CommVolume BytesSentPerRank(const Plan& plan) {
     uint64_t gradients =
         RingAllReduce(sharded_from, mesh.world()) +
         RingAllReduce(plan.arena_size(Arena::Gradients) - sharded_from, mesh.world() / mesh.ep);
-    if (gradients > 0) volume[rank]["gradient sum"] = gradients;
+    if (gradients > 0) volume[rank][std::string(kGradientSumTraffic)] = gradients;
   }
   return volume;
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/plan/Plan.h"
@@ -27,5 +28,13 @@ namespace hcp::plan {
 using CommVolume = std::vector<std::map<std::string, uint64_t>>;
 
 CommVolume BytesSentPerRank(const Plan& plan);
+
+// The kind a collective step's bytes count under ("halo_exchange", ...); empty for a step that
+// sends nothing. The executors label their traffic with it (comm::Communicator's
+// SetTrafficLabel), and the gradient sums with kGradientSumTraffic.
+std::string_view TrafficKind(KernelId kernel);
+inline constexpr std::string_view kGradientSumTraffic = "gradient sum";
+// The ranks' agreement on each step's status (a few bytes; not predicted).
+inline constexpr std::string_view kControlTraffic = "control";
 
 }  // namespace hcp::plan

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/import/GraniteConfig.h"
+#include "runtime/plan/CommVolume.h"
 #include "tools/hybridcp/Args.h"
 
 namespace hcp {
@@ -37,6 +38,9 @@ Command MakePlotCommand();
 // Plans: recognised by their magic bytes; inspected without MLIR.
 bool LooksLikePlanFile(const std::string& path);
 absl::Status InspectPlan(const std::string& path, bool list_buffers);
+// The bytes each rank sends per step, one row per rank, one column per kind, and a total:
+// what `inspect` predicts and `run-step --traffic` measures, in one format.
+void PrintBytesSent(const plan::CommVolume& volume);
 #ifdef HYBRIDCP_HAVE_COMPILER
 Command MakeCompileCommand();
 #endif

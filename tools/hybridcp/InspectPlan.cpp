@@ -24,12 +24,18 @@ void PrintCommunication(const plan::Plan& plan) {
   std::printf("ranks: cp %lld x dp %lld, %s layout\n", static_cast<long long>(plan.mesh.cp),
               static_cast<long long>(plan.mesh.dp),
               std::string(plan::SequenceLayoutName(plan.mesh.layout)).c_str());
-  plan::CommVolume volume = plan::BytesSentPerRank(plan);
+  std::printf("bytes sent per step:\n");
+  PrintBytesSent(plan::BytesSentPerRank(plan));
+}
+
+}  // namespace
+
+void PrintBytesSent(const plan::CommVolume& volume) {
   std::map<std::string, bool> kinds;
   for (const auto& rank : volume) {
     for (const auto& [kind, bytes] : rank) kinds[kind] = true;
   }
-  std::printf("bytes sent per step:\n  %-6s", "rank");
+  std::printf("  %-6s", "rank");
   for (const auto& [kind, unused] : kinds) std::printf(" %16s", kind.c_str());
   std::printf(" %16s\n", "total");
   for (size_t rank = 0; rank < volume.size(); ++rank) {
@@ -44,8 +50,6 @@ void PrintCommunication(const plan::Plan& plan) {
     std::printf(" %16llu\n", static_cast<unsigned long long>(total));
   }
 }
-
-}  // namespace
 
 bool LooksLikePlanFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);

@@ -72,6 +72,65 @@ StepResult GatherStepResult(CpuExecutor& executor) {
   return result;
 }
 
+// --traffic: every rank's bytes sent during the step (Communicator::bytes_sent), gathered to all
+// ranks as one table in the plan's kinds (plus the control messages and any unlabelled
+// traffic, when there are some). Collective over the world.
+plan::CommVolume GatherTraffic(const plan::Plan& plan, comm::Communicator& comm) {
+  const plan::CommVolume predicted = plan::BytesSentPerRank(plan);
+  std::vector<std::string> kinds;
+  for (const auto& [kind, bytes] : predicted.front()) kinds.push_back(kind);
+  kinds.push_back(std::string(plan::kControlTraffic));
+  kinds.push_back("unlabelled");
+  std::vector<uint64_t> mine(kinds.size(), 0);
+  for (const auto& [label, bytes] : comm.bytes_sent()) {
+    auto it = std::find(kinds.begin(), kinds.end(), label);
+    mine[it == kinds.end() ? kinds.size() - 1 : it - kinds.begin()] += bytes;
+  }
+  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(comm.world_size()));
+  comm.AllGather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                 comm::Group::kWorld);
+  plan::CommVolume volume(comm.world_size());
+  for (size_t rank = 0; rank < volume.size(); ++rank) {
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const uint64_t bytes = all[rank * kinds.size() + k];
+      if (bytes > 0 || k + 2 < kinds.size()) volume[rank][kinds[k]] = bytes;
+    }
+  }
+  return volume;
+}
+
+// Rank 0: the measured table, and how it compares with the plan's prediction (inspect's).
+// Expert parallelism's all-to-alls depend on the routing: inspect counts uniform routing.
+absl::Status ReportTraffic(const plan::Plan& plan, const plan::CommVolume& measured) {
+  std::printf("bytes sent in this step (measured):\n");
+  PrintBytesSent(measured);
+  const plan::CommVolume predicted = plan::BytesSentPerRank(plan);
+  int differences = 0, routed_differences = 0;
+  for (size_t rank = 0; rank < measured.size(); ++rank) {
+    for (const auto& [kind, bytes] : measured[rank]) {
+      if (kind == plan::kControlTraffic) continue;  // the ranks' status agreements
+      auto it = predicted[rank].find(kind);
+      const uint64_t expected = it == predicted[rank].end() ? 0 : it->second;
+      if (bytes == expected) continue;
+      const bool routed = kind == plan::TrafficKind(plan::KernelId::MoeExpertsEpForward);
+      std::printf("rank %zu, %s: %llu bytes, the plan predicts %llu%s\n", rank, kind.c_str(),
+                  static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(expected),
+                  routed ? " (uniform routing; this step's router decides)" : "");
+      (routed ? routed_differences : differences) += 1;
+    }
+  }
+  if (differences > 0) {
+    return absl::InternalError(absl::StrFormat(
+        "%d figure(s) of the plan's traffic prediction (hybridcp inspect) differ from the bytes "
+        "the collectives sent",
+        differences));
+  }
+  std::printf(
+      "the bytes sent match the plan's prediction (hybridcp inspect)%s\n",
+      routed_differences > 0 ? ", but for the experts' all-to-alls (routing-dependent)" : "");
+  return absl::OkStatus();
+}
+
 // Rank 0's report: the loss, then --save and --compare.
 absl::Status Report(const StepResult& step, const Args& args) {
   std::printf("loss %.7f\n", step.loss);
@@ -128,13 +187,17 @@ absl::Status RunStep(const Args& args) {
   HCP_RETURN_IF_ERROR(executor->SetInputs(std::span(*ids).subspan(first, micro_batch),
                                           std::span(*targets).subspan(first, micro_batch),
                                           loss_scale));
+  comm.ResetTraffic();
   HCP_RETURN_IF_ERROR(executor->RunStep());
   executor->SumGradientsOverRanks();
+  std::optional<plan::CommVolume> traffic;
+  if (args.Has("traffic")) traffic = GatherTraffic(plan, comm);
 
   const StepResult step = GatherStepResult(*executor);
   absl::Status result;
   if (world.is_root()) {
     result = Report(step, args);
+    if (result.ok() && traffic) result = ReportTraffic(plan, *traffic);
     std::fflush(stdout);
   }
   // Rank 0 judged; every rank exits the same way.
@@ -167,7 +230,7 @@ Command MakeRunStepCommand() {
       "run one training step of a plan on the CPU: loss and gradients",
       "run-step FILE.plan --inputs FILE.safetensors [--weights DIR | --seed N] [--compare "
       "DIR|FILE] "
-      "[--save FILE]   (under mpirun: one process per rank)",
+      "[--save FILE] [--traffic]   (under mpirun: one process per rank)",
       {{"inputs", "FILE",
         "safetensors with input_ids and targets (targets already shifted): the global batch, "
         "micro-batch x dp sequences; dp group i runs sequences [i*micro-batch, +micro-batch) and "
@@ -177,6 +240,9 @@ Command MakeRunStepCommand() {
        {"compare", "PATH",
         "compare loss and gradients with PATH/reference.safetensors or a --save file"},
        {"save", "FILE", "write the loss and every gradient to FILE (safetensors)"},
+       {"traffic", "",
+        "print the bytes each rank's collectives sent in the step, by kind, and check them "
+        "against the plan's prediction (hybridcp inspect)"},
        kLossTolerance,
        kGradTolerance,
        kVerbose},

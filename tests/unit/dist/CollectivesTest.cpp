@@ -2,6 +2,7 @@
 // and both state-scan strategies: each rank's result of a small plan over its shard equals its
 // shard of the single-rank computation on the whole sequence (in double), to fp32 accuracy.
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -289,6 +290,45 @@ TEST(AllReduce, SumsOverWorldCpAndDp) {
                  std::as_writable_bytes(std::span(&got, 1)), previous, comm::Group::kDp);
   EXPECT_EQ(got, previous * cp + comm->cp_index());
   EXPECT_EQ(comm->WorldRank(comm::Group::kDp, previous), got);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The communicator's traffic accounting: bytes for other ranks only, under the label set last;
+// a ring all-reduce's 2 (n-1)/n of the data.
+
+TEST(Traffic, CountsBytesLeavingTheRankByLabel) {
+  const int world = World().world_size();
+  auto comm = NewCommunicator(Mesh{.cp = world, .dp = 1});
+  const int me = comm->world_rank();
+  const uint64_t others = static_cast<uint64_t>(world - 1);
+  EXPECT_TRUE(comm->bytes_sent().empty());
+
+  std::vector<float> values(12, 1.0f);
+  comm->SetTrafficLabel("sums");
+  comm->AllReduceSum(values.data(), 12, comm::Group::kWorld);  // 48 bytes of floats
+  comm->SetTrafficLabel("gather");
+  std::vector<std::byte> gathered(8 * static_cast<size_t>(world));
+  comm->AllGather(std::span<const std::byte>(gathered.data(), 8), gathered, comm::Group::kCp);
+  // A shift to the next rank (on one rank, to itself: nothing leaves) and an all-to-all with
+  // 3 bytes for every group rank, this one's own included.
+  comm->SetTrafficLabel("exchange");
+  const int32_t mine = me;
+  int32_t got = -1;
+  comm->SendRecv(std::as_bytes(std::span(&mine, 1)), (me + 1) % world,
+                 std::as_writable_bytes(std::span(&got, 1)), (me + world - 1) % world,
+                 comm::Group::kCp);
+  std::vector<std::byte> send(3 * static_cast<size_t>(world)), recv(send.size());
+  comm->AllToAll(send, recv, comm::Group::kCp);
+
+  std::map<std::string, uint64_t, std::less<>> want;
+  if (world > 1) {
+    want["sums"] = 2 * 48 * others / static_cast<uint64_t>(world);
+    want["gather"] = 8 * others;
+    want["exchange"] = 4 + 3 * others;
+  }
+  EXPECT_EQ(comm->bytes_sent(), want);
+  comm->ResetTraffic();
+  EXPECT_TRUE(comm->bytes_sent().empty());
 }
 
 }  // namespace

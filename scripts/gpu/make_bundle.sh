@@ -53,22 +53,17 @@ for shape in "512 2" "300 1"; do
       -o "$BUNDLE/plans/small-$seq-$dtype.plan"
   done
 done
-# Context parallelism on 2 GPUs (scripts/gpu/run_cp_tests.sh): zigzag with the all-gather state
-# scan, contiguous with the chain; checked against the one-rank f32 plan above.
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout zigzag \
-  --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp2-zigzag.plan"
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout contiguous \
-  --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp2-chain.plan"
-# Expert parallelism on the same 2 GPUs: the experts split over the cp ranks (--ep 2).
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
-  -o "$BUNDLE/plans/small-512-bf16-cp2-ep2.plan"
-# The same over 4 GPUs (scripts/gpu/run_cp4_tests.sh), the experts split over all four (ep=4).
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --layout zigzag \
-  --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp4-zigzag.plan"
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --layout contiguous \
-  --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp4-chain.plan"
-"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 4 --ep 4 --layout zigzag \
-  -o "$BUNDLE/plans/small-512-bf16-cp4-ep4.plan"
+# Context parallelism on 2 GPUs (scripts/gpu/run_cp_tests.sh) and on 4 (run_cp4_tests.sh):
+# zigzag with the all-gather state scan, contiguous with the chain, and zigzag with the experts
+# split over the same GPUs (--ep = --cp); checked against the one-rank f32 plan above.
+for cp in 2 4; do
+  "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp $cp --layout zigzag \
+    --state-scan allgather -o "$BUNDLE/plans/small-512-bf16-cp$cp-zigzag.plan"
+  "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp $cp --layout contiguous \
+    --state-scan chain -o "$BUNDLE/plans/small-512-bf16-cp$cp-chain.plan"
+  "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp $cp --ep $cp \
+    --layout zigzag -o "$BUNDLE/plans/small-512-bf16-cp$cp-ep$cp.plan"
+done
 # Data parallelism on 2 GPUs, one sequence each, without and with the experts split over them.
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --dp 2 \
   -o "$BUNDLE/plans/small-512x1-bf16-dp2.plan"

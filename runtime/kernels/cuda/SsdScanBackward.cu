@@ -50,6 +50,7 @@
 
 #include "runtime/kernels/cuda/SequenceDetail.cuh"
 #include "runtime/kernels/cuda/SequenceKernels.h"
+#include "runtime/kernels/cuda/SsdHeadSlices.h"
 
 namespace hcp::cuda {
 namespace seq_detail {
@@ -78,20 +79,10 @@ struct SsdBackwardBuffers {
   float* dbc_part;  // [splits,B,S,G,N] the dB / dC sums of each slice of heads (splits > 1)
 };
 
-// ssd_dbc_kernel's slices of a group's heads. Each block sums its 64 rows' state terms over the
-// group's heads one after another; at short sequences there are few blocks (4 per chunk and group:
-// 128 at s = 8192, one per SM and one latency-bound warp group each), so the heads are split over
-// up to 8x more blocks, whose fp32 sums ssd_dbc_sum_kernel adds in a fixed order. A function of
-// the shape only: the results do not depend on the device.
+// ssd_dbc_kernel's slices of a group's heads (SsdHeadSlices.h).
+static_assert(kTiles == kSsdDbcTilesPerChunk);
 int dbc_head_splits(const SsdShape& s) {
-  constexpr int64_t kTargetBlocks = 1024;
-  const int64_t blocks = kTiles * ssd_num_chunks(s) * s.batch * s.groups;
-  const int hg = static_cast<int>(s.heads / s.groups);
-  int splits = 1;
-  for (int d = 2; d <= 8; d++) {
-    if (hg % d == 0 && blocks * d <= kTargetBlocks) splits = d;
-  }
-  return splits;
+  return ssd_dbc_head_slices(ssd_num_chunks(s), s.batch, s.groups, s.heads);
 }
 
 // Without dy (ssd_final_state_backward) the buffers only the dy terms fill (dcb, da_pairs, da_c,
@@ -112,7 +103,7 @@ size_t backward_extra_bytes(const SsdShape& s, bool with_dy, SsdBackwardBuffers*
       bh * nc * (pn / 128),                                              // da_pass
       dy_only * bh * nc * 2,                                             // dD_part
       bh * nc,                                                           // dA_part
-      splits > 1 ? static_cast<size_t>(splits * s.batch * s.seq * s.groups * s.state) : 0,
+      static_cast<size_t>(ssd_dbc_slice_floats(splits, s.batch, s.seq, s.groups, s.state)),
   };
   constexpr int kCount = sizeof(sizes) / sizeof(sizes[0]);
   float* dummy[kCount];

@@ -65,17 +65,20 @@ uint64_t OptimizerBytes(const plan::Plan& plan, const plan::Parameter& p, Optimi
   return OptimizerArrays(plan.buffers[p.buffer].dtype) * RoundUp(slice.count * sizeof(float));
 }
 
-// Per parameter, the slice of its buffer this rank's optimizer updates (ParameterValues.h).
-std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan,
-                                            const CudaExecutor::Options& options) {
-  const int64_t ranks = plan.mesh.world();
-  const int64_t rank = ranks > 1 ? options.nccl->host().world_rank() : 0;
+// Per parameter, the slice of its buffer rank `rank`'s optimizer updates (ParameterValues.h).
+std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan, bool shard_optimizer,
+                                            int64_t rank) {
   std::vector<OptimizerSlice> slices;
   for (const plan::Parameter& p : plan.parameters) {
     const auto elements = static_cast<int64_t>(plan.buffers[p.buffer].elements);
-    slices.push_back(OptimizerSliceOf(p, elements, options.shard_optimizer, rank, ranks));
+    slices.push_back(OptimizerSliceOf(p, elements, shard_optimizer, rank, plan.mesh.world()));
   }
   return slices;
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  uint64_t sum;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<uint64_t>::max() : sum;
 }
 
 ncclDataType_t NcclTypeOf(plan::DType dtype) {
@@ -83,6 +86,34 @@ ncclDataType_t NcclTypeOf(plan::DType dtype) {
 }
 
 }  // namespace
+
+uint64_t GpuMemory::total() const {
+  uint64_t sum = 0;
+  for (uint64_t part : {arenas, workspace, gemm, optimizer, other}) sum = SaturatingAdd(sum, part);
+  return sum;
+}
+
+// Arena sizes come from the file: the sums saturate.
+GpuMemory GpuMemoryOf(const plan::Plan& plan, bool with_optimizer, bool shard_optimizer,
+                      int64_t rank) {
+  GpuMemory memory;
+  for (uint64_t bytes : plan.arena_bytes)
+    memory.arenas = SaturatingAdd(memory.arenas, RoundUp(bytes));
+  const std::vector<OptimizerSlice> slices = OptimizerSlices(plan, shard_optimizer, rank);
+  uint64_t largest_parameter = 0;
+  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+    const plan::Parameter& p = plan.parameters[i];
+    if (with_optimizer) {
+      memory.optimizer = SaturatingAdd(memory.optimizer, OptimizerBytes(plan, p, slices[i]));
+    }
+    largest_parameter = std::max(largest_parameter, plan.buffers[p.buffer].elements);
+  }
+  memory.workspace = RoundUp(std::max(cuda_backend::WorkspaceBytes(plan),
+                                      cuda::sum_of_squares_workspace_bytes(largest_parameter)));
+  memory.gemm = cuda::gemm_context_bytes(kGemmWorkspaceBytes, GemmLanes());
+  memory.other = 2 * kAlignment + RoundUp(sizeof(double) * plan.parameters.size());
+  return memory;
+}
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::Plan& plan,
                                                                    Options options) {
@@ -119,38 +150,20 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   HCP_RETURN_IF_ERROR(FromCuda(cudaSetDevice(options.device), "cudaSetDevice"));
 
   // Refuse up front what cannot fit, rather than failing halfway through the allocations (or at
-  // InitOptimizer). Arena sizes come from the file: the sums saturate.
-  const std::vector<OptimizerSlice> slices = OptimizerSlices(plan, options);
-  uint64_t arenas = 0, optimizer = 0, largest_parameter = 0;
-  for (uint64_t bytes : plan.arena_bytes) {
-    if (__builtin_add_overflow(arenas, RoundUp(bytes), &arenas)) {
-      arenas = std::numeric_limits<uint64_t>::max();
-    }
-  }
-  for (size_t i = 0; i < plan.parameters.size(); ++i) {
-    const plan::Parameter& p = plan.parameters[i];
-    if (options.reserve_optimizer_state) optimizer += OptimizerBytes(plan, p, slices[i]);
-    largest_parameter = std::max(largest_parameter, plan.buffers[p.buffer].elements);
-  }
-  const uint64_t workspace = RoundUp(std::max(
-      cuda_backend::WorkspaceBytes(plan), cuda::sum_of_squares_workspace_bytes(largest_parameter)));
-  const uint64_t small = 2 * kAlignment + RoundUp(sizeof(double) * plan.parameters.size());
-  uint64_t needed = arenas;
-  const int lanes = GemmLanes();
-  const uint64_t gemm = cuda::gemm_context_bytes(kGemmWorkspaceBytes, lanes);
-  for (uint64_t part : {workspace, gemm, optimizer, small}) {
-    if (__builtin_add_overflow(needed, part, &needed)) {
-      needed = std::numeric_limits<uint64_t>::max();
-    }
-  }
+  // InitOptimizer).
+  const int64_t rank = ranks > 1 ? options.nccl->host().world_rank() : 0;
+  const std::vector<OptimizerSlice> slices = OptimizerSlices(plan, options.shard_optimizer, rank);
+  const GpuMemory need =
+      GpuMemoryOf(plan, options.reserve_optimizer_state, options.shard_optimizer, rank);
+  const uint64_t needed = need.total();
   size_t free_bytes = 0, total_bytes = 0;
   HCP_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
   if (needed > free_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the plan needs %s on GPU %d (arenas %s, workspace %s, cuBLASLt %s, optimizer state %s), "
         "but only %s of its %s are free",
-        GiB(needed), options.device, GiB(arenas), GiB(workspace), GiB(gemm), GiB(optimizer),
-        GiB(free_bytes), GiB(total_bytes)));
+        GiB(needed), options.device, GiB(need.arenas), GiB(need.workspace), GiB(need.gemm),
+        GiB(need.optimizer), GiB(free_bytes), GiB(total_bytes)));
   }
 
   // From here on the destructor frees whatever has been allocated when an error returns.
@@ -180,11 +193,11 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaMemsetAsync(memory, fill, bytes, exec->stream_), "cudaMemsetAsync"));
   }
-  HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, workspace, "the workspace"));
-  exec->workspace_bytes_ = workspace;
-  HCP_RETURN_IF_ERROR(
-      cuda_backend::FromCuda(cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, lanes)));
-  exec->allocated_bytes_ += gemm;
+  HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, need.workspace, "the workspace"));
+  exec->workspace_bytes_ = need.workspace;
+  HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
+      cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, GemmLanes())));
+  exec->allocated_bytes_ += need.gemm;
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->bad_position_),
                                      sizeof(int32_t), "the bad-position flag"));
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->squares_),

@@ -48,6 +48,21 @@ namespace hcp {
 
 class CheckpointReader;
 
+// What one rank of `plan` allocates on its GPU, in bytes, computed on the host (no device
+// needed): CudaExecutor::Create's memory check, and `hybridcp inspect`.
+struct GpuMemory {
+  uint64_t arenas = 0;     // the plan's arenas
+  uint64_t workspace = 0;  // the kernels' shared workspace (the largest step's need)
+  uint64_t gemm = 0;       // cuBLASLt workspaces: the context's and its lanes'
+  uint64_t optimizer = 0;  // AdamW: m, v and a bf16 parameter's fp32 master, this rank's slices
+  uint64_t other = 0;      // flags and per-parameter scratch
+  uint64_t total() const;  // the sum, saturating
+};
+// The optimizer state is left out unless `with_optimizer`; `rank` picks its slices with
+// `shard_optimizer` (ranks' slices differ at most by a rounding).
+GpuMemory GpuMemoryOf(const plan::Plan& plan, bool with_optimizer, bool shard_optimizer,
+                      int64_t rank);
+
 class CudaExecutor {
  public:
   struct Options {

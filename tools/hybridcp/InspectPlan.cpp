@@ -14,6 +14,7 @@
 #include "tools/hybridcp/Commands.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/exec/CudaExecutor.h"
 #endif
 
 namespace hcp {
@@ -74,6 +75,24 @@ std::string RunsOn(const plan::Plan& plan) {
 #endif
 }
 
+#ifdef HYBRIDCP_HAVE_CUDA
+// What the CUDA executor allocates on each GPU (rank 0's optimizer slices): a step, and training.
+void PrintGpuMemory(const plan::Plan& plan) {
+  const GpuMemory step = GpuMemoryOf(plan, /*with_optimizer=*/false, /*shard_optimizer=*/false, 0);
+  const GpuMemory whole = GpuMemoryOf(plan, true, false, 0);
+  const GpuMemory sharded = GpuMemoryOf(plan, true, true, 0);
+  auto gib = [](uint64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); };
+  std::printf(
+      "GPU memory per rank (the CUDA executor's allocations; the CUDA context and NCCL "
+      "add 0.5-4 GiB):\n");
+  std::printf("  %-12s %s GiB  (arenas %s, kernel workspace %s, cuBLASLt %s GiB)\n", "a step",
+              gib(step.total()).c_str(), gib(step.arenas).c_str(), gib(step.workspace).c_str(),
+              gib(step.gemm).c_str());
+  std::printf("  %-12s %s GiB  (%s GiB with --shard-optimizer)\n", "training",
+              gib(whole.total()).c_str(), gib(sharded.total()).c_str());
+}
+#endif
+
 absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
   std::printf("plan: %s (%s)\n", path.c_str(), plan.producer.c_str());
@@ -96,6 +115,9 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   std::printf("  %-12s %s  (training; %s with --shard-optimizer)\n", "AdamW state",
               train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
               train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
+#ifdef HYBRIDCP_HAVE_CUDA
+  if (plan.StoresBf16() && cuda_backend::CheckPlanRunsOnCuda(plan).ok()) PrintGpuMemory(plan);
+#endif
   std::map<std::string, int> kernels;
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());
@@ -106,7 +128,10 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
     for (size_t i = 0; i < plan.buffers.size(); ++i) {
       const plan::Buffer& b = plan.buffers[i];
       std::string shape;
-      for (int64_t dim : b.shape) shape += (shape.empty() ? "" : "x") + std::to_string(dim);
+      for (int64_t dim : b.shape) {
+        if (!shape.empty()) shape += 'x';
+        shape += std::to_string(dim);
+      }
       std::printf("  %5zu %-11s %14llu %14llu %-4s %-20s %s\n", i,
                   std::string(plan::ArenaName(b.arena)).c_str(),
                   static_cast<unsigned long long>(b.offset),

@@ -130,10 +130,10 @@ void Loop::DescribeOptimizer() const {
   }
   std::string how = "m and v of every parameter it holds";
   if (options_.shard_optimizer) {
+    const char* experts = optimizer_.size() > 1 ? ", its experts' whole" : "";
     how = absl::StrFormat(
-        "--shard-optimizer: the replicated parameters' m and v sliced over %d "
-        "ranks%s",
-        comm_.world_size(), optimizer_.size() > 1 ? ", its experts' whole" : "");
+        "--shard-optimizer: the replicated parameters' m and v sliced over %d ranks%s",
+        comm_.world_size(), experts);
   }
   std::printf("optimizer: AdamW, state %s on rank 0 (%s)\n", FormatBytes(bytes).c_str(),
               how.c_str());

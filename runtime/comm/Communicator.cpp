@@ -103,10 +103,7 @@ absl::Status Communicator::SetMesh(const plan::Mesh& mesh) {
 }
 
 void Communicator::CountSent(uint64_t bytes) {
-  if (bytes == 0) return;
-  auto it = bytes_sent_.find(traffic_label_);
-  if (it == bytes_sent_.end()) it = bytes_sent_.emplace(traffic_label_, 0).first;
-  it->second += bytes;
+  if (bytes > 0) bytes_sent_[traffic_label_] += bytes;
 }
 
 // A ring all-reduce over k ranks sends 2 (k-1)/k of the data from each.

@@ -73,12 +73,16 @@ StepResult GatherStepResult(CpuExecutor& executor) {
 }
 
 // --traffic: every rank's bytes sent during the step (Communicator::bytes_sent), gathered to all
-// ranks as one table in the plan's kinds (plus the control messages and any unlabelled
-// traffic, when there are some). Collective over the world.
-plan::CommVolume GatherTraffic(const plan::Plan& plan, comm::Communicator& comm) {
-  const plan::CommVolume predicted = plan::BytesSentPerRank(plan);
+// ranks as one table in the kinds the plan predicts (`predicted`, every rank's), plus the control
+// messages and any unlabelled traffic when there are some. Collective over the world.
+plan::CommVolume GatherTraffic(const plan::CommVolume& predicted, comm::Communicator& comm) {
   std::vector<std::string> kinds;
-  for (const auto& [kind, bytes] : predicted.front()) kinds.push_back(kind);
+  for (const auto& rank : predicted) {
+    for (const auto& [kind, bytes] : rank) {
+      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+    }
+  }
+  const size_t predicted_kinds = kinds.size();
   kinds.push_back(std::string(plan::kControlTraffic));
   kinds.push_back("unlabelled");
   std::vector<uint64_t> mine(kinds.size(), 0);
@@ -93,7 +97,7 @@ plan::CommVolume GatherTraffic(const plan::Plan& plan, comm::Communicator& comm)
   for (size_t rank = 0; rank < volume.size(); ++rank) {
     for (size_t k = 0; k < kinds.size(); ++k) {
       const uint64_t bytes = all[rank * kinds.size() + k];
-      if (bytes > 0 || k + 2 < kinds.size()) volume[rank][kinds[k]] = bytes;
+      if (bytes > 0 || k < predicted_kinds) volume[rank][kinds[k]] = bytes;
     }
   }
   return volume;
@@ -101,10 +105,9 @@ plan::CommVolume GatherTraffic(const plan::Plan& plan, comm::Communicator& comm)
 
 // Rank 0: the measured table, and how it compares with the plan's prediction (inspect's).
 // Expert parallelism's all-to-alls depend on the routing: inspect counts uniform routing.
-absl::Status ReportTraffic(const plan::Plan& plan, const plan::CommVolume& measured) {
+absl::Status ReportTraffic(const plan::CommVolume& predicted, const plan::CommVolume& measured) {
   std::printf("bytes sent in this step (measured):\n");
   PrintBytesSent(measured);
-  const plan::CommVolume predicted = plan::BytesSentPerRank(plan);
   int differences = 0, routed_differences = 0;
   for (size_t rank = 0; rank < measured.size(); ++rank) {
     for (const auto& [kind, bytes] : measured[rank]) {
@@ -190,14 +193,17 @@ absl::Status RunStep(const Args& args) {
   comm.ResetTraffic();
   HCP_RETURN_IF_ERROR(executor->RunStep());
   executor->SumGradientsOverRanks();
-  std::optional<plan::CommVolume> traffic;
-  if (args.Has("traffic")) traffic = GatherTraffic(plan, comm);
+  std::optional<plan::CommVolume> predicted, traffic;
+  if (args.Has("traffic")) {
+    predicted = plan::BytesSentPerRank(plan);
+    traffic = GatherTraffic(*predicted, comm);
+  }
 
   const StepResult step = GatherStepResult(*executor);
   absl::Status result;
   if (world.is_root()) {
     result = Report(step, args);
-    if (result.ok() && traffic) result = ReportTraffic(plan, *traffic);
+    if (result.ok() && traffic) result = ReportTraffic(*predicted, *traffic);
     std::fflush(stdout);
   }
   // Rank 0 judged; every rank exits the same way.

@@ -151,6 +151,24 @@ void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A
 template <typename T>
 void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
                               const T* dt, const T* A, const T* Bm, const SsdShape& shape);
+// Context parallelism's correction of a segment scanned from a zero start: the outputs its true
+// initial state adds. Per batch row b and head h (group g), with the inclusive cumulative
+// log-decay Acs_t = A_h * sum_{u<=t} dt_u from the segment's start:
+//   out_t[p] = y_t[p] + exp(Acs_t) * sum_n init_state[p, n] C_t[n]
+// which makes out ssd_scan_forward's y with that init_state (the scan is linear in its state).
+// y, out [B,S,H,P]; dt [B,S,H]; A [H]; Cm [B,S,G,N]; init_state [B,H,P,N]. shape.chunk is not
+// read. out may equal y (in place).
+template <typename T>
+void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, const T* Cm,
+                                   const T* init_state, const SsdShape& shape);
+// Its gradients except y's (which is dout itself). With q_t = init_state C_t and
+// w_t = exp(Acs_t) <dout_t, q_t> (the gradient of Acs_t):
+//   dinit_state = sum_t exp(Acs_t) dout_t C_t^T        dCm_t = sum_{h in g} exp(Acs_t) init^T
+//   dout_t ddt_u = A_h sum_{t>=u} w_t                          dA_h = sum_{b,t} w_t sum_{u<=t} dt_u
+template <typename T>
+void ssd_add_initial_state_backward(T* ddt, T* dA, T* dCm, T* dinit_state, const T* dout,
+                                    const T* dt, const T* A, const T* Cm, const T* init_state,
+                                    const SsdShape& shape);
 // Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t
 // dt[b,t,h]*A[h].
 template <typename T>

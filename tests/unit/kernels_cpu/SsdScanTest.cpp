@@ -354,5 +354,72 @@ TEST(SsdFinalState, BackwardMatchesFiniteDifferences) {
   testing::expect_gradient("ssd_final_state dB", d.B, dB, objective);
 }
 
+// Context parallelism's other way to use the incoming state: the scan from a zero start plus
+// ssd_add_initial_state is the scan from that state, forward and backward (the scan is linear in
+// its state).
+TEST(SsdAddInitialState, ScanFromZeroPlusCorrectionEqualsScanFromState) {
+  std::mt19937 rng(50);
+  for (const SsdShape& shape : {SsdShape{2, 7, 4, 2, 2, 3, 3}, SsdShape{1, 9, 6, 3, 3, 2, 4}}) {
+    SsdData d(shape, rng);
+    Vec y_init, fin_init, y_zero, fin_zero;
+    d.forward(y_init, fin_init, true);
+    d.forward(y_zero, fin_zero, false);
+    Vec out(y_zero.size(), NAN);
+    ssd_add_initial_state_forward<double>(out.data(), y_zero.data(), d.dt.data(), d.A.data(),
+                                          d.C.data(), d.init.data(), shape);
+    EXPECT_LT(testing::max_rel_diff(out, y_init), 1e-12);
+    EXPECT_GT(testing::max_abs(testing::sub(y_init, y_zero)), 0.1) << "the state must matter";
+    // In place.
+    ssd_add_initial_state_forward<double>(y_zero.data(), y_zero.data(), d.dt.data(), d.A.data(),
+                                          d.C.data(), d.init.data(), shape);
+    EXPECT_EQ(y_zero, out);
+
+    // Backward: the scan's gradients from the state, against the zero-start scan's plus the
+    // correction's (ddt, dA, dC add up; dinit is the correction's alone).
+    const Vec dy = testing::random_vec(rng, y_init.size());
+    Vec dx(d.x.size()), ddt(d.dt.size()), dA(shape.heads), dB(d.B.size()), dC(d.C.size());
+    Vec dD(shape.heads), dinit(d.state_size());
+    ssd_scan_backward<double>(dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(), dD.data(),
+                              dinit.data(), dy.data(), nullptr, d.x.data(), d.dt.data(), d.A.data(),
+                              d.B.data(), d.C.data(), d.D.data(), d.init.data(), shape);
+    Vec dx0(d.x.size()), ddt0(d.dt.size()), dA0(shape.heads), dB0(d.B.size()), dC0(d.C.size());
+    Vec dD0(shape.heads);
+    ssd_scan_backward<double>(dx0.data(), ddt0.data(), dA0.data(), dB0.data(), dC0.data(),
+                              dD0.data(), nullptr, dy.data(), nullptr, d.x.data(), d.dt.data(),
+                              d.A.data(), d.B.data(), d.C.data(), d.D.data(), nullptr, shape);
+    Vec ddt1(d.dt.size(), NAN), dA1(shape.heads, NAN), dC1(d.C.size(), NAN),
+        dinit1(d.state_size(), NAN);
+    ssd_add_initial_state_backward<double>(ddt1.data(), dA1.data(), dC1.data(), dinit1.data(),
+                                           dy.data(), d.dt.data(), d.A.data(), d.C.data(),
+                                           d.init.data(), shape);
+    EXPECT_LT(testing::max_rel_diff(testing::add(ddt0, ddt1), ddt), 1e-12);
+    EXPECT_LT(testing::max_rel_diff(testing::add(dA0, dA1), dA), 1e-12);
+    EXPECT_LT(testing::max_rel_diff(testing::add(dC0, dC1), dC), 1e-12);
+    EXPECT_LT(testing::max_rel_diff(dinit1, dinit), 1e-12);
+  }
+}
+
+// The correction's gradients on their own terms: central finite differences in double.
+TEST(SsdAddInitialState, BackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(51);
+  const SsdShape shape{2, 7, 4, 2, 2, 3, 3};  // two groups of two heads
+  SsdData d(shape, rng);
+  const Vec y = testing::random_vec(rng, d.x.size());
+  const Vec r = testing::random_vec(rng, d.x.size());
+  auto objective = [&] {
+    Vec out(y.size());
+    ssd_add_initial_state_forward<double>(out.data(), y.data(), d.dt.data(), d.A.data(), d.C.data(),
+                                          d.init.data(), shape);
+    return testing::project(r, out);
+  };
+  Vec ddt(d.dt.size(), NAN), dA(d.A.size(), NAN), dC(d.C.size(), NAN), dinit(d.state_size(), NAN);
+  ssd_add_initial_state_backward<double>(ddt.data(), dA.data(), dC.data(), dinit.data(), r.data(),
+                                         d.dt.data(), d.A.data(), d.C.data(), d.init.data(), shape);
+  testing::expect_gradient("ssd_add_initial_state ddt", d.dt, ddt, objective);
+  testing::expect_gradient("ssd_add_initial_state dA", d.A, dA, objective);
+  testing::expect_gradient("ssd_add_initial_state dC", d.C, dC, objective);
+  testing::expect_gradient("ssd_add_initial_state dinit_state", d.init, dinit, objective);
+}
+
 }  // namespace
 }  // namespace hcp::cpu

@@ -85,6 +85,17 @@ inline double expect_gradient(const std::string& name, Vec& param, const Vec& an
 }
 
 // Conversions for the float-versus-double checks.
+// Elementwise a + b and a - b (same sizes).
+inline Vec add(const Vec& a, const Vec& b) {
+  Vec out(a.size());
+  for (size_t i = 0; i < a.size(); i++) out[i] = a[i] + b[i];
+  return out;
+}
+inline Vec sub(const Vec& a, const Vec& b) {
+  Vec out(a.size());
+  for (size_t i = 0; i < a.size(); i++) out[i] = a[i] - b[i];
+  return out;
+}
 inline std::vector<float> to_float(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
 inline Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 

@@ -23,6 +23,7 @@ void addSequenceSharding(mlir::OpPassManager& pm, const TrainingPipelineOptions&
   pm.addPass(createInsertHaloExchange());
   InsertStateScanOptions scan;
   scan.strategy = options.stateScan;
+  scan.incoming = options.incomingState;
   pm.addPass(createInsertStateScan(scan));
   pm.addPass(createInsertRingAttention());
   pm.addPass(createReduceLoss());

@@ -21,6 +21,10 @@ struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptio
                              llvm::cl::init("contiguous")};
   Option<std::string> stateScan{*this, "state-scan", llvm::cl::desc("allgather, chain or auto"),
                                 llvm::cl::init("auto")};
+  Option<std::string> incomingState{
+      *this, "incoming-state",
+      llvm::cl::desc("how a split Mamba scan gets its incoming state: correct or rescan"),
+      llvm::cl::init("correct")};
   Option<bool> recompute{*this, "recompute",
                          llvm::cl::desc("recompute each layer's activations in the backward"),
                          llvm::cl::init(false)};

@@ -198,6 +198,21 @@ LogicalResult backward(SsdFinalStateOp op, OpBuilder& b, ArrayRef<Value> dfinal,
   return success();
 }
 
+// y's gradient is dresult itself; the rest from the correction's own gradient op.
+LogicalResult backward(SsdAddInitialStateOp op, OpBuilder& b, ArrayRef<Value> dresult,
+                       Grads& grads) {
+  Value d = gradOrZeros(b, op.getLoc(), dresult[0], op.getResult());
+  auto grad = SsdAddInitialStateGradOp::create(
+      b, op.getLoc(), op.getDt().getType(), op.getA().getType(), op.getC().getType(),
+      op.getInitState().getType(), d, op.getDt(), op.getA(), op.getC(), op.getInitState());
+  grads[0] = d;
+  grads[1] = grad.getDdt();
+  grads[2] = grad.getDA();
+  grads[3] = grad.getDC();
+  grads[4] = grad.getDinit();
+  return success();
+}
+
 LogicalResult backward(GatedRmsNormOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
   auto grad = GatedRmsNormGradOp::create(b, op.getLoc(), op.getY().getType(),
                                          op.getGate().getType(), op.getWeight().getType(), dy[0],
@@ -277,8 +292,8 @@ void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
   registry.addExtension(+[](MLIRContext* context, ModelDialect*) {
     attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp, CastOp,
            SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
-           SsdFinalStateOp, SsdLogDecayOp, GatedRmsNormOp, AttentionOp, MoeRouteOp, MoeExpertsOp,
-           CrossEntropyOp>(context);
+           SsdFinalStateOp, SsdAddInitialStateOp, SsdLogDecayOp, GatedRmsNormOp, AttentionOp,
+           MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(context);
   });
 }
 

@@ -222,6 +222,18 @@ LogicalResult SsdScanGradOp::verify() {
   return success();
 }
 
+LogicalResult SsdAddInitialStateGradOp::verify() {
+  if (failed(verifyInitialStateOperands(*this, getDresult(), getDt(), getA(), getC(),
+                                        getInitState())) ||
+      failed(expectTypeOf(*this, getDdt(), getDt(), "dt gradient", "dt")) ||
+      failed(expectTypeOf(*this, getDA(), getA(), "A gradient", "A")) ||
+      failed(expectTypeOf(*this, getDC(), getC(), "C gradient", "C")) ||
+      failed(expectTypeOf(*this, getDinit(), getInitState(), "initial state gradient",
+                          "the initial state")))
+    return failure();
+  return success();
+}
+
 LogicalResult SsdFinalStateGradOp::verify() {
   FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
   if (failed(d) || failed(expectShape(*this, getDfinal(), d->stateShape(), "final state gradient")))

@@ -203,6 +203,26 @@ def Model_SsdScanGradOp : Model_Op<"ssd_scan_grad", [Pure, AttrSizedOperandSegme
   let hasVerifier = 1;
 }
 
+def Model_SsdAddInitialStateGradOp : Model_Op<"ssd_add_initial_state_grad", [Pure]> {
+  let summary = "gradients of model.ssd_add_initial_state other than y's";
+  let description = [{
+    dresult and model.ssd_add_initial_state's dt, A, C, init_state -> ddt, dA, dC, dinit with
+    their shapes (y's gradient is dresult itself). With `q_t = init_state C_t` and
+    `w_t = exp(Acs_t) <dresult_t, q_t>`: `dinit = sum_t exp(Acs_t) dresult_t C_t^T`,
+    `dC_t = sum_{h in g} exp(Acs_t) init_state^T dresult_t`, `ddt_u = A_h sum_{t>=u} w_t`,
+    `dA_h = sum_{b,t} w_t sum_{u<=t} dt_u`.
+  }];
+  let arguments = (ins Model_FloatTensor:$dresult, Model_FloatTensor:$dt, Model_FloatTensor:$A,
+                       Model_FloatTensor:$C, Model_FloatTensor:$init_state);
+  let results = (outs Model_FloatTensor:$ddt, Model_FloatTensor:$dA, Model_FloatTensor:$dC,
+                      Model_FloatTensor:$dinit);
+  let assemblyFormat = [{
+    $dresult `,` $dt `,` $A `,` $C `init` $init_state attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Model_SsdFinalStateGradOp : Model_Op<"ssd_final_state_grad", [Pure]> {
   let summary = "gradients of model.ssd_final_state";
   let description = [{

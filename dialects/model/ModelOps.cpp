@@ -176,6 +176,10 @@ LogicalResult SsdFinalStateOp::verify() {
   return success();
 }
 
+LogicalResult SsdAddInitialStateOp::verify() {
+  return verifyInitialStateOperands(*this, getY(), getDt(), getA(), getC(), getInitState());
+}
+
 LogicalResult GatedRmsNormOp::verify() {
   if (failed(expectRank(*this, getWeight(), 1, "norm weight"))) return failure();
   int64_t dim = shapeOf(getY()).back();

@@ -215,6 +215,28 @@ def Model_SsdFinalStateOp : Model_Op<"ssd_final_state", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Model_SsdAddInitialStateOp : Model_Op<"ssd_add_initial_state",
+                                         [Pure, AllTypesMatch<["y", "result"]>]> {
+  let summary = "adds to a scan from a zero start the outputs its initial state contributes";
+  let description = [{
+    Per batch row and head h (group g = h / (heads / groups)), with the inclusive cumulative
+    log-decay `Acs_t = A_h * sum_{u<=t} dt_u`:
+    `result_t = y_t + exp(Acs_t) * init_state C_t`. With y the outputs of model.ssd_scan from a
+    zero start, the result is model.ssd_scan's y from `init_state` (the scan is linear in its
+    state). Context parallelism scans each segment once from zero, passes the final states
+    between segments and corrects the outputs with this, instead of scanning twice.
+    Shapes: y [b, s, heads, head_dim], dt [b, s, heads], A [heads], C [b, s, groups, state],
+    init_state [b, heads, head_dim, state] (f32).
+  }];
+  let arguments = (ins Model_FloatTensor:$y, Model_FloatTensor:$dt, Model_FloatTensor:$A,
+                       Model_FloatTensor:$C, Model_FloatTensor:$init_state);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $y `,` $dt `,` $A `,` $C `init` $init_state attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Model_SsdLogDecayOp : Model_Op<"ssd_log_decay", [Pure]> {
   let summary = "a segment's total log-decay: g[b, h] = sum_t dt[b, t, h] * A[h]";
   let description = [{

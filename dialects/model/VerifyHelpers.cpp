@@ -70,4 +70,26 @@ mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, m
   return d;
 }
 
+mlir::FailureOr<SsdDims> verifyInitialStateOperands(mlir::Operation* op, mlir::Value y,
+                                                    mlir::Value dt, mlir::Value A, mlir::Value C,
+                                                    mlir::Value initState) {
+  if (mlir::failed(expectRank(op, y, 4, "scan output y [batch, seq, heads, head_dim]")) ||
+      mlir::failed(expectRank(op, C, 4, "C [batch, seq, groups, state]")))
+    return mlir::failure();
+  llvm::ArrayRef<int64_t> ys = shapeOf(y), cs = shapeOf(C);
+  const SsdDims d{ys[0], ys[1], ys[2], ys[3], cs[2], cs[3]};
+  if (cs[0] != d.batch || cs[1] != d.seq)
+    return op->emitOpError() << "C " << formatShape(cs) << " must match y's batch and sequence "
+                             << formatShape(ys.take_front(2));
+  if (d.heads % d.groups != 0)
+    return op->emitOpError() << d.groups << " groups do not divide " << d.heads << " heads";
+  if (mlir::failed(expectShape(op, dt, {d.batch, d.seq, d.heads}, "dt")) ||
+      mlir::failed(expectShape(op, A, {d.heads}, "A")) ||
+      mlir::failed(expectShape(op, initState, d.stateShape(), "initial state")))
+    return mlir::failure();
+  if (!tensorType(initState).getElementType().isF32())
+    return op->emitOpError() << "initial state must be f32, like the scan's states";
+  return d;
+}
+
 }  // namespace hcp::model::checks

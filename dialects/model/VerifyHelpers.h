@@ -37,5 +37,10 @@ struct SsdDims {
 };
 mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, mlir::Value dt,
                                            mlir::Value A, mlir::Value B);
+// model.ssd_add_initial_state's operands (and its gradient's): y [batch, seq, heads, head_dim],
+// dt, A and C as the scan's, init_state [batch, heads, head_dim, state] in f32.
+mlir::FailureOr<SsdDims> verifyInitialStateOperands(mlir::Operation* op, mlir::Value y,
+                                                    mlir::Value dt, mlir::Value A, mlir::Value C,
+                                                    mlir::Value initState);
 
 }  // namespace hcp::model::checks

@@ -32,13 +32,17 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
                                  << "'; expected allgather, chain or auto";
       return signalPassFailure();
     }
+    if (incoming != "correct" && incoming != "rescan") {
+      getOperation().emitError() << "unknown incoming-state method '" << incoming
+                                 << "'; expected correct or rescan";
+      return signalPassFailure();
+    }
     auto chosen =
         dist::StateScanStrategyAttr::get(&getContext(), chooseStrategy(strategy, layout.getCp()));
     SmallVector<model::SsdScanOp> scans;
     getOperation().walk([&](model::SsdScanOp op) {
-      // Scans already split: the rescan (initial state from dist.state_scan) and a summary
-      // written as a full scan (final state into dist.state_scan). This pass's own summaries
-      // are model.ssd_final_state, which the walk does not visit.
+      // Scans already split: the rescan (initial state from dist.state_scan) and a scan whose
+      // final state goes into dist.state_scan (this pass's own, or a summary written by hand).
       bool split = op.getInitState() ||
                    llvm::any_of(op.getFinalState().getUsers(),
                                 [](Operation* user) { return isa<dist::StateScanOp>(user); });
@@ -62,18 +66,31 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
       rowsState[0] = xType.getShape()[0];
       auto segmentState = RankedTensorType::get(rowsState, stateType.getElementType());
       auto f32 = b.getF32Type();
-      // 1. Each segment's summary: its final state from a zero start and its log-decay. Only
-      // the state: the scan's outputs over the segment come from step 3.
-      Value local = model::SsdFinalStateOp::create(b, loc, segmentState, x, dt, scan.getA(), B,
-                                                   scan.getChunkSizeAttr());
       auto decayType = RankedTensorType::get({xType.getShape()[0], xType.getShape()[2]}, f32);
       Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA());
-      // 2. The state entering each segment, from every segment before it.
-      Value incoming = dist::StateScanOp::create(b, loc, segmentState, g, local, layout, chosen);
-      // 3. The scan again, from the true incoming state.
-      auto full = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
-                                           scan.getD(), incoming, scan.getChunkSizeAttr());
-      scan.getY().replaceAllUsesWith(fromSegmentRows(b, loc, full.getY(), scan.getY().getType()));
+      Value y;
+      if (incoming == "correct") {
+        // 1. Each segment scanned once from a zero start: its outputs and final state.
+        auto local =
+            model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
+                                     scan.getD(), /*init_state=*/Value(), scan.getChunkSizeAttr());
+        // 2. The state entering each segment, from every segment before it.
+        Value in = dist::StateScanOp::create(b, loc, segmentState, g, local.getFinalState(), layout,
+                                             chosen);
+        // 3. The outputs that state adds.
+        y = model::SsdAddInitialStateOp::create(b, loc, xType, local.getY(), dt, scan.getA(), C,
+                                                in);
+      } else {
+        // 1. Each segment's summary: its final state from a zero start, the state only.
+        Value local = model::SsdFinalStateOp::create(b, loc, segmentState, x, dt, scan.getA(), B,
+                                                     scan.getChunkSizeAttr());
+        Value in = dist::StateScanOp::create(b, loc, segmentState, g, local, layout, chosen);
+        // 3. The scan again, from the true incoming state.
+        y = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
+                                     scan.getD(), in, scan.getChunkSizeAttr())
+                .getY();
+      }
+      scan.getY().replaceAllUsesWith(fromSegmentRows(b, loc, y, scan.getY().getType()));
       scan.erase();
     }
   }

@@ -62,11 +62,15 @@ def InsertHaloExchange : Pass<"hcp-insert-halo-exchange", "mlir::ModuleOp"> {
 def InsertStateScan : Pass<"hcp-insert-state-scan", "mlir::ModuleOp"> {
   let summary = "Mamba2 SSD: pass the recurrent state from segment to segment";
   let description = [{
-    Every ssd_scan without an initial state becomes, over segment rows:
-      s_loc = ssd_final_state(x, dt, A, B): the segment's final state from a zero start
-              (the state only: no y, so none of the scan's intra-chunk output work);
-      g = ssd_log_decay(dt, A);  s_in = dist.state_scan(g, s_loc);
-      y = ssd_scan(..., init = s_in).
+    Every ssd_scan without an initial state becomes, over segment rows, with `incoming`:
+    - correct (the default): one scan, then a correction by the incoming state
+        y0, s_loc = ssd_scan(...): each segment from a zero start;
+        g = ssd_log_decay(dt, A);  s_in = dist.state_scan(g, s_loc);
+        y = ssd_add_initial_state(y0, dt, A, C, init = s_in).
+      The backward runs the scan's backward once (s_loc's gradient enters as its dfinal).
+    - rescan: a state-only summary, then the scan from the incoming state
+        s_loc = ssd_final_state(x, dt, A, B);  g and s_in as above;
+        y = ssd_scan(..., init = s_in).
     Under zigzag the 2*cp pieces are segments in sequence order, so no activation is permuted.
     `strategy`: allgather (every rank gathers all (g, s) summaries: one collective, cp states
     received), chain (send/recv along the segments: cp - 1 hops on the critical path), or auto
@@ -74,7 +78,9 @@ def InsertStateScan : Pass<"hcp-insert-state-scan", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"strategy", "strategy", "std::string", /*default=*/"\"auto\"",
-           "allgather, chain or auto">
+           "allgather, chain or auto">,
+    Option<"incoming", "incoming", "std::string", /*default=*/"\"correct\"",
+           "how the outputs get the incoming state: correct or rescan">
   ];
   let dependentDialects = ["::hcp::dist::DistDialect", "::hcp::model::ModelDialect"];
 }

@@ -26,6 +26,12 @@ LogicalResult check(Operation* op) {
     if (!fromScan && !feedsStateScan(scan.getFinalState()))
       return scan.emitError() << "SSD scan of a sharded program without state passing "
                                  "(run hcp-insert-state-scan)";
+    // A segment scanned from a zero start: its outputs lack the incoming state's part.
+    if (!scan.getInitState() && llvm::any_of(scan.getY().getUsers(), [](Operation* user) {
+          return !isa<model::SsdAddInitialStateOp>(user);
+        }))
+      return scan.emitError() << "the outputs of an SSD scan from a zero start are used without "
+                                 "the incoming state's part (model.ssd_add_initial_state)";
   }
   if (isa<model::AttentionOp>(op))
     return op->emitError() << "attention of a sharded program sees only local keys "

@@ -323,6 +323,15 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
     };
     r["model.ssd_final_state"] = finalState("ssd_final_state.forward", 0);
     r["model.ssd_final_state_grad"] = finalState("ssd_final_state.backward", 1);
+    // ints: batch, seq, heads, head_dim, groups, state (y | dresult is operand 0, C operand 3).
+    auto initialState = [](StringRef kernel) {
+      return [kernel](Lowering& l, Operation* op) {
+        ArrayRef<int64_t> s = shapeOf(op->getOperand(0)), c = shapeOf(op->getOperand(3));
+        l.direct(op, kernel, {s[0], s[1], s[2], s[3], c[2], c[3]});
+      };
+    };
+    r["model.ssd_add_initial_state"] = initialState("ssd_add_initial_state.forward");
+    r["model.ssd_add_initial_state_grad"] = initialState("ssd_add_initial_state.backward");
     auto attention = [](StringRef kernel) {
       return [kernel](Lowering& l, Operation* op) {
         bool forward = kernel == "attention.forward";

@@ -28,7 +28,9 @@ namespace hcp::plan {
 // 4: expert parallelism: Mesh.ep, sharded parameters (Parameter.shards, full_shape), the
 //    moe_experts_ep kernels.
 // 5: the ssd_final_state kernels (context parallelism's state-only segment summary).
-inline constexpr uint32_t kPlanSchemaVersion = 5;
+// 6: the ssd_add_initial_state kernels (a segment's zero-start scan corrected by its incoming
+//    state).
+inline constexpr uint32_t kPlanSchemaVersion = 6;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

@@ -805,6 +805,28 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.Out(3, {"batch", "seq", "groups", "state"});    // dB
       return;
     }
+    case KernelId::SsdAddInitialStateForward:
+    case KernelId::SsdAddInitialStateBackward: {
+      // The forward takes y, the backward dout, in its place; the backward returns the
+      // gradients of dt, A, C and init_state.
+      c.Ints({"batch", "seq", "heads", "head_dim", "groups", "state"});
+      c.Sizes({"batch", "seq", "heads", "head_dim", "groups", "state"});
+      c.Divisible("heads", "groups");
+      c.In(0, {"batch", "seq", "heads", "head_dim"});       // y | dout
+      c.InF32(1, {"batch", "seq", "heads"});                // dt
+      c.InF32(2, {"heads"});                                // A
+      c.In(3, {"batch", "seq", "groups", "state"});         // C
+      c.InF32(4, {"batch", "heads", "head_dim", "state"});  // init_state
+      if (kernel == KernelId::SsdAddInitialStateForward) {
+        c.Out(0, {"batch", "seq", "heads", "head_dim"});  // out
+        return;
+      }
+      c.OutF32(0, {"batch", "seq", "heads"});                // ddt
+      c.OutF32(1, {"heads"});                                // dA
+      c.Out(2, {"batch", "seq", "groups", "state"});         // dC
+      c.OutF32(3, {"batch", "heads", "head_dim", "state"});  // dinit_state
+      return;
+    }
     case KernelId::SsdLogDecayForward:
       c.Ints({"batch", "seq", "heads"});
       c.Sizes({"batch", "seq", "heads"});

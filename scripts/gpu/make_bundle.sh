@@ -64,6 +64,10 @@ for cp in 2 4; do
   "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp $cp --ep $cp \
     --layout zigzag -o "$BUNDLE/plans/small-512-bf16-cp$cp-ep$cp.plan"
 done
+# The other way to give a split scan its incoming state (--incoming-state rescan: the state-only
+# summary, then the scan from the state), against the default correction.
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --cp 2 --layout zigzag \
+  --incoming-state rescan -o "$BUNDLE/plans/small-512-bf16-cp2-rescan.plan"
 # Data parallelism on 2 GPUs, one sequence each, without and with the experts split over them.
 "$HCP" compile "$config" --seq 512 --micro-batch 1 --dtype bf16 --dp 2 \
   -o "$BUNDLE/plans/small-512x1-bf16-dp2.plan"
@@ -99,6 +103,8 @@ done
   -o "$BUNDLE/plans/tiny-8192-bf16-dp2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2.plan"
+"$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 \
+  --layout zigzag --incoming-state rescan -o "$BUNDLE/plans/tiny-16384-bf16-cp2-rescan.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 16384 --micro-batch 1 --dtype bf16 --cp 2 --ep 2 \
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \

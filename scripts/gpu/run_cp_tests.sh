@@ -6,7 +6,7 @@
 #    collectives' device halves (attention_merge, accumulate, state_pass).
 # 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json
 #    (zigzag + all-gather state scan; contiguous + chain; zigzag with the experts split over the
-#    two, ep=2) on 2 GPUs through NCCL against the one-rank f32 plan on the CPU: loss and every
+#    two, ep=2; zigzag with --incoming-state rescan) on 2 GPUs through NCCL against the one-rank f32 plan on the CPU: loss and every
 #    gradient, the 1-GPU tolerances.
 # 2b. With PyTorch and transformers on the machine: tests/fixtures/make_fixtures.py makes the
 #    gpu-shapes fixture (into $OUT/fixtures, to be brought back and committed), and
@@ -21,7 +21,7 @@
 #    (also stopped and resumed), dp=2 without and with ep=2, the sharded optimizer (cp=2, also
 #    stopped and resumed sharded and unsharded; dp=2 + ep=2), tiny on one.
 # Output goes to stdout and, when $OUT is set, to $OUT/cp_tests.log. To save device time:
-# SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain", "ep2"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
+# SKIP_KERNEL_TESTS=1, CP_PLANS="zigzag" (or "chain", "ep2", "rescan"), SKIP_FIXTURE=1, SKIP_FAILURE=1,
 # SKIP_TRAIN_CMD=1, SKIP_TINY_TRAIN=1, SKIP_BENCH=1, SKIP_ONE_GPU_BENCH=1, SKIP_TRAIN=1.
 set -uo pipefail
 
@@ -39,7 +39,7 @@ if [ "${SKIP_KERNEL_TESTS:-0}" != 1 ]; then
   run "$BUNDLE/bin/test_kernels_cuda" --small --no-timing
 fi
 P=$BUNDLE/plans
-for name in ${CP_PLANS:-zigzag chain ep2}; do
+for name in ${CP_PLANS:-zigzag chain ep2 rescan}; do
   run "${MPIRUN[@]}" "$BUNDLE/bin/test_plan_step" "$P/small-512-bf16-cp2-$name.plan" \
     "$P/small-512-f32.plan"
 done
@@ -160,6 +160,9 @@ if [ "${SKIP_ONE_GPU_BENCH:-0}" != 1 ]; then
 fi
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2.plan" --steps 5 --warmup 2 \
   --profile
+# The same step with the state-only summary and a second scan instead of the correction.
+run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2-rescan.plan" --steps 5 \
+  --warmup 2 --profile
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-16384-bf16-cp2-ep2.plan" --steps 5 \
   --warmup 2 --profile
 run "${MPIRUN[@]}" "$BUNDLE/bin/hybridcp" bench "$P/tiny-8192-bf16-dp2.plan" --steps 5 --warmup 2

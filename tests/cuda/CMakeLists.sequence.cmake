@@ -14,6 +14,7 @@ else()
   target_sources(test_sequence_kernels PRIVATE
     ${hcp_seq_repo_root}/runtime/kernels/cpu/SsdScan.cpp
     ${hcp_seq_repo_root}/runtime/kernels/cpu/SsdScanBackward.cpp
+    ${hcp_seq_repo_root}/runtime/kernels/cpu/SsdInitialState.cpp
     ${hcp_seq_repo_root}/runtime/kernels/cpu/Attention.cpp)
   target_include_directories(test_sequence_kernels PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim)
 endif()

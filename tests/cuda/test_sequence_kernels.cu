@@ -1,11 +1,14 @@
 // Self-checking test and benchmark of the CUDA sequence kernels (runtime/kernels/cuda/
-// SequenceKernels.h): the Mamba2 SSD scan (and its state-only summary for context parallelism,
-// ssd_final_state) and causal GQA attention, forward and backward, against the CPU oracle
-// (runtime/kernels/cpu, run in double on the same bf16-rounded inputs).
+// SequenceKernels.h): the Mamba2 SSD scan (and, for context parallelism, its state-only summary
+// ssd_final_state and the initial-state correction ssd_add_initial_state) and causal GQA
+// attention, forward and backward, against the CPU oracle (runtime/kernels/cpu, run in double on
+// the same bf16-rounded inputs).
 //
-//   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|attn] [--reps N]
-//                         [--impl hopper|hopper-det|fa2]
+//   test_sequence_kernels [--seed N] [--no-timing] [--no-large] [--only ssd|ssd-init|attn]
+//                         [--reps N] [--impl hopper|hopper-det|fa2]
 //
+// --only ssd runs every SSD case (the scan, ssd_final_state, ssd_add_initial_state); ssd-init the
+// initial-state correction's cases and timing alone.
 // --impl sets HCP_ATTN_IMPL (which attention kernels the library runs: the Hopper wgmma kernels
 // with atomic dq, the Hopper kernels with the deterministic dq kernel, or the mma.sync kernels;
 // unset = the library's default). The attention timing rows are tagged with it.
@@ -29,9 +32,10 @@
 // middle against all queries, for dk / dv: exact, since each of those depends only on its own row
 // and the final lse); the SSD oracle runs per head on all CPU cores.
 //
-// Timing (unless --no-timing): the granite-4.0-h-tiny shapes at s = 8192 and 65536, batch 1, with
-// CUDA events, 3 warm-ups, the median of --reps (10) repetitions, inputs rotated over enough
-// copies to exceed the 60 MB L2; printed as ms and TFLOP/s against the anchors of
+// Timing (unless --no-timing): the granite-4.0-h-tiny shapes at s = 8192 and 65536, batch 1 (and
+// for the initial-state correction its context-parallel shape, 2 rows of s = 4096), with CUDA
+// events, 3 warm-ups, the median of --reps (10) repetitions, inputs rotated over enough copies to
+// exceed the 60 MB L2; printed as ms and TFLOP/s against the anchors of
 // shared/reference/anchors.md. Exit status 0 iff every check passed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -511,6 +515,216 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// SSD initial-state correction (ssd_add_initial_state_*): context parallelism adds a segment's
+// entering state to the outputs scanned from a zero start. The entering state is a real one, the
+// final state of a preceding random 512-position segment (ssd_final_state_forward on the GPU), so
+// its magnitude is what the correction meets in training; y and dout ~ N(0, 1), C ~ N(0, 0.25).
+// Against the oracle (per (b, h) on all cores): out with that y, the correction alone (y = 0: in
+// out = y + correction the rounding of y to bf16 would hide most of a wrong correction), and the
+// gradients. Then bit for bit: out in place (out == y) against out of place, and a second run of
+// the backward against the first.
+struct SsdInitCase {
+  const char* name;
+  int64_t batch, seq, heads, head_dim, groups;
+};
+
+struct SsdInitRef {
+  std::vector<double> corr, ddt, dA, dC, dinit;  // corr: out - y
+};
+
+SsdInitRef ssd_init_reference(const hcp::cuda::SsdShape& s, const HostBf16& dout,
+                              const std::vector<float>& dt, const std::vector<float>& A,
+                              const HostBf16& Cm, const std::vector<float>& init) {
+  const int64_t B = s.batch, S = s.seq, H = s.heads, P = s.head_dim, G = s.groups, N = s.state;
+  const int64_t hg = H / G;
+  SsdInitRef r;
+  r.corr.assign(B * S * H * P, 0);
+  r.ddt.assign(B * S * H, 0);
+  r.dA.assign(H, 0);
+  r.dC.assign(B * S * G * N, 0);
+  r.dinit.assign(B * H * P * N, 0);
+  std::vector<std::vector<double>> dC_bh(B * H);
+  std::vector<double> dA_bh(B * H);
+  parallel_for(B * H, [&](int64_t bh) {
+    const int64_t b = bh / H, h = bh % H, g = h / hg;
+    const hcp::cpu::SsdShape one{1, S, 1, P, 1, N, s.chunk};
+    std::vector<double> y0(S * P, 0.0), go(S * P), dth(S), Ch(S * N), Sh(P * N);
+    for (int64_t t = 0; t < S; t++) {
+      dth[t] = dt[(b * S + t) * H + h];
+      for (int64_t p = 0; p < P; p++) go[t * P + p] = dout.val[((b * S + t) * H + h) * P + p];
+      for (int64_t n = 0; n < N; n++) Ch[t * N + n] = Cm.val[((b * S + t) * G + g) * N + n];
+    }
+    for (int64_t i = 0; i < P * N; i++) Sh[i] = init[bh * P * N + i];
+    const double a = A[h];
+    std::vector<double> corr(S * P), ddt(S), dCh(S * N), dinit(P * N);
+    double dA = 0;
+    hcp::cpu::ssd_add_initial_state_forward<double>(corr.data(), y0.data(), dth.data(), &a,
+                                                    Ch.data(), Sh.data(), one);
+    hcp::cpu::ssd_add_initial_state_backward<double>(ddt.data(), &dA, dCh.data(), dinit.data(),
+                                                     go.data(), dth.data(), &a, Ch.data(),
+                                                     Sh.data(), one);
+    for (int64_t t = 0; t < S; t++) {
+      for (int64_t p = 0; p < P; p++) r.corr[((b * S + t) * H + h) * P + p] = corr[t * P + p];
+      r.ddt[(b * S + t) * H + h] = ddt[t];
+    }
+    std::copy(dinit.begin(), dinit.end(), r.dinit.begin() + bh * P * N);
+    dC_bh[bh] = std::move(dCh);
+    dA_bh[bh] = dA;
+  });
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    const int64_t b = bh / H, h = bh % H, g = h / hg;
+    r.dA[h] += dA_bh[bh];
+    for (int64_t t = 0; t < S; t++) {
+      for (int64_t n = 0; n < N; n++) r.dC[((b * S + t) * G + g) * N + n] += dC_bh[bh][t * N + n];
+    }
+    std::vector<double>().swap(dC_bh[bh]);
+  }
+  return r;
+}
+
+// Elements whose bits differ.
+template <typename T>
+size_t bit_diffs(const std::vector<T>& a, const std::vector<T>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); i++) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
+  return n;
+}
+void report_bits(const std::string& what, size_t diffs, size_t total) {
+  const bool ok = diffs == 0;
+  (ok ? g_passed : g_failed)++;
+  std::printf("  %-44s %zu of %zu elements differ  %s\n", what.c_str(), diffs, total,
+              ok ? "ok" : "FAIL");
+}
+
+void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
+  Rng rng(seed);
+  hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
+  std::printf("SSD initial state %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128\n", c.name,
+              static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+              static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
+              static_cast<long long>(s.groups));
+  if (!hcp::cuda::ssd_supported(s)) {
+    std::printf("  unsupported shape: FAIL\n");
+    g_failed++;
+    return;
+  }
+  const int64_t B = s.batch, S = s.seq, H = s.heads, P = s.head_dim, G = s.groups, N = s.state;
+  const size_t ny = B * S * H * P, nc = B * S * G * N, nst = B * H * P * N, ndt = B * S * H;
+  const HostBf16 y = random_bf16(rng, ny, 1.0), dout = random_bf16(rng, ny, 1.0);
+  const HostBf16 Cm = random_bf16(rng, nc, 0.5);
+  auto log_uniform_dt = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = static_cast<float>(std::exp(rng.uniform(std::log(1e-3), std::log(1e-1))));
+    return v;
+  };
+  const std::vector<float> dt = log_uniform_dt(ndt);
+  std::vector<float> A(H);
+  for (auto& v : A) v = static_cast<float>(-std::exp(rng.uniform(0.0, std::log(16.0))));
+  std::vector<float> init;
+  {
+    // The final state of a preceding random segment, same heads and A.
+    const hcp::cuda::SsdShape prev{B, 512, H, P, G, N, 256};
+    auto x_d = upload_bf16(random_bf16(rng, B * 512 * H * P, 1.0));
+    auto B_d = upload_bf16(random_bf16(rng, B * 512 * G * N, 0.5));
+    auto dt_d = upload_f32(log_uniform_dt(B * 512 * H)), A_d = upload_f32(A);
+    DevBuf<float> fin(nst);
+    DevBuf<unsigned char> ws(hcp::cuda::ssd_final_state_forward_workspace_bytes(prev));
+    CHECK_OK(hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, x_d.ptr, dt_d.ptr, A_d.ptr,
+                                                B_d.ptr, prev, {ws.ptr, ws.n}));
+    init = fin.download();
+  }
+  double init_ss = 0;
+  for (float v : init) init_ss += static_cast<double>(v) * v;
+
+  const auto t_ref = std::chrono::steady_clock::now();
+  const SsdInitRef ref = ssd_init_reference(s, dout, dt, A, Cm, init);
+  const double ref_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+  std::printf("  (oracle %.1f s; init_state rms %.3g)\n", ref_s,
+              std::sqrt(init_ss / static_cast<double>(nst)));
+
+  auto y_d = upload_bf16(y), dout_d = upload_bf16(dout), C_d = upload_bf16(Cm);
+  auto dt_d = upload_f32(dt), A_d = upload_f32(A), init_d = upload_f32(init);
+  DevBuf<bf16> zero_y(ny), out(ny), out0(ny), inplace(ny), dC(nc);
+  CHECK_CUDA(cudaMemset(zero_y.ptr, 0, ny * sizeof(bf16)));
+  DevBuf<float> ddt(ndt), dA(H), dinit(nst);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_add_initial_state_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_add_initial_state_backward_workspace_bytes(s)));
+  const hcp::cuda::Workspace w{ws.ptr, ws.n};
+
+  auto forward = [&](bf16* o, const bf16* yy) {
+    ws.poison();
+    CHECK_OK(hcp::cuda::ssd_add_initial_state_forward(nullptr, o, yy, dt_d.ptr, A_d.ptr, C_d.ptr,
+                                                      init_d.ptr, s, w));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  };
+  out.poison();
+  forward(out.ptr, y_d.ptr);
+  out0.poison();
+  forward(out0.ptr, zero_y.ptr);
+  CHECK_CUDA(cudaMemcpy(inplace.ptr, y_d.ptr, ny * sizeof(bf16), cudaMemcpyDeviceToDevice));
+  forward(inplace.ptr, inplace.ptr);
+
+  struct Grads {
+    std::vector<float> ddt, dA, dinit;
+    std::vector<bf16> dC;
+  };
+  auto backward = [&]() {
+    ws.poison();
+    for (auto* b : {&ddt, &dA, &dinit}) b->poison();
+    dC.poison();
+    CHECK_OK(hcp::cuda::ssd_add_initial_state_backward(nullptr, ddt.ptr, dA.ptr, dC.ptr, dinit.ptr,
+                                                       dout_d.ptr, dt_d.ptr, A_d.ptr, C_d.ptr,
+                                                       init_d.ptr, s, w));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return Grads{ddt.download(), dA.download(), dinit.download(), dC.download()};
+  };
+  const Grads g1 = backward();
+  const std::vector<double> dC_got = download_bf16(dC);
+  const Grads g2 = backward();
+
+  std::vector<double> ref_out(ny);
+  for (size_t i = 0; i < ny; i++) ref_out[i] = y.val[i] + ref.corr[i];
+  report("out", compare(download_bf16(out), ref_out), kTolBf16);
+  report("out with y = 0 (the correction alone)", compare(download_bf16(out0), ref.corr), kTolBf16);
+  report("ddt", compare(to_double(g1.ddt), ref.ddt), kTolF32);
+  {
+    // dA_h sums w_t cum_t of both signs over few positions (the decay leaves a handful per row in
+    // the fast heads), so ||err|| / ||dA|| swings with the luck of the cancellation. Measured
+    // instead against the terms' own size, sum_{b,t} |w_t| cum_t (w_t from the oracle's ddt:
+    // w_t = (ddt_t - ddt_{t+1}) / A_h); the plain ratio is printed for information.
+    std::vector<double> scale(H, 0.0);
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t h = 0; h < H; h++) {
+        double cum = 0;
+        for (int64_t t = 0; t < S; t++) {
+          cum += dt[(b * S + t) * H + h];
+          const double next = t + 1 < S ? ref.ddt[(b * S + t + 1) * H + h] : 0.0;
+          scale[h] += std::fabs((ref.ddt[(b * S + t) * H + h] - next) / A[h]) * cum;
+        }
+      }
+    }
+    const std::vector<double> got = to_double(g1.dA);
+    Err e = compare(got, ref.dA);
+    double num = 0, den = 0;
+    for (int64_t h = 0; h < H; h++) {
+      num += (got[h] - ref.dA[h]) * (got[h] - ref.dA[h]);
+      den += scale[h] * scale[h];
+    }
+    std::printf("  (dA: ||err|| / ||dA|| = %.3e)\n", e.rel_rms);
+    e.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    report("dA (error / sum_t |w_t| cum_t)", e, kTolF32);
+  }
+  report("dC", compare(dC_got, ref.dC), kTolBf16);
+  report("dinit_state", compare(to_double(g1.dinit), ref.dinit), kTolF32);
+  report_bits("out in place = out of place", bit_diffs(inplace.download(), out.download()), ny);
+  report_bits("backward twice: identical bits",
+              bit_diffs(g1.ddt, g2.ddt) + bit_diffs(g1.dA, g2.dA) + bit_diffs(g1.dinit, g2.dinit) +
+                  bit_diffs(g1.dC, g2.dC),
+              ndt + H + nst + nc);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Attention.
 struct AttnCase {
   const char* name;
@@ -821,6 +1035,64 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
   add_row(tag + " final_state fwd+bwd", median_ms(reps, final_fb), final_flop, fb_ms);
 }
 
+// The initial-state correction at granite-4.0-h-tiny with context parallelism 2 (B = 2 segments
+// of s = 4096 as rows, 48 heads x 64, one group). The anchor column holds the targets (forward
+// 0.040 ms, backward 0.120 ms; it replaces a ~0.45 ms summary pass per layer). FLOPs: the
+// products only, 2 B S H P N forward (C S^T) and twice that backward (dout S and dout^T C).
+void time_ssd_init(int reps, Rng& rng) {
+  const hcp::cuda::SsdShape s{2, 4096, 48, 64, 1, 128, 256};
+  const size_t ny = 2 * 4096 * 48 * 64, nc = 2 * 4096 * 128, nst = 2 * 48 * 64 * 128;
+  const size_t ndt = 2 * 4096 * 48;
+  const size_t set_bytes = ny * 2 + nc * 2 + ndt * 4 + nst * 4;
+  const int sets =
+      static_cast<int>(std::min<size_t>(4, std::max<size_t>(1, (240u << 20) / set_bytes + 1)));
+  struct Set {
+    DevBuf<bf16> yd, Cm;  // yd: y (forward) and dout (backward)
+    DevBuf<float> dt, init;
+  };
+  std::vector<Set> in;
+  for (int i = 0; i < sets; i++) {
+    Set st{DevBuf<bf16>(ny), DevBuf<bf16>(nc), DevBuf<float>(ndt),
+           upload_f32(random_f32(rng, nst, 0.05))};
+    fill_random_bf16(st.yd, rng, 1.0);
+    fill_random_bf16(st.Cm, rng, 0.5);
+    fill_dt<<<1024, 256>>>(st.dt.ptr, st.dt.n, rng.gen());
+    CHECK_CUDA(cudaGetLastError());
+    in.push_back(std::move(st));
+  }
+  std::vector<float> A(48);
+  for (auto& v : A) v = static_cast<float>(-std::exp(rng.uniform(0.0, std::log(16.0))));
+  auto A_d = upload_f32(A);
+  DevBuf<bf16> out(ny), dC(nc);
+  DevBuf<float> ddt(ndt), dA(48), dinit(nst);
+  DevBuf<unsigned char> ws(std::max(hcp::cuda::ssd_add_initial_state_forward_workspace_bytes(s),
+                                    hcp::cuda::ssd_add_initial_state_backward_workspace_bytes(s)));
+  const hcp::cuda::Workspace w{ws.ptr, ws.n};
+  std::printf("  (initial-state correction workspace: forward %zu bytes, backward %zu bytes)\n",
+              hcp::cuda::ssd_add_initial_state_forward_workspace_bytes(s),
+              hcp::cuda::ssd_add_initial_state_backward_workspace_bytes(s));
+  auto fwd = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_add_initial_state_forward(nullptr, out.ptr, st.yd.ptr, st.dt.ptr,
+                                                      A_d.ptr, st.Cm.ptr, st.init.ptr, s, w));
+  };
+  auto fwd_in_place = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_add_initial_state_forward(nullptr, st.yd.ptr, st.yd.ptr, st.dt.ptr,
+                                                      A_d.ptr, st.Cm.ptr, st.init.ptr, s, w));
+  };
+  auto bwd = [&](int i) {
+    const Set& st = in[i % sets];
+    CHECK_OK(hcp::cuda::ssd_add_initial_state_backward(nullptr, ddt.ptr, dA.ptr, dC.ptr, dinit.ptr,
+                                                       st.yd.ptr, st.dt.ptr, A_d.ptr, st.Cm.ptr,
+                                                       st.init.ptr, s, w));
+  };
+  const double flop = 2.0 * 2 * 4096 * 48 * 64 * 128;
+  add_row("SSD init-state cp=2 fwd", median_ms(reps, fwd), flop, 0.040);
+  add_row("SSD init-state cp=2 fwd in place", median_ms(reps, fwd_in_place), flop, 0.040);
+  add_row("SSD init-state cp=2 bwd", median_ms(reps, bwd), 2 * flop, 0.120);
+}
+
 void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
   hcp::cuda::AttentionShape s{1, seq, seq, 12, 4, 128};
   const size_t nq = seq * 12 * 128, nk = seq * 4 * 128;
@@ -893,7 +1165,7 @@ int main(int argc, char** argv) {
       g_impl_tag = " [" + impl + "]";
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--seed N] [--no-timing] [--no-large] [--only ssd|attn] "
+                   "usage: %s [--seed N] [--no-timing] [--no-large] [--only ssd|ssd-init|attn] "
                    "[--reps N] [--impl hopper|hopper-det|fa2]\n",
                    argv[0]);
       return 2;
@@ -941,6 +1213,22 @@ int main(int argc, char** argv) {
       run_ssd_final_state_case(c, case_seed++);
     }
   }
+  if (only.empty() || only == "ssd" || only == "ssd-init") {
+    const SsdInitCase init_cases[] = {
+        // name, B, S, H, P, G
+        {"seq<chunk, partial tile", 1, 100, 2, 64, 1},
+        {"groups=2, P=32", 1, 300, 8, 32, 2},
+        {"groups=heads, B=2", 2, 200, 3, 64, 3},
+        {"B=2, P=32, 4 chunks", 2, 1000, 6, 32, 2},
+        {"heads not split, B=3, groups=2", 3, 1500, 4, 64, 2},
+        {"48 heads, several tiles per range", 1, 2000, 48, 64, 1},
+        {"granite cp=2: B=2 s=4096 48 heads", 2, 4096, 48, 64, 1},
+    };
+    for (const auto& c : init_cases) {
+      if (!large && c.seq > 2048) continue;
+      run_ssd_init_case(c, case_seed++);
+    }
+  }
   if (only.empty() || only == "attn") {
     const AttnCase cases[] = {
         // name, B, Sq, Sk, Hq, Hkv, D, causal, q_pos0, k_pos0, scale, sliced
@@ -970,6 +1258,7 @@ int main(int argc, char** argv) {
       time_ssd(8192, 0.746, 5.62, reps, rng);
       time_ssd(65536, 2.05, 8.71, reps, rng);
     }
+    if (only.empty() || only == "ssd" || only == "ssd-init") time_ssd_init(reps, rng);
     if (only.empty() || only == "attn") {
       time_attn(8192, 0.413, 1.584, reps, rng);
       time_attn(65536, 22.1, 79.5, reps, rng);
@@ -979,7 +1268,9 @@ int main(int argc, char** argv) {
       std::printf("%-34s %10.3f %10.1f %12.3f %7.2fx\n", r.what.c_str(), r.ms, r.tflops,
                   r.anchor_ms, r.anchor_ms / r.ms);
     }
-    std::printf("targets: SSD fwd+bwd s=65536 <= 8.71 ms; attention fwd+bwd s=65536 <= 99 ms\n");
+    std::printf(
+        "targets: SSD fwd+bwd s=65536 <= 8.71 ms; SSD init-state cp=2 fwd <= 0.040 ms, bwd <= "
+        "0.120 ms; attention fwd+bwd s=65536 <= 99 ms\n");
   }
   std::printf("\n%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

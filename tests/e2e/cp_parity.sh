@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Context parallelism does not change the numbers. For each fixture model, one training step on
 # CPU ranks under mpirun, for cp in {1, 2, 4, 8} x layout {contiguous, zigzag} x state scan
-# {allgather, chain}, is compared with
+# {allgather, chain} (and, at cp 2 and 8, "rescan": --incoming-state rescan, the state-only
+# summary and a second scan instead of the default correction), is compared with
 #   - the single-rank run: loss within 1e-6 relative, every gradient within 1e-5 relative RMS;
 #   - transformers (the fixture): loss 1e-5, gradients 1e-4 (fp32 on both sides).
 # usage: cp_parity.sh BUILD_DIR [MPIEXEC]     prints one line per configuration, fails on any miss
@@ -34,12 +35,15 @@ for model in hybrid-moe dense; do
     --inputs "$fixtures/$model/reference.safetensors" --save "$work/single.safetensors" >/dev/null
   for cp in 1 2 4 8; do
     for layout in contiguous zigzag; do
-      for scan in allgather chain; do
+      for scan in allgather chain rescan; do
         [ "$cp" = 1 ] && [ "$layout" = contiguous ] && [ "$scan" = chain ] && continue
+        [ "$scan" = rescan ] && [ "$cp" != 2 ] && [ "$cp" != 8 ] && continue
+        how=(--state-scan "$scan")
+        [ "$scan" = rescan ] && how=(--incoming-state rescan)
         plan=$work/$model-$cp-$layout-$scan.plan
         result=$work/$model-$cp-$layout-$scan.safetensors
         "$hcp" compile "$config" --seq "$seq" --micro-batch "$batch" --cp "$cp" --layout "$layout" \
-          --state-scan "$scan" -o "$plan" 2>/dev/null
+          "${how[@]}" -o "$plan" 2>/dev/null
         if ! "${launch[@]}" -np "$cp" "$hcp" run-step "$plan" --weights "$fixtures/$model" \
           --inputs "$fixtures/$model/reference.safetensors" --save "$result" >/dev/null; then
           echo "$model cp=$cp $layout $scan: the run failed" >&2

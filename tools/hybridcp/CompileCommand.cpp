@@ -93,6 +93,7 @@ absl::Status Compile(const Args& args) {
   pipeline.ep = ep;
   pipeline.layout = args.Get("layout").value_or("contiguous");
   pipeline.stateScan = args.Get("state-scan").value_or("auto");
+  pipeline.incomingState = args.Get("incoming-state").value_or("correct");
   pipeline.recompute = args.Has("recompute");
   if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
     return absl::InvalidArgumentError("--layout must be contiguous or zigzag, got '" +
@@ -102,6 +103,10 @@ absl::Status Compile(const Args& args) {
       pipeline.stateScan != "chain") {
     return absl::InvalidArgumentError("--state-scan must be allgather, chain or auto, got '" +
                                       pipeline.stateScan + "'");
+  }
+  if (pipeline.incomingState != "correct" && pipeline.incomingState != "rescan") {
+    return absl::InvalidArgumentError("--incoming-state must be correct or rescan, got '" +
+                                      pipeline.incomingState + "'");
   }
   std::optional<std::string> emit = args.Get("emit");
   std::optional<std::string> output = args.Get("o");
@@ -152,7 +157,8 @@ Command MakeCompileCommand() {
       "compile",
       "compile a model config into a training-step plan (or print its IR)",
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
-      "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto] [--dp N] [--ep N] "
+      "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
+      "--incoming-state correct|rescan] [--dp N] [--ep N] "
       "[--recompute] (-o FILE.plan | --emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
@@ -167,6 +173,10 @@ Command MakeCompileCommand() {
         "(divides cp*dp and the experts; default 1)"},
        {"layout", "KIND", "contiguous (default) or zigzag (2*cp pieces, balanced attention)"},
        {"state-scan", "HOW", "Mamba state passing: allgather, chain or auto (default)"},
+       {"incoming-state", "HOW",
+        "how a split Mamba scan's outputs get the incoming state: correct (default: scan once "
+        "from zero, add the state's outputs) or rescan (a state-only summary, then the scan "
+        "from the state)"},
        {"recompute", "",
         "keep only each layer's inputs from the forward and recompute the rest in the backward "
         "(lower peak memory, about one more forward)"},

@@ -291,6 +291,29 @@ absl::Status RunSsdLogDecayBackward(const Args& a) {
   return absl::OkStatus();
 }
 
+// ints: batch, seq, heads, head_dim, groups, state (no chunk: the correction is not chunked).
+SsdShape InitialStateShapeOf(const Args& a) {
+  return SsdShape{.batch = a.i(0),
+                  .seq = a.i(1),
+                  .heads = a.i(2),
+                  .head_dim = a.i(3),
+                  .groups = a.i(4),
+                  .state = a.i(5),
+                  .chunk = a.i(1)};
+}
+// ins: y, dt, A, C, init_state. outs: out.
+absl::Status RunSsdAddInitialStateForward(const Args& a) {
+  ssd_add_initial_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), a.in(4),
+                                       InitialStateShapeOf(a));
+  return absl::OkStatus();
+}
+// ins: dout, dt, A, C, init_state. outs: ddt, dA, dC, dinit_state.
+absl::Status RunSsdAddInitialStateBackward(const Args& a) {
+  ssd_add_initial_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1),
+                                        a.in(2), a.in(3), a.in(4), InitialStateShapeOf(a));
+  return absl::OkStatus();
+}
+
 // ints: batch, seq, q_heads, kv_heads, head_dim, causal. floats: scale. For attention.forward
 // and .backward queries and keys are the same positions, so both start at 0; ring attention
 // takes the positions of each piece from the mesh.

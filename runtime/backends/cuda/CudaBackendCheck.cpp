@@ -103,6 +103,12 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
     case KernelId::SsdLogDecayForward:
     case KernelId::SsdLogDecayBackward:
       return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
+    case KernelId::SsdAddInitialStateForward:
+      // y, dt, A, C, init_state -> out.
+      return Signature{{B, F, F, B, F}, {B}};
+    case KernelId::SsdAddInitialStateBackward:
+      // dout, dt, A, C, init_state -> ddt, dA, dC, dinit_state.
+      return Signature{{B, F, F, B, F}, {F, F, B, F}};
     case KernelId::AttentionForward:
     case KernelId::RingAttentionForward:
       return Signature{{B, B, B}, {B, F}};
@@ -253,6 +259,20 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
       }
       break;
     }
+    case KernelId::SsdAddInitialStateForward:
+    case KernelId::SsdAddInitialStateBackward: {
+      const cuda::SsdShape s = detail::InitialStateShapeOf(step);
+      require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
+      require(s.head_dim == 32 || s.head_dim == 64,
+              absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", s.head_dim));
+      if (problems.empty()) {
+        require(cuda::ssd_supported(s),
+                absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
+                                "kernels' grid limits",
+                                s.batch, s.groups, s.heads, s.seq));
+      }
+      break;
+    }
     case KernelId::SsdLogDecayForward:
     case KernelId::SsdLogDecayBackward:
       require(v[0] <= 65535 && (v[1] + 1023) / 1024 <= 65535,
@@ -331,6 +351,11 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
     case KernelId::SsdLogDecayForward:
     case KernelId::SsdLogDecayBackward:
       return cuda::ssd_log_decay_workspace_bytes(v[0], v[1], v[2]);
+    case KernelId::SsdAddInitialStateForward:
+      return cuda::ssd_add_initial_state_forward_workspace_bytes(detail::InitialStateShapeOf(step));
+    case KernelId::SsdAddInitialStateBackward:
+      return cuda::ssd_add_initial_state_backward_workspace_bytes(
+          detail::InitialStateShapeOf(step));
     case KernelId::AttentionBackward:
       return cuda::attention_backward_workspace_bytes(detail::AttentionShapeOf(step));
     case KernelId::MoeExpertsForward:

@@ -22,6 +22,19 @@ cuda::SsdShape SsdShapeOf(const plan::Step& step) {
                         .chunk = v[6]};
 }
 
+// ssd_add_initial_state's ints (batch, seq, heads, head_dim, groups, state) have no chunk: the
+// correction is not chunked, and its kernels take the scan's shapes, chunk 256 among them.
+cuda::SsdShape InitialStateShapeOf(const plan::Step& step) {
+  const std::vector<int64_t>& v = step.ints;
+  return cuda::SsdShape{.batch = v[0],
+                        .seq = v[1],
+                        .heads = v[2],
+                        .head_dim = v[3],
+                        .groups = v[4],
+                        .state = v[5],
+                        .chunk = 256};
+}
+
 // For attention.forward and .backward queries and keys are the same positions.
 cuda::AttentionShape AttentionShapeOf(const plan::Step& step) {
   const std::vector<int64_t>& v = step.ints;
@@ -100,6 +113,20 @@ absl::Status RunSsdLogDecayBackward(const Args& a) {
   return Done(cuda::ssd_log_decay_backward(a.stream(), a.out<float>(0), a.out<float>(1),
                                            a.in<float>(0), a.in<float>(1), a.in<float>(2), a.i(0),
                                            a.i(1), a.i(2), a.workspace()));
+}
+
+// ins: y, dt, A, C, init_state. outs: out. ints: batch, seq, heads, head_dim, groups, state.
+absl::Status RunSsdAddInitialStateForward(const Args& a) {
+  return Done(cuda::ssd_add_initial_state_forward(
+      a.stream(), a.out<bf16>(0), a.in<bf16>(0), a.in<float>(1), a.in<float>(2), a.in<bf16>(3),
+      a.in<float>(4), InitialStateShapeOf(a.step()), a.workspace()));
+}
+// ins: dout, dt, A, C, init_state. outs: ddt, dA, dC, dinit_state.
+absl::Status RunSsdAddInitialStateBackward(const Args& a) {
+  return Done(cuda::ssd_add_initial_state_backward(
+      a.stream(), a.out<float>(0), a.out<float>(1), a.out<bf16>(2), a.out<float>(3), a.in<bf16>(0),
+      a.in<float>(1), a.in<float>(2), a.in<bf16>(3), a.in<float>(4), InitialStateShapeOf(a.step()),
+      a.workspace()));
 }
 
 // ins: q, k, v. outs: out, lse. ints: batch, seq, q_heads, kv_heads, head_dim, causal.

@@ -126,6 +126,8 @@ absl::Status RunSsdFinalStateForward(const Args& a);
 absl::Status RunSsdFinalStateBackward(const Args& a);
 absl::Status RunSsdLogDecayForward(const Args& a);
 absl::Status RunSsdLogDecayBackward(const Args& a);
+absl::Status RunSsdAddInitialStateForward(const Args& a);
+absl::Status RunSsdAddInitialStateBackward(const Args& a);
 absl::Status RunAttentionForward(const Args& a);
 absl::Status RunAttentionBackward(const Args& a);
 
@@ -150,6 +152,7 @@ size_t ExpertsEpWorkspaceBytes(const plan::Step& step);
 // chunk. attention: batch, seq, q_heads, kv_heads, head_dim (queries and keys are the same
 // positions).
 cuda::SsdShape SsdShapeOf(const plan::Step& step);
+cuda::SsdShape InitialStateShapeOf(const plan::Step& step);
 cuda::AttentionShape AttentionShapeOf(const plan::Step& step);
 
 }  // namespace hcp::cuda_backend::detail

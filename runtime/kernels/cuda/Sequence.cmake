@@ -1,4 +1,5 @@
-# Sequence-mixing CUDA kernels: the Mamba2 SSD scan and causal GQA attention (SequenceKernels.h).
+# Sequence-mixing CUDA kernels: the Mamba2 SSD scan (and its initial-state correction) and causal
+# GQA attention (SequenceKernels.h).
 # include()d from runtime/kernels/cuda/CMakeLists.txt (main project or the standalone kernel-test
 # project). Callers include runtime/kernels/cuda/SequenceKernels.h (plain C++, needs the CUDA
 # runtime headers). Built for sm_90a: the mma.sync kernels run on any sm_90 part, and
@@ -8,6 +9,7 @@ get_filename_component(hcp_seq_repo_root ${CMAKE_CURRENT_LIST_DIR}/../../.. ABSO
 add_library(hcp_kernels_cuda_sequence STATIC
   ${CMAKE_CURRENT_LIST_DIR}/SsdScan.cu
   ${CMAKE_CURRENT_LIST_DIR}/SsdScanBackward.cu
+  ${CMAKE_CURRENT_LIST_DIR}/SsdInitialState.cu
   ${CMAKE_CURRENT_LIST_DIR}/Attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/AttentionBackward.cu
   ${CMAKE_CURRENT_LIST_DIR}/AttentionHopper.cu

@@ -1,5 +1,6 @@
 // CUDA kernels for the sequence-mixing ops of a GraniteMoeHybrid training step: the Mamba2 SSD
-// scan (chunked, forward and backward, with initial / final states for context parallelism) and
+// scan (chunked, forward and backward, with initial / final states for context parallelism, and
+// the correction that adds a segment's entering state to outputs scanned from zero) and
 // causal grouped-query attention (forward with log-sum-exp, backward), for sm_90 (H100 / H200).
 //
 // Each function computes its namesake in runtime/kernels/cpu/Kernels.h (the oracle) with the same
@@ -75,6 +76,32 @@ Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float
                                 const float* dfinal_state, const bf16* x, const float* dt,
                                 const float* A, const bf16* Bm, const SsdShape& shape,
                                 Workspace workspace);
+
+// Context parallelism's correction of a segment scanned from a zero start by the state that
+// enters it. Per batch row b and head h (group g), with the inclusive cumulative log-decay
+// Acs_t = A_h * sum_{u<=t} dt_u from the row's start:
+//   out_t[p] = y_t[p] + exp(Acs_t) * sum_n init_state[b,h][p, n] C_t[n]
+// y, out [B,S,H,P] bf16 (out may equal y: in place); dt [B,S,H] fp32; A [H] fp32; Cm [B,S,G,N]
+// bf16; init_state [B,H,P,N] fp32 (fed to the tensor cores as bf16, as the scan's states are).
+// Supported shapes: the scan's (above) except that shape.chunk is not read; out, y, Cm and
+// init_state 16-byte aligned.
+size_t ssd_add_initial_state_forward_workspace_bytes(const SsdShape& shape);
+Status ssd_add_initial_state_forward(cudaStream_t stream, bf16* out, const bf16* y, const float* dt,
+                                     const float* A, const bf16* Cm, const float* init_state,
+                                     const SsdShape& shape, Workspace workspace);
+
+// Its gradients except y's (which is dout itself). With q_t = init_state C_t and
+// w_t = exp(Acs_t) <dout_t, q_t>:
+//   dinit_state = sum_t exp(Acs_t) dout_t C_t^T,   dCm_t = sum_{h in g} exp(Acs_t) init^T dout_t,
+//   ddt_u = A_h sum_{t>=u} w_t,                    dA_h = sum_{b,t} w_t sum_{u<=t} dt_u.
+// ddt [B,S,H] fp32, dA [H] fp32, dCm [B,S,G,N] bf16, dinit_state [B,H,P,N] fp32 (all required);
+// dout [B,S,H,P] bf16; the rest as for the forward. dCm, dinit_state, dout, Cm and init_state
+// 16-byte aligned.
+size_t ssd_add_initial_state_backward_workspace_bytes(const SsdShape& shape);
+Status ssd_add_initial_state_backward(cudaStream_t stream, float* ddt, float* dA, bf16* dCm,
+                                      float* dinit_state, const bf16* dout, const float* dt,
+                                      const float* A, const bf16* Cm, const float* init_state,
+                                      const SsdShape& shape, Workspace workspace);
 
 // ---------------------------------------------------------------------------------------------
 // Attention, grouped-query (query head h uses kv head h / (q_heads / kv_heads)), explicit scale.

@@ -662,6 +662,48 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
   }
 }
 
+// The incoming state's correction: the steps run the kernels, and a zero-start scan plus the
+// correction is the scan from the state.
+TEST(CpuBackend, SsdAddInitialStateIsTheScanFromTheState) {
+  const int64_t B = 2, S = 6, Hd = 4, P = 3, G = 2, N = 2, chunk = 4;
+  constexpr double kTol = 1e-5;
+  const cpu::SsdShape shape{B, S, Hd, P, G, N, chunk};
+  OneStep s;
+  const uint32_t x = s.In({B, S, Hd, P}), dt = s.In({B, S, Hd}, 0.1f, 0.5f),
+                 A = s.In({Hd}, -1.0f, -0.1f), Bm = s.In({B, S, G, N}), Cm = s.In({B, S, G, N}),
+                 D = s.In({Hd}), init = s.In({B, Hd, P, N});
+  const uint32_t y0 = s.Out({B, S, Hd, P}), final0 = s.Out({B, Hd, P, N}),
+                 y_init = s.Out({B, S, Hd, P}), final_init = s.Out({B, Hd, P, N}),
+                 out = s.Out({B, S, Hd, P});
+  s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y0, final0},
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/0});
+  s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D, init}, {y_init, final_init},
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/1});
+  ASSERT_RUNS(s, "ssd_add_initial_state.forward", {y0, dt, A, Cm, init}, {out},
+              {B, S, Hd, P, G, N});
+  std::vector<float> out_w = s.Like(out);
+  cpu::ssd_add_initial_state_forward<float>(out_w.data(), s.p(y0), s.p(dt), s.p(A), s.p(Cm),
+                                            s.p(init), shape);
+  EXPECT_EQ(s.f32(out), out_w);
+  EXPECT_LT(MaxRelDiff(s.f32(out), s.f32(y_init)), kTol);
+
+  OneStep g;
+  const uint32_t dout = g.In({B, S, Hd, P}), gdt = g.In({B, S, Hd}, 0.1f, 0.5f),
+                 gA = g.In({Hd}, -1.0f, -0.1f), gC = g.In({B, S, G, N}),
+                 ginit = g.In({B, Hd, P, N});
+  const std::vector<uint32_t> grads = {g.Out({B, S, Hd}), g.Out({Hd}), g.Out({B, S, G, N}),
+                                       g.Out({B, Hd, P, N})};
+  ASSERT_RUNS(g, "ssd_add_initial_state.backward", {dout, gdt, gA, gC, ginit}, grads,
+              {B, S, Hd, P, G, N});
+  std::vector<std::vector<float>> want;
+  for (uint32_t o : grads) want.push_back(g.Like(o));
+  cpu::ssd_add_initial_state_backward<float>(want[0].data(), want[1].data(), want[2].data(),
+                                             want[3].data(), g.p(dout), g.p(gdt), g.p(gA), g.p(gC),
+                                             g.p(ginit), shape);
+  const char* names[] = {"ddt", "dA", "dC", "dinit"};
+  for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(g.f32(grads[i]), want[i]) << names[i];
+}
+
 TEST(CpuBackend, Attention) {
   const int64_t B = 2, S = 4, Hq = 4, Hkv = 2, D = 3;
   const cpu::AttentionShape shape{B, S, S, Hq, Hkv, D};

@@ -193,6 +193,10 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("ssd_final_state.forward", {sx, sdt, sa, sb}, {A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 3});
   b.AddStep("ssd_final_state.backward", {P({1, 2, 2, 2}), sx, sdt, sa, sb},
             {A({1, T, 2, 2}), A({1, T, 2}), A({2}), A({1, T, 1, 2})}, {1, T, 2, 2, 1, 2, 3});
+  b.AddStep("ssd_add_initial_state.forward", {A({1, T, 2, 2}), sdt, sa, sc, P({1, 2, 2, 2})},
+            {A({1, T, 2, 2})}, {1, T, 2, 2, 1, 2});
+  b.AddStep("ssd_add_initial_state.backward", {A({1, T, 2, 2}), sdt, sa, sc, P({1, 2, 2, 2})},
+            {A({1, T, 2}), A({2}), A({1, T, 1, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2});
   b.AddStep("ssd_log_decay.forward", {sdt, sa}, {A({1, 2})}, {1, T, 2});
   b.AddStep("ssd_log_decay.backward", {P({1, 2}), sdt, sa}, {A({1, T, 2}), A({2})}, {1, T, 2});
   // The collectives, on the one rank of a plan without mesh (one segment of T tokens).

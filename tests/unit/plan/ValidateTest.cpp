@@ -342,6 +342,32 @@ TEST(Validate, SsdScanBackwardShapes) {
                                    "batch*heads*head_dim*state = 24"));
 }
 
+// The correction's kernels: y (or its gradient), dt, A, C and the state; six shape ints; the
+// state and dt are f32 in a bf16 plan too.
+TEST(Validate, SsdAddInitialStateShapes) {
+  const int64_t B = 2, S = 4, Hd = 2, P = 3, G = 1, N = 2;
+  OneStepPlan p;
+  const uint32_t y = p.Act({B, S, Hd, P}, DType::BF16), dt = p.Act({B, S, Hd}), A = p.Act({Hd}),
+                 Cm = p.Act({B, S, G, N}, DType::BF16), init = p.Act({B, Hd, P, N});
+  p.b.AddStep("ssd_add_initial_state.forward", {y, dt, A, Cm, init},
+              {p.Act({B, S, Hd, P}, DType::BF16)}, {B, S, Hd, P, G, N});
+  p.b.AddStep(
+      "ssd_add_initial_state.backward", {y, dt, A, Cm, init},
+      {p.Act({B, S, Hd}), p.Act({Hd}), p.Act({B, S, G, N}, DType::BF16), p.Act({B, Hd, P, N})},
+      {B, S, Hd, P, G, N});
+  EXPECT_EQ(p.Error(), "(loaded)");
+  p.b.step(0).ins[4] = p.Act({B, Hd, P, N}, DType::BF16);
+  EXPECT_THAT(p.Error(), HasSubstr("step 0 (ssd_add_initial_state.forward): input 4"));
+  EXPECT_THAT(p.Error(), HasSubstr("expected f32"));
+  p.b.step(0).ins[4] = init;
+  p.b.step(1).outs[3] = p.Act({B, Hd, P, N + 1});
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_add_initial_state.backward): output 3"));
+  EXPECT_THAT(p.Error(), HasSubstr("expected batch*heads*head_dim*state = 24"));
+  p.b.step(1).outs[3] = p.Act({B, Hd, P, N});
+  p.b.step(1).ints.push_back(4);  // a chunk: the correction takes none
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_add_initial_state.backward): takes 6 ints, got 7"));
+}
+
 // The summary's kernels: ssd_scan's shapes without C, D and flags; the state and its gradient
 // are f32 in a bf16 plan too.
 TEST(Validate, SsdFinalStateShapes) {

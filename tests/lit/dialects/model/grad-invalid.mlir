@@ -694,6 +694,33 @@ func.func @ssd_chunk(%a0: tensor<1x7x4x2xf32>, %a1: tensor<1x7x4x2xf32>, %a2: te
 
 // -----
 
+// The correction gradient's dt has one value per token and head.
+func.func @ssd_add_initial_state_grad_dt(%d: tensor<1x7x4x2xf32>, %dt: tensor<1x7x2xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x2x3xf32>) {
+  // expected-error @+1 {{dt must have shape [1, 7, 4], got [1, 7, 2]}}
+  %r:4 = model.ssd_add_initial_state_grad %d, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x2xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xf32>) -> (tensor<1x7x2xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xf32>)
+  return
+}
+
+// -----
+
+// The C gradient has C's type.
+func.func @ssd_add_initial_state_grad_dc(%d: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x2x3xf32>) {
+  // expected-error @+1 {{C gradient must have the type of C (tensor<1x7x2x3xf32>), got tensor<1x7x2x3xbf16>}}
+  %r:4 = model.ssd_add_initial_state_grad %d, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xf32>) -> (tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>)
+  return
+}
+
+// -----
+
+// The initial state's gradient has its type.
+func.func @ssd_add_initial_state_grad_dinit(%d: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x2x3xf32>) {
+  // expected-error @+1 {{initial state gradient must have the type of the initial state (tensor<1x4x2x3xf32>), got tensor<1x4x2x3xbf16>}}
+  %r:4 = model.ssd_add_initial_state_grad %d, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xf32>) -> (tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xbf16>)
+  return
+}
+
+// -----
+
 // The summary gradient's B covers the same tokens as x.
 func.func @ssd_final_state_b_seq(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x6x2x3xf32>) {
   // expected-error @+1 {{B [1, 6, 2, 3] must match x's batch and sequence [1, 7]}}

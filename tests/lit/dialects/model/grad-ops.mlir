@@ -123,6 +123,18 @@ func.func @ssd_scan_grad(%dy: tensor<1x7x4x2xf32>, %x: tensor<1x7x4x2xf32>, %dt:
 
 // -----
 
+// The correction's gradient takes the output gradient first and returns ddt, dA, dC, dinit.
+// CHECK-LABEL: func.func @ssd_add_initial_state_grad
+func.func @ssd_add_initial_state_grad(%d: tensor<1x7x4x2xbf16>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>,
+                                      %C: tensor<1x7x2x3xbf16>, %s: tensor<1x4x2x3xf32>) -> tensor<1x4x2x3xf32> {
+  // CHECK: , %[[DINIT:[^ ,]+]] = model.ssd_add_initial_state_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} init %{{.+}} : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>) -> (tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>)
+  %g:4 = model.ssd_add_initial_state_grad %d, %dt, %A, %C init %s : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>) -> (tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>)
+  // CHECK: return %[[DINIT]]
+  return %g#3 : tensor<1x4x2x3xf32>
+}
+
+// -----
+
 // The summary's gradient takes the final state's gradient first and returns dx, ddt, dA, dB.
 // CHECK-LABEL: func.func @ssd_final_state_grad
 func.func @ssd_final_state_grad(%df: tensor<1x4x2x3xf32>, %x: tensor<1x7x4x2xbf16>,

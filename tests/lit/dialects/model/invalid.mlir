@@ -298,6 +298,51 @@ func.func @ssd_chunk(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor
 
 // -----
 
+// The correction's C covers the same tokens as y.
+func.func @ssd_add_initial_state_c_seq(%y: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x6x2x3xf32>, %s: tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xf32> {
+  // expected-error @+1 {{C [1, 6, 2, 3] must match y's batch and sequence [1, 7]}}
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x6x2x3xf32>, tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xf32>
+  return %o : tensor<1x7x4x2xf32>
+}
+
+// -----
+
+// The correction's groups must divide the heads.
+func.func @ssd_add_initial_state_groups(%y: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x3x3xf32>, %s: tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xf32> {
+  // expected-error @+1 {{3 groups do not divide 4 heads}}
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x3x3xf32>, tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xf32>
+  return %o : tensor<1x7x4x2xf32>
+}
+
+// -----
+
+// The incoming state is [batch, heads, head_dim, state].
+func.func @ssd_add_initial_state_state(%y: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x3x2xf32>) -> tensor<1x7x4x2xf32> {
+  // expected-error @+1 {{initial state must have shape [1, 4, 2, 3], got [1, 4, 3, 2]}}
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x3x2xf32>) -> tensor<1x7x4x2xf32>
+  return %o : tensor<1x7x4x2xf32>
+}
+
+// -----
+
+// The incoming state is f32 like every SSD state.
+func.func @ssd_add_initial_state_state_dtype(%y: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x2x3xbf16>) -> tensor<1x7x4x2xf32> {
+  // expected-error @+1 {{initial state must be f32, like the scan's states}}
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xbf16>) -> tensor<1x7x4x2xf32>
+  return %o : tensor<1x7x4x2xf32>
+}
+
+// -----
+
+// The result has y's type.
+func.func @ssd_add_initial_state_result(%y: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %C: tensor<1x7x2x3xf32>, %s: tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xbf16> {
+  // expected-error @+1 {{all of {y, result} have same type}}
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xf32>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xf32>, tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xbf16>
+  return %o : tensor<1x7x4x2xbf16>
+}
+
+// -----
+
 // The summary's B covers the same tokens as x.
 func.func @ssd_final_state_b_seq(%x: tensor<1x7x4x2xf32>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>, %B: tensor<1x6x2x3xf32>) -> tensor<1x4x2x3xf32> {
   // expected-error @+1 {{B [1, 6, 2, 3] must match x's batch and sequence [1, 7]}}

@@ -95,6 +95,15 @@ func.func @ssd_final_state(%x: tensor<1x7x4x2xbf16>, %dt: tensor<1x7x4xf32>, %A:
   return %f : tensor<1x4x2x3xf32>
 }
 
+// A segment's zero-start scan outputs plus what its incoming state adds (context parallelism).
+// CHECK-LABEL: func.func @ssd_add_initial_state
+func.func @ssd_add_initial_state(%y: tensor<1x7x4x2xbf16>, %dt: tensor<1x7x4xf32>, %A: tensor<4xf32>,
+                                 %C: tensor<1x7x2x3xbf16>, %s: tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xbf16> {
+  // CHECK: model.ssd_add_initial_state %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} init %{{.+}} : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xbf16>
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x7x4x2xbf16>, tensor<1x7x4xf32>, tensor<4xf32>, tensor<1x7x2x3xbf16>, tensor<1x4x2x3xf32>) -> tensor<1x7x4x2xbf16>
+  return %o : tensor<1x7x4x2xbf16>
+}
+
 // Causal grouped-query attention returns the output and the per-row log-sum-exp.
 // CHECK-LABEL: func.func @attention
 func.func @attention(%q: tensor<2x6x4x8xbf16>, %k: tensor<2x6x2x8xbf16>, %v: tensor<2x6x2x8xbf16>)

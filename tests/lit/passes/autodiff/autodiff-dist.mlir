@@ -50,6 +50,33 @@ func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
 
 // -----
 
+// The default split (one scan from a zero start, corrected by the incoming state): y's gradient
+// passes through the correction to the scan; the correction's own gradient gives the incoming
+// state's, which state_scan_grad turns into the zero-start scan's dfinal.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %{{.+}}, %{{.+}}, %{{.+}}, %[[DIN:.+]] = model.ssd_add_initial_state_grad %[[DY:[^,]+]], %{{.+}}, %{{.+}}, %{{.+}} init %[[IN:[^ ]+]] :
+// CHECK: %[[DG:.+]], %[[DS:.+]] = dist.state_scan_grad %[[DIN]], %{{.+}}, %[[IN]]
+// CHECK: model.ssd_scan_grad %[[DY]], {{.+}} dfinal %[[DS]] {chunk_size = 4 : i64}
+// CHECK-NOT: model.ssd_scan_grad
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @train_step(%targets: tensor<1x8xi32>) -> tensor<f32> {
+  %x = model.param "x" normal(1.0) : tensor<1x8x2x3xf32>
+  %dt = model.param "dt" ones : tensor<1x8x2xf32>
+  %A = model.param "A" ones : tensor<2xf32>
+  %B = model.param "B" normal(1.0) : tensor<1x8x1x4xf32>
+  %D = model.param "D" ones : tensor<2xf32>
+  %g = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  %y0, %local = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %in = dist.state_scan %g, %local {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %y = model.ssd_add_initial_state %y0, %dt, %A, %B init %in : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x8x2x3xf32>
+  %logits = model.reshape %y : tensor<1x8x2x3xf32> -> tensor<1x8x6xf32>
+  %s, %c = model.cross_entropy %logits, %targets {ignore_index = -100 : i64} : (tensor<1x8x6xf32>, tensor<1x8xi32>) -> (tensor<f32>, tensor<f32>)
+  return %s : tensor<f32>
+}
+}
+
+// -----
+
 // ring_attention -> ring_attention_grad from the final out and lse; all_reduce's transpose is
 // the identity (its result is replicated): no collective appears for it in the backward.
 // CHECK-LABEL: func.func @train_step

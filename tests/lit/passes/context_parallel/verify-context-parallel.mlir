@@ -38,6 +38,32 @@ func.func @split_scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tenso
 
 // -----
 
+// The default split: one scan from a zero start, its outputs corrected by the incoming state.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @corrected_scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
+  %g = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  %y0, %s = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %in = dist.state_scan %g, %s {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %y = model.ssd_add_initial_state %y0, %dt, %A, %B init %in : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x8x2x3xf32>
+  return %y : tensor<1x8x2x3xf32>
+}
+}
+
+// -----
+
+// The same scan's outputs used as they are: the incoming state's part is missing.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
+func.func @uncorrected_scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
+  %g = model.ssd_log_decay %dt, %A : (tensor<1x8x2xf32>, tensor<2xf32>) -> tensor<1x2xf32>
+  // expected-error @+1 {{the outputs of an SSD scan from a zero start are used without the incoming state's part (model.ssd_add_initial_state)}}
+  %y0, %s = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)
+  %in = dist.state_scan %g, %s {layout = #dist.sequence<contiguous, cp = 2, seq = 16>, strategy = #dist.strategy<chain>} : (tensor<1x2xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return %y0 : tensor<1x8x2x3xf32>
+}
+}
+
+// -----
+
 // Local-only attention.
 module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 16>} {
 func.func @attention(%q: tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32> {

@@ -71,6 +71,24 @@ func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %target
 
 // -----
 
+// The incoming state's correction and its gradient: the shape ints, no chunk.
+// CHECK-LABEL: func.func @train_step()
+// CHECK: exec.launch "ssd_add_initial_state.forward" ins({{.+}}) outs({{.+}} : memref<1x5x2x3xf32>) {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4>}
+// CHECK: exec.launch "ssd_add_initial_state.backward" ins({{.+}}) outs({{.+}}) {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4>}
+func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %targets: tensor<1x5xi32> {model.input = "targets"}) -> tensor<f32> {
+  %y = model.param "y" normal(1.0) : tensor<1x5x2x3xf32>
+  %dt = model.param "dt" ones : tensor<1x5x2xf32>
+  %A = model.param "A" ones : tensor<2xf32>
+  %C = model.param "C" normal(1.0) : tensor<1x5x1x4xf32>
+  %s = model.param "s" normal(1.0) : tensor<1x2x3x4xf32>
+  %o = model.ssd_add_initial_state %y, %dt, %A, %C init %s : (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x5x2x3xf32>
+  %g:4 = model.ssd_add_initial_state_grad %o, %dt, %A, %C init %s : (tensor<1x5x2x3xf32>, tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x5x2xf32>, tensor<2xf32>, tensor<1x5x1x4xf32>, tensor<1x2x3x4xf32>)
+  %loss = model.fill 0.0 : tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // The scan's state-only summary and its gradient: the shape ints, no flags.
 // CHECK-LABEL: func.func @train_step()
 // CHECK: exec.launch "ssd_final_state.forward" ins({{.+}}) outs(%[[F:.+]] : memref<1x2x3x4xf32>) {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4>}

@@ -53,15 +53,16 @@ LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef w
 }
 
 mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, mlir::Value dt,
-                                           mlir::Value A, mlir::Value B) {
-  if (mlir::failed(expectRank(op, x, 4, "x [batch, seq, heads, head_dim]")) ||
-      mlir::failed(expectRank(op, B, 4, "B [batch, seq, groups, state]")))
+                                           mlir::Value A, mlir::Value B, llvm::StringRef xName,
+                                           llvm::StringRef bName) {
+  if (mlir::failed(expectRank(op, x, 4, (xName + " [batch, seq, heads, head_dim]").str())) ||
+      mlir::failed(expectRank(op, B, 4, (bName + " [batch, seq, groups, state]").str())))
     return mlir::failure();
   llvm::ArrayRef<int64_t> xs = shapeOf(x), bs = shapeOf(B);
   const SsdDims d{xs[0], xs[1], xs[2], xs[3], bs[2], bs[3]};
   if (bs[0] != d.batch || bs[1] != d.seq)
-    return op->emitOpError() << "B " << formatShape(bs) << " must match x's batch and sequence "
-                             << formatShape(xs.take_front(2));
+    return op->emitOpError() << bName << " " << formatShape(bs) << " must match " << xName
+                             << "'s batch and sequence " << formatShape(xs.take_front(2));
   if (d.heads % d.groups != 0)
     return op->emitOpError() << d.groups << " groups do not divide " << d.heads << " heads";
   if (mlir::failed(expectShape(op, dt, {d.batch, d.seq, d.heads}, "dt")) ||
@@ -73,19 +74,8 @@ mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, m
 mlir::FailureOr<SsdDims> verifyInitialStateOperands(mlir::Operation* op, mlir::Value y,
                                                     mlir::Value dt, mlir::Value A, mlir::Value C,
                                                     mlir::Value initState) {
-  if (mlir::failed(expectRank(op, y, 4, "scan output y [batch, seq, heads, head_dim]")) ||
-      mlir::failed(expectRank(op, C, 4, "C [batch, seq, groups, state]")))
-    return mlir::failure();
-  llvm::ArrayRef<int64_t> ys = shapeOf(y), cs = shapeOf(C);
-  const SsdDims d{ys[0], ys[1], ys[2], ys[3], cs[2], cs[3]};
-  if (cs[0] != d.batch || cs[1] != d.seq)
-    return op->emitOpError() << "C " << formatShape(cs) << " must match y's batch and sequence "
-                             << formatShape(ys.take_front(2));
-  if (d.heads % d.groups != 0)
-    return op->emitOpError() << d.groups << " groups do not divide " << d.heads << " heads";
-  if (mlir::failed(expectShape(op, dt, {d.batch, d.seq, d.heads}, "dt")) ||
-      mlir::failed(expectShape(op, A, {d.heads}, "A")) ||
-      mlir::failed(expectShape(op, initState, d.stateShape(), "initial state")))
+  mlir::FailureOr<SsdDims> d = verifySsdOperands(op, y, dt, A, C, "y", "C");
+  if (mlir::failed(d) || mlir::failed(expectShape(op, initState, d->stateShape(), "initial state")))
     return mlir::failure();
   if (!tensorType(initState).getElementType().isF32())
     return op->emitOpError() << "initial state must be f32, like the scan's states";

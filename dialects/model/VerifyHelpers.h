@@ -35,8 +35,12 @@ struct SsdDims {
   int64_t batch, seq, heads, headDim, groups, state;
   llvm::SmallVector<int64_t> stateShape() const { return {batch, heads, headDim, state}; }
 };
+// `x` [batch, seq, heads, head_dim] and `B` [batch, seq, groups, state] as the scan's (named
+// `xName` and `bName` in the messages), dt [batch, seq, heads], A [heads].
 mlir::FailureOr<SsdDims> verifySsdOperands(mlir::Operation* op, mlir::Value x, mlir::Value dt,
-                                           mlir::Value A, mlir::Value B);
+                                           mlir::Value A, mlir::Value B,
+                                           llvm::StringRef xName = "x",
+                                           llvm::StringRef bName = "B");
 // model.ssd_add_initial_state's operands (and its gradient's): y [batch, seq, heads, head_dim],
 // dt, A and C as the scan's, init_state [batch, heads, head_dim, state] in f32.
 mlir::FailureOr<SsdDims> verifyInitialStateOperands(mlir::Operation* op, mlir::Value y,

@@ -232,8 +232,9 @@ absl::Status RunCausalConv1dBackward(const Args& a) {
   return absl::OkStatus();
 }
 
-// ints: batch, seq, heads, head_dim, groups, state, chunk[, has_init[, has_dfinal]].
-SsdShape SsdShapeOf(const Args& a) {
+// ints: batch, seq, heads, head_dim, groups, state, then for the scan's kernels (`chunked`)
+// chunk[, has_init[, has_dfinal]]; ssd_add_initial_state is not chunked and has no chunk.
+SsdShape SsdShapeOf(const Args& a, bool chunked = true) {
   // A chunk longer than the sequence is one chunk either way; capping it keeps the kernels'
   // per-chunk scratch sized by the data rather than by the number in the plan.
   return SsdShape{.batch = a.i(0),
@@ -242,7 +243,7 @@ SsdShape SsdShapeOf(const Args& a) {
                   .head_dim = a.i(3),
                   .groups = a.i(4),
                   .state = a.i(5),
-                  .chunk = std::min(a.i(6), a.i(1))};
+                  .chunk = chunked ? std::min(a.i(6), a.i(1)) : a.i(1)};
 }
 
 // ins: x, dt, A, B, C, D[, init_state]. outs: y, final_state.
@@ -291,26 +292,17 @@ absl::Status RunSsdLogDecayBackward(const Args& a) {
   return absl::OkStatus();
 }
 
-// ints: batch, seq, heads, head_dim, groups, state (no chunk: the correction is not chunked).
-SsdShape InitialStateShapeOf(const Args& a) {
-  return SsdShape{.batch = a.i(0),
-                  .seq = a.i(1),
-                  .heads = a.i(2),
-                  .head_dim = a.i(3),
-                  .groups = a.i(4),
-                  .state = a.i(5),
-                  .chunk = a.i(1)};
-}
 // ins: y, dt, A, C, init_state. outs: out.
 absl::Status RunSsdAddInitialStateForward(const Args& a) {
   ssd_add_initial_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), a.in(4),
-                                       InitialStateShapeOf(a));
+                                       SsdShapeOf(a, /*chunked=*/false));
   return absl::OkStatus();
 }
 // ins: dout, dt, A, C, init_state. outs: ddt, dA, dC, dinit_state.
 absl::Status RunSsdAddInitialStateBackward(const Args& a) {
   ssd_add_initial_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1),
-                                        a.in(2), a.in(3), a.in(4), InitialStateShapeOf(a));
+                                        a.in(2), a.in(3), a.in(4),
+                                        SsdShapeOf(a, /*chunked=*/false));
   return absl::OkStatus();
 }
 

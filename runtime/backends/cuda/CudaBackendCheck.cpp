@@ -244,27 +244,15 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
     case KernelId::SsdScanForward:
     case KernelId::SsdScanBackward:
     case KernelId::SsdFinalStateForward:
-    case KernelId::SsdFinalStateBackward: {
+    case KernelId::SsdFinalStateBackward:
+    case KernelId::SsdAddInitialStateForward:  // not chunked: SsdShapeOf gives it chunk 256
+    case KernelId::SsdAddInitialStateBackward: {
       const cuda::SsdShape s = detail::SsdShapeOf(step);
       require(s.chunk == 256, absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", s.chunk));
       require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
       require(s.head_dim == 32 || s.head_dim == 64,
               absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", s.head_dim));
       // The grid limits (batch * groups, heads, chunks) behind anything the checks above pass.
-      if (problems.empty()) {
-        require(cuda::ssd_supported(s),
-                absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
-                                "kernels' grid limits",
-                                s.batch, s.groups, s.heads, s.seq));
-      }
-      break;
-    }
-    case KernelId::SsdAddInitialStateForward:
-    case KernelId::SsdAddInitialStateBackward: {
-      const cuda::SsdShape s = detail::InitialStateShapeOf(step);
-      require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
-      require(s.head_dim == 32 || s.head_dim == 64,
-              absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", s.head_dim));
       if (problems.empty()) {
         require(cuda::ssd_supported(s),
                 absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
@@ -352,10 +340,9 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
     case KernelId::SsdLogDecayBackward:
       return cuda::ssd_log_decay_workspace_bytes(v[0], v[1], v[2]);
     case KernelId::SsdAddInitialStateForward:
-      return cuda::ssd_add_initial_state_forward_workspace_bytes(detail::InitialStateShapeOf(step));
+      return cuda::ssd_add_initial_state_forward_workspace_bytes(detail::SsdShapeOf(step));
     case KernelId::SsdAddInitialStateBackward:
-      return cuda::ssd_add_initial_state_backward_workspace_bytes(
-          detail::InitialStateShapeOf(step));
+      return cuda::ssd_add_initial_state_backward_workspace_bytes(detail::SsdShapeOf(step));
     case KernelId::AttentionBackward:
       return cuda::attention_backward_workspace_bytes(detail::AttentionShapeOf(step));
     case KernelId::MoeExpertsForward:

@@ -12,27 +12,18 @@ namespace hcp::cuda_backend::detail {
 cuda::SsdShape SsdShapeOf(const plan::Step& step) {
   // The plan's chunk as it is (CheckPlanRunsOnCuda requires the kernels' 256): the CUDA kernels
   // pad a partial last chunk themselves, so unlike the CPU wrapper there is no capping at seq.
+  // ssd_add_initial_state's ints stop before the chunk (it is not chunked); its kernels take the
+  // scan's shapes, chunk 256 among them.
   const std::vector<int64_t>& v = step.ints;
+  const bool chunked = step.kernel != plan::KernelId::SsdAddInitialStateForward &&
+                       step.kernel != plan::KernelId::SsdAddInitialStateBackward;
   return cuda::SsdShape{.batch = v[0],
                         .seq = v[1],
                         .heads = v[2],
                         .head_dim = v[3],
                         .groups = v[4],
                         .state = v[5],
-                        .chunk = v[6]};
-}
-
-// ssd_add_initial_state's ints (batch, seq, heads, head_dim, groups, state) have no chunk: the
-// correction is not chunked, and its kernels take the scan's shapes, chunk 256 among them.
-cuda::SsdShape InitialStateShapeOf(const plan::Step& step) {
-  const std::vector<int64_t>& v = step.ints;
-  return cuda::SsdShape{.batch = v[0],
-                        .seq = v[1],
-                        .heads = v[2],
-                        .head_dim = v[3],
-                        .groups = v[4],
-                        .state = v[5],
-                        .chunk = 256};
+                        .chunk = chunked ? v[6] : 256};
 }
 
 // For attention.forward and .backward queries and keys are the same positions.
@@ -119,13 +110,13 @@ absl::Status RunSsdLogDecayBackward(const Args& a) {
 absl::Status RunSsdAddInitialStateForward(const Args& a) {
   return Done(cuda::ssd_add_initial_state_forward(
       a.stream(), a.out<bf16>(0), a.in<bf16>(0), a.in<float>(1), a.in<float>(2), a.in<bf16>(3),
-      a.in<float>(4), InitialStateShapeOf(a.step()), a.workspace()));
+      a.in<float>(4), SsdShapeOf(a.step()), a.workspace()));
 }
 // ins: dout, dt, A, C, init_state. outs: ddt, dA, dC, dinit_state.
 absl::Status RunSsdAddInitialStateBackward(const Args& a) {
   return Done(cuda::ssd_add_initial_state_backward(
       a.stream(), a.out<float>(0), a.out<float>(1), a.out<bf16>(2), a.out<float>(3), a.in<bf16>(0),
-      a.in<float>(1), a.in<float>(2), a.in<bf16>(3), a.in<float>(4), InitialStateShapeOf(a.step()),
+      a.in<float>(1), a.in<float>(2), a.in<bf16>(3), a.in<float>(4), SsdShapeOf(a.step()),
       a.workspace()));
 }
 

@@ -152,7 +152,6 @@ size_t ExpertsEpWorkspaceBytes(const plan::Step& step);
 // chunk. attention: batch, seq, q_heads, kv_heads, head_dim (queries and keys are the same
 // positions).
 cuda::SsdShape SsdShapeOf(const plan::Step& step);
-cuda::SsdShape InitialStateShapeOf(const plan::Step& step);
 cuda::AttentionShape AttentionShapeOf(const plan::Step& step);
 
 }  // namespace hcp::cuda_backend::detail

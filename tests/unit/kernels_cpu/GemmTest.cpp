@@ -45,6 +45,58 @@ TEST(Gemm, MatchesNaiveForAllTransposes) {
   }
 }
 
+// The blocked product sums each element in the order of the plain definition, so in float it
+// equals, bit for bit, one double accumulator per element over p = 0..k-1: for shapes that cut
+// blocks unevenly, every transpose, beta 0 and not. And a row's value does not depend on m (a
+// context-parallel split changes m).
+TEST(Gemm, BlockedEqualsPlainSumBitForBit) {
+  std::mt19937 rng(3);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{5, 67, 3}, Shape{9, 130, 17}, Shape{4, 64, 100}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? s.m : s.k) + 1, ldb = (tb ? s.k : s.n) + 3, ldc = s.n + 2;
+        const std::vector<float> a =
+            testing::to_float(testing::random_vec(rng, (ta ? s.k : s.m) * lda));
+        const std::vector<float> b =
+            testing::to_float(testing::random_vec(rng, (tb ? s.n : s.k) * ldb));
+        const std::vector<float> c0 = testing::to_float(testing::random_vec(rng, s.m * ldc));
+        for (float beta : {0.0f, 0.75f}) {
+          std::vector<float> c = c0;
+          gemm<float>(ta, tb, s.m, s.n, s.k, 1.25f, a.data(), lda, b.data(), ldb, beta, c.data(),
+                      ldc);
+          for (int64_t i = 0; i < s.m; i++) {
+            for (int64_t j = 0; j < s.n; j++) {
+              double acc = 0.0;
+              for (int64_t p = 0; p < s.k; p++) {
+                const float a_ip = ta ? a[p * lda + i] : a[i * lda + p];
+                const float b_pj = tb ? b[j * ldb + p] : b[p * ldb + j];
+                acc += static_cast<double>(a_ip) * static_cast<double>(b_pj);
+              }
+              double want = 1.25 * acc;
+              if (beta != 0.0f) want += static_cast<double>(beta) * c0[i * ldc + j];
+              ASSERT_EQ(c[i * ldc + j], static_cast<float>(want))
+                  << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta << " tb=" << tb
+                  << " beta=" << beta << " at " << i << "," << j;
+            }
+          }
+          // The last row alone (m = 1) gives the same bits as within the whole product.
+          if (!ta) {
+            std::vector<float> last(s.n);
+            gemm<float>(false, tb, 1, s.n, s.k, 1.25f, a.data() + (s.m - 1) * lda, lda, b.data(),
+                        ldb, 0.0f, last.data(), s.n);
+            if (beta == 0.0f) {
+              for (int64_t j = 0; j < s.n; j++) ASSERT_EQ(last[j], c[(s.m - 1) * ldc + j]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, BetaZeroIgnoresOldContents) {
   std::mt19937 rng(2);
   const int64_t m = 2, n = 3, k = 4;

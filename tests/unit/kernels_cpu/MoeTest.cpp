@@ -131,6 +131,35 @@ TEST(MoeExperts, ForwardMatchesDenseExperts) {
   EXPECT_LT(testing::max_rel_diff(m.forward(), expected), 1e-13);
 }
 
+// A token's output must not depend on the tokens around it (a context-parallel split changes
+// them): 150 tokens against each token alone, bit for bit, in float.
+TEST(MoeExperts, ForwardOfATokenDoesNotDependOnTheOthers) {
+  std::mt19937 rng(64);
+  const int64_t tokens = 150, hidden = 6, inner = 5, experts = 5, k = 2;
+  const std::vector<float> x = testing::to_float(testing::random_vec(rng, tokens * hidden));
+  const std::vector<float> gates =
+      testing::to_float(testing::random_vec(rng, tokens * k, 0.1, 0.9));
+  const std::vector<float> w_in =
+      testing::to_float(testing::random_vec(rng, experts * 2 * inner * hidden));
+  const std::vector<float> w_out =
+      testing::to_float(testing::random_vec(rng, experts * hidden * inner));
+  std::vector<int32_t> indices(tokens * k);
+  for (int64_t t = 0; t < tokens; t++) {
+    indices[t * k] = static_cast<int32_t>(rng() % experts);
+    indices[t * k + 1] =
+        static_cast<int32_t>((indices[t * k] + 1 + rng() % (experts - 1)) % experts);
+  }
+  std::vector<float> out(tokens * hidden), one(hidden);
+  moe_experts_forward<float>(out.data(), x.data(), gates.data(), indices.data(), w_in.data(),
+                             w_out.data(), tokens, hidden, inner, experts, k);
+  for (int64_t t = 0; t < tokens; t++) {
+    moe_experts_forward<float>(one.data(), x.data() + t * hidden, gates.data() + t * k,
+                               indices.data() + t * k, w_in.data(), w_out.data(), 1, hidden, inner,
+                               experts, k);
+    for (int64_t r = 0; r < hidden; r++) ASSERT_EQ(out[t * hidden + r], one[r]) << "token " << t;
+  }
+}
+
 TEST(MoeExperts, BackwardMatchesFiniteDifferences) {
   std::mt19937 rng(63);
   MoeData m(rng);

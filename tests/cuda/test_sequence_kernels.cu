@@ -23,7 +23,9 @@
 //     cores as bf16) that add in quadrature: ~3-6e-3 expected; tolerance 1.5e-2.
 //   - fp32 outputs computed through bf16 operands (final_state, dinit, ddt, dA, dD): same
 //     operand rounding without the output rounding, but ddt and dA are sums of terms of both
-//     signs (cancellation amplifies relative error): tolerance 2e-2.
+//     signs (cancellation amplifies relative error): tolerance 2e-2. The initial-state
+//     correction's dA (a few decayed terms per head) is measured against the size of its terms,
+//     sum_{b,t} |w_t| cum_t, rather than against its sum (see run_ssd_init_case).
 //   - lse: fp32 throughout (scores from exact bf16 inputs): max |err| <= 2e-3 absolute, and -inf
 //     exactly where the oracle has -inf (rows that see no key).
 // The attention backward is checked given the GPU's own out and lse (what a training step feeds

@@ -33,6 +33,15 @@ int GemmLanes() {
   const long lanes = std::strtol(value, &end, 10);
   return *end == '\0' && lanes >= 0 && lanes <= 16 ? static_cast<int>(lanes) : kDefaultGemmLanes;
 }
+// HCP_GEMM_RESERVED_SMS=N: while gradient sums run beside the backward, the GEMMs plan for N
+// multiprocessors fewer (gemm_context_reserve_sms), for measuring; default 0.
+int GemmReservedSms() {
+  const char* value = std::getenv("HCP_GEMM_RESERVED_SMS");
+  if (value == nullptr || *value == '\0') return 0;
+  char* end = nullptr;
+  const long sms = std::strtol(value, &end, 10);
+  return *end == '\0' && sms >= 0 && sms <= 64 ? static_cast<int>(sms) : 0;
+}
 // Every allocation and every carved piece is a multiple of this (cudaMalloc's alignment).
 constexpr uint64_t kAlignment = 256;
 constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
@@ -493,6 +502,7 @@ void CudaExecutor::QueueGradientSums(size_t first, size_t last, cudaStream_t str
 }
 
 void CudaExecutor::StartGradientSums(size_t first, size_t last) {
+  cuda::gemm_context_reserve_sms(gemm_, GemmReservedSms());
   cudaEventRecord(grads_ready_, stream_);
   cudaStreamWaitEvent(grad_stream_, grads_ready_, 0);
   QueueGradientSums(first, last, grad_stream_);
@@ -510,23 +520,27 @@ absl::Status CudaExecutor::RunStep() {
   return comm::AgreeOnStatus(nccl_->host(), status);
 }
 
-absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel) {
+absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel,
+                                           double* gradient_sums_after_ms) {
   if (ms_per_kernel->size() < static_cast<size_t>(plan::kNumKernels)) {
     ms_per_kernel->resize(plan::kNumKernels, 0.0);
   }
-  absl::Status status = RunSteps(ms_per_kernel);
+  absl::Status status =
+      RunSteps(ms_per_kernel, /*sum_gradients=*/nccl_ != nullptr, gradient_sums_after_ms);
   if (nccl_ == nullptr) return status;
   return comm::AgreeOnStatus(nccl_->host(), status);
 }
 
-absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients) {
+absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients,
+                                    double* gradient_sums_after_ms) {
   HCP_RETURN_IF_ERROR(Activate());
   gradients_scattered_ = false;  // the steps write every gradient whole
   const bool profile = ms_per_kernel != nullptr;
   const size_t steps = plan_.steps.size();
-  if (profile && events_.size() != steps + 1) {
+  if (gradient_sums_after_ms != nullptr) *gradient_sums_after_ms = 0;
+  if (profile && events_.size() != steps + 2) {
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
-    events_.assign(steps + 1, nullptr);
+    events_.assign(steps + 2, nullptr);
     for (cudaEvent_t& event : events_) {
       HCP_RETURN_IF_ERROR(FromCuda(cudaEventCreate(&event), "cudaEventCreate"));
     }
@@ -547,6 +561,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
+  cuda::gemm_context_reserve_sms(gemm_, 0);  // no gradient sums run yet
   size_t summed = 0;  // gradient sums started, in ready_order_
   for (size_t i = 0; i < steps; ++i) {
     if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
@@ -569,6 +584,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   }
   if (sum_gradients) {
     if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
+    if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);
     cudaEventRecord(grads_summed_, grad_stream_);
     cudaStreamWaitEvent(stream_, grads_summed_, 0);
   }
@@ -585,6 +601,12 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       HCP_RETURN_IF_ERROR(
           FromCuda(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime"));
       (*ms_per_kernel)[static_cast<size_t>(plan_.steps[i].kernel)] += ms;
+    }
+    if (sum_gradients && gradient_sums_after_ms != nullptr) {
+      float ms = 0;
+      HCP_RETURN_IF_ERROR(FromCuda(cudaEventElapsedTime(&ms, events_[steps], events_[steps + 1]),
+                                   "cudaEventElapsedTime"));
+      *gradient_sums_after_ms = std::max(0.0f, ms);
     }
   }
   return absl::OkStatus();

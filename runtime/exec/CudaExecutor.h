@@ -131,9 +131,13 @@ class CudaExecutor {
   // ranks every rank returns the same status (the first failing rank's error, agreed over the
   // host communicator).
   absl::Status RunStep();
-  // RunStep with CUDA events around every step: adds each step's milliseconds to
-  // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros).
-  absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel);
+  // RunStepAndSumGradients with CUDA events around every step: adds each step's milliseconds to
+  // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros). The
+  // kernels' times include what the gradient sums running beside them take from them; how long
+  // the sums ran on after the last kernel goes to *gradient_sums_after_ms (0 on one rank, or
+  // when they finished first).
+  absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel,
+                               double* gradient_sums_after_ms = nullptr);
   // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).
   float Loss() const;
 
@@ -244,7 +248,8 @@ class CudaExecutor {
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
-  absl::Status RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients = false);
+  absl::Status RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients = false,
+                        double* gradient_sums_after_ms = nullptr);
   // Queues the all-reduce of parameters [first, last) of ready_order_ on grad_stream_, after the
   // work queued on stream_ so far.
   void StartGradientSums(size_t first, size_t last);
@@ -293,7 +298,8 @@ class CudaExecutor {
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
   std::vector<OptimizerSlice> slices_;    // per parameter: what its optimizer state covers
   bool gradients_scattered_ = false;      // the last gradient sums were reduce-scatters
-  std::vector<cudaEvent_t> events_;       // RunStepProfiled's, one more than the steps
+  std::vector<cudaEvent_t> events_;  // RunStepProfiled's: one per step and one before, then the
+                                     // gradient sums' end
   uint64_t allocated_bytes_ = 0;
   mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes
   mutable uint64_t device_bytes_ = 0;

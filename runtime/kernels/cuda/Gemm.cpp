@@ -134,7 +134,14 @@ struct GemmContext {
   std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
   cudaEvent_t fork = nullptr;  // recorded on the caller's stream before the lanes start
   std::vector<GemmLane> lanes;
-  int lane_sm_count = 0;  // each lane's share of the device's multiprocessors
+  int device_sms = 0;    // the device's multiprocessors
+  int reserved_sms = 0;  // gemm_context_reserve_sms's: left to kernels running beside ours
+
+  // The multiprocessors cuBLASLt plans one product for (0: the whole device, its default).
+  int sm_target() const { return reserved_sms > 0 ? device_sms - reserved_sms : 0; }
+  int lane_sm_target() const {
+    return std::max(1, (device_sms - reserved_sms) / static_cast<int>(lanes.size()));
+  }
 };
 
 void gemm_context_destroy(GemmContext* ctx) {
@@ -166,19 +173,19 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes)
   if (workspace_bytes > 0) {
     if (Status s = cuda(cudaMalloc(&context->workspace, workspace_bytes)); !s.ok()) return fail(s);
   }
+  int device = 0;
+  if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
+  if (Status s = cuda(cudaDeviceGetAttribute(&context->device_sms,
+                                             cudaDevAttrMultiProcessorCount, device));
+      !s.ok()) {
+    return fail(s);
+  }
   context->lanes.resize(std::max(lanes, 0));
   if (lanes > 0) {
     if (Status s = cuda(cudaEventCreateWithFlags(&context->fork, cudaEventDisableTiming));
         !s.ok()) {
       return fail(s);
     }
-    int device = 0, sms = 0;
-    if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
-    if (Status s = cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        !s.ok()) {
-      return fail(s);
-    }
-    context->lane_sm_count = std::max(1, sms / lanes);
   }
   for (GemmLane& lane : context->lanes) {
     for (Status s :
@@ -190,6 +197,10 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes)
   }
   *ctx = context;
   return Status();
+}
+
+void gemm_context_reserve_sms(GemmContext* ctx, int sms) {
+  ctx->reserved_sms = std::clamp(sms, 0, ctx->device_sms / 2);
 }
 
 size_t gemm_context_bytes(size_t workspace_bytes, int lanes) {
@@ -373,7 +384,7 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
             int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
             float beta, TC* c, int64_t ldc) {
   if (ctx == nullptr) return Status("gemm", "no GemmContext");
-  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
+  return gemm_with(ctx, stream, Target{ctx->workspace, ctx->sm_target()}, trans_a, trans_b, m, n, k, alpha, a, lda,
                    b, ldb, beta, c, ldc);
 }
 
@@ -383,7 +394,7 @@ Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmPro
   if (ctx == nullptr) return Status(where, "no GemmContext");
   if (batch == 0) return Status();
   if (stride_a < 0 || stride_b < 0 || stride_c < 0) return Status(where, "negative stride");
-  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, p.trans_a, p.trans_b, p.m, p.n, p.k,
+  return gemm_with(ctx, stream, Target{ctx->workspace, ctx->sm_target()}, p.trans_a, p.trans_b, p.m, p.n, p.k,
                    p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc,
                    Batch{batch, stride_a, stride_b, stride_c});
 }
@@ -417,7 +428,7 @@ Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmPro
     const GemmProblem& p = problems[i];
     const GemmLane& lane = ctx->lanes[i % used];
     status =
-        gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_count}, p.trans_a,
+        gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_target()}, p.trans_a,
                   p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc);
   }
   // Join, even after an error: nothing queued on `stream` later may overtake the lanes.

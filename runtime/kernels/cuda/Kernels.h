@@ -76,6 +76,11 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32
 void gemm_context_destroy(GemmContext* ctx);
 // The device memory such a context allocates.
 size_t gemm_context_bytes(size_t workspace_bytes, int lanes);
+// Leaves `sms` multiprocessors (at most half the device) to kernels that run beside the products,
+// such as NCCL's while gradients are summed: cuBLASLt then plans every later product for the
+// rest, so a persistent GEMM's blocks do not wait for multiprocessors those kernels hold. 0 gives
+// the products the whole device again. The algorithm picked, and so the rounding, may change.
+void gemm_context_reserve_sms(GemmContext* ctx, int sms);
 
 template <typename TC>
 Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,

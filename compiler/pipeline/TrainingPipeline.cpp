@@ -55,6 +55,7 @@ void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOption
   pm.addNestedPass<mlir::func::FuncOp>(createAutodiff());
   if (options.recompute) pm.addNestedPass<mlir::func::FuncOp>(createRecompute());
   pm.addPass(createLowerToExec());
+  pm.addPass(createFuseGemmEpilogue());
   pm.addPass(createPlanMemory());
 }
 

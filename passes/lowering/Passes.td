@@ -21,6 +21,24 @@ def LowerToExec : Pass<"hcp-lower-to-exec", "mlir::ModuleOp"> {
   let dependentDialects = ["::hcp::exec::ExecDialect"];
 }
 
+def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
+  let summary = "fold the scale and add after a GEMM into the GEMM (gemm_add)";
+  let description = [{
+    `gemm -> [scale ->] add` chains, where the product (and its scaled copy) is an activation
+    that nothing else touches, become one `gemm_add` launch (out = alpha op(a) op(b) + c) at the
+    GEMM's place: the scale's factor multiplies alpha, the add's other operand becomes c. The
+    residual adds of every layer (hidden + multiplier * projection) and most gradient sums of
+    the backward have this shape. The product is then neither stored nor read back, and the sum
+    is rounded once instead of three times. A chain is left alone when its add broadcasts, when
+    the other operand is written after the GEMM, or when the add's output is touched between
+    the GEMM and the add.
+  }];
+  let statistics = [
+    Statistic<"fusedAdds", "fused-adds", "adds folded into a GEMM">,
+    Statistic<"fusedScales", "fused-scales", "scales folded into a GEMM's alpha">
+  ];
+}
+
 def PlanMemory : Pass<"hcp-plan-memory", "mlir::ModuleOp"> {
   let summary = "place activation buffers in one arena by liveness";
   let description = [{

@@ -33,15 +33,6 @@ int GemmLanes() {
   const long lanes = std::strtol(value, &end, 10);
   return *end == '\0' && lanes >= 0 && lanes <= 16 ? static_cast<int>(lanes) : kDefaultGemmLanes;
 }
-// HCP_GEMM_RESERVED_SMS=N: while gradient sums run beside the backward, the GEMMs plan for N
-// multiprocessors fewer (gemm_context_reserve_sms), for measuring; default 0.
-int GemmReservedSms() {
-  const char* value = std::getenv("HCP_GEMM_RESERVED_SMS");
-  if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const long sms = std::strtol(value, &end, 10);
-  return *end == '\0' && sms >= 0 && sms <= 64 ? static_cast<int>(sms) : 0;
-}
 // Every allocation and every carved piece is a multiple of this (cudaMalloc's alignment).
 constexpr uint64_t kAlignment = 256;
 constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
@@ -502,7 +493,6 @@ void CudaExecutor::QueueGradientSums(size_t first, size_t last, cudaStream_t str
 }
 
 void CudaExecutor::StartGradientSums(size_t first, size_t last) {
-  cuda::gemm_context_reserve_sms(gemm_, GemmReservedSms());
   cudaEventRecord(grads_ready_, stream_);
   cudaStreamWaitEvent(grad_stream_, grads_ready_, 0);
   QueueGradientSums(first, last, grad_stream_);
@@ -561,7 +551,6 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
-  cuda::gemm_context_reserve_sms(gemm_, 0);  // no gradient sums run yet
   size_t summed = 0;  // gradient sums started, in ready_order_
   for (size_t i = 0; i < steps; ++i) {
     if (sum_gradients) {  // the gradients complete before step i: sum them while it runs

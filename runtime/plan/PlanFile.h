@@ -30,7 +30,8 @@ namespace hcp::plan {
 // 5: the ssd_final_state kernels (context parallelism's state-only segment summary).
 // 6: the ssd_add_initial_state kernels (a segment's zero-start scan corrected by its incoming
 //    state).
-inline constexpr uint32_t kPlanSchemaVersion = 6;
+// 7: the gemm_add kernel (a GEMM with its following add folded in).
+inline constexpr uint32_t kPlanSchemaVersion = 7;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

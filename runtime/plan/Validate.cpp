@@ -587,6 +587,15 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.InAtLeast(1, {"k", "n"});
       c.OutAtLeast(0, {"m", "n"});
       return;
+    case KernelId::GemmAdd:
+      c.Ints({"trans_a", "trans_b", "m", "n", "k"});
+      c.Flags({"trans_a", "trans_b"});
+      c.Sizes({"m", "n", "k"});
+      c.InAtLeast(0, {"m", "k"});
+      c.InAtLeast(1, {"k", "n"});
+      c.In(2, {"m", "n"});
+      c.Out(0, {"m", "n"});
+      return;
     case KernelId::EmbeddingForward:
       c.Ints({"tokens", "vocab", "hidden"});
       c.Sizes({"tokens", "vocab", "hidden"});

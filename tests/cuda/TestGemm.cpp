@@ -1,4 +1,4 @@
-// gemm (cuBLASLt) against hcp::cpu::gemm.
+// gemm and gemm_add (cuBLASLt) against hcp::cpu::gemm.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -24,13 +24,16 @@ struct GemmCase {
   bool ta, tb;
   int64_t m, n, k;
   float alpha = 1.f, beta = 0.f;
-  int64_t pad = 0;  // extra elements in every row stride
+  int64_t pad = 0;   // extra elements in every row stride
+  bool add = false;  // gemm_add: C = alpha op(A) op(B) + an addend of C's layout (C poisoned)
 };
 
 template <typename TC>
 void run_case(Context& ctx, const GemmCase& g, bool big) {
-  const std::string name = std::string(std::is_same_v<TC, float> ? "gemm.f32c" : "gemm") +
+  const std::string name = std::string(g.add ? "gemm_add" : "gemm") +
+                           (std::is_same_v<TC, float> ? ".f32c" : "") +
                            (g.label.empty() ? "" : " " + g.label);
+  const float beta = g.add ? 1.f : g.beta;  // what the oracle adds of C's old contents
   if (!ctx.wants("gemm")) return;
   // A row stride is at least 1 even for an empty row (k == 0), as cuBLASLt requires.
   const int64_t lda = std::max<int64_t>(1, g.ta ? g.m : g.k) + g.pad,
@@ -38,20 +41,27 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
   const int64_t a_rows = g.ta ? g.k : g.m, b_rows = g.tb ? g.n : g.k;
   const std::vector<float> a = randn(a_rows * lda, ctx.seed(), 1.f);
   const std::vector<float> b = randn(b_rows * ldb, ctx.seed(), 1.f);
-  // C's old contents matter only when beta != 0.
-  const std::vector<float> c0 = g.beta != 0.f
+  // C's old contents (gemm_add's addend) matter only when beta != 0.
+  const std::vector<float> c0 = beta != 0.f
                                     ? randn(g.m * ldc, ctx.seed(), 1.f, std::is_same_v<TC, bf16>)
                                     : std::vector<float>();
   Dev<bf16> da = to_device<bf16>(a), db = to_device<bf16>(b);
   Dev<TC> dc(g.m * ldc);
+  Dev<TC> addend(g.add ? g.m * ldc : 1);
+  if (g.add) addend.upload(c0);
   if (g.beta == 0.f) {
-    dc.poison();  // beta == 0 must not read C
+    dc.poison();  // beta == 0 must not read C, nor gemm_add (C is only its output)
   } else {
     dc.upload(c0);
   }
   auto launch = [&] {
-    check(gemm<TC>(ctx.gemm(), ctx.stream(), g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(), lda,
-                   db.get(), ldb, g.beta, dc.get(), ldc));
+    if (g.add) {
+      check(gemm_add<TC>(ctx.gemm(), ctx.stream(), g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(),
+                         lda, db.get(), ldb, addend.get(), dc.get(), ldc));
+    } else {
+      check(gemm<TC>(ctx.gemm(), ctx.stream(), g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(), lda,
+                     db.get(), ldb, g.beta, dc.get(), ldc));
+    }
   };
   launch();
   ctx.sync();
@@ -75,7 +85,7 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
           std::vector<float> c(ldc, 0.f);
           if (!c0.empty()) std::copy(c0.begin() + i * ldc, c0.begin() + (i + 1) * ldc, c.begin());
           const float* a_i = g.ta ? a.data() + i : a.data() + i * lda;
-          cpu::gemm<float>(g.ta, g.tb, 1, g.n, g.k, g.alpha, a_i, lda, b.data(), ldb, g.beta,
+          cpu::gemm<float>(g.ta, g.tb, 1, g.n, g.k, g.alpha, a_i, lda, b.data(), ldb, beta,
                            c.data(), ldc);
           std::copy(c.begin(), c.begin() + g.n, ref.begin() + r * g.n);
           std::copy(out.begin() + i * ldc, out.begin() + i * ldc + g.n, got.begin() + r * g.n);
@@ -97,7 +107,10 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
     rate = tflops(2.0 * g.m * g.n * g.k, ms);
   }
   const std::string shape = shape_str({g.m, g.n, g.k}) + (g.ta ? " T" : " N") + (g.tb ? "T" : "N");
-  ctx.report(name, shape, {{"C", std::max(rel_rms(got, ref), unwritten), tol}}, ms, rate);
+  std::vector<Output> metrics = {{"C", std::max(rel_rms(got, ref), unwritten), tol}};
+  // gemm_add reads its addend and leaves it as it was (bit for bit: c0 is representable in TC).
+  if (g.add) metrics.push_back({"addend kept", addend.download() == c0 ? 0.0 : INFINITY, 0.0});
+  ctx.report(name, shape, metrics, ms, rate);
 }
 
 // gemm_group: independent products, some with no rows (k = 0 zeroes C), spread over the
@@ -191,6 +204,13 @@ void test_gemm(Context& ctx) {
   run_case<float>(ctx, {"odd beta", true, true, 37, 53, 29, 1.5f, 0.5f, 1}, false);
   run_case<float>(ctx, {"odd", false, false, 33, 17, 65, 1.f, 0.f, 0}, false);
   run_case<bf16>(ctx, {"k=0", false, true, 5, 7, 0, 1.f, 0.f, 0}, false);
+  // gemm_add (hcp-fuse-gemm-epilogue's residual adds and gradient sums): odd shapes and strides,
+  // both C types, k == 0 (the addend copied).
+  for (bool ta : {false, true}) {
+    run_case<bf16>(ctx, {"odd", ta, !ta, 37, 53, 29, 0.5f, 0.f, 3, true}, false);
+  }
+  run_case<float>(ctx, {"odd", true, false, 33, 17, 65, 1.f, 0.f, 1, true}, false);
+  run_case<bf16>(ctx, {"k=0", false, true, 5, 7, 0, 1.f, 0.f, 0, true}, false);
   run_case<bf16>(ctx, {"bucket", false, true, 70, 64, 48}, false);
   run_case<bf16>(ctx, {"bucket", false, true, 100, 64, 48}, false);
   run_case<bf16>(ctx, {"bucket dW", true, false, 64, 48, 70}, false);
@@ -209,6 +229,10 @@ void test_gemm(Context& ctx) {
   run_case<bf16>(ctx, {"square", false, true, 8192, 8192, 8192}, true);
   run_case<float>(ctx, {"router", false, true, 8192, 64, 1536}, true);
   run_case<float>(ctx, {"dW accumulate", true, false, 1536, 3072, 8192, 1.f, 1.f}, true);
+  // A layer's residual (hidden + multiplier * out_proj) and in_proj's dx added to the residual
+  // gradient, as gemm_add runs them.
+  run_case<bf16>(ctx, {"residual", false, true, 8192, 1536, 3072, 0.22f, 0.f, 0, true}, true);
+  run_case<bf16>(ctx, {"in_proj dx", false, false, 8192, 1536, 6448, 1.f, 0.f, 0, true}, true);
   // The tiny MoE layer's expert products: 64 experts x ~768 rows (8192 tokens, top-6).
   group_case(ctx, std::vector<int64_t>(64, 768), 1024, 1536, true);
 }

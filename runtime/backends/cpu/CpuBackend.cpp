@@ -70,6 +70,16 @@ absl::Status RunGemm(const Args& a) {
   return absl::OkStatus();
 }
 
+// ins: a, b, c. outs: out. ints, floats: gemm's. out = c, then the product added in (beta 1).
+absl::Status RunGemmAdd(const Args& a) {
+  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
+  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  if (a.out(0) != a.in(2)) std::copy_n(a.in(2), m * n, a.out(0));
+  gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), lda, a.in(1), ldb, 1.0f, a.out(0), n);
+  return absl::OkStatus();
+}
+
 // ins: table, ids. outs: out. ints: tokens, vocab, hidden. floats: multiplier.
 absl::Status RunEmbeddingForward(const Args& a) {
   return embedding_forward<float>(a.out(0), a.in_i32(1), a.in(0), a.i(0), a.i(1), a.i(2), a.f(0));

@@ -40,6 +40,21 @@ absl::Status RunGemm(const Args& a) {
   });
 }
 
+// ins: a, b (bf16), c (as out). outs: out (bf16 or f32). ints, floats: gemm's.
+absl::Status RunGemmAdd(const Args& a) {
+  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
+  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
+  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
+  const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
+  const int64_t ldc = std::max<int64_t>(1, n);
+  return WithType(a.out_dtype(0), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), trans_a, trans_b, m, n, k, a.f(0),
+                                  a.in<bf16>(0), lda, a.in<bf16>(1), ldb, a.in<T>(2), a.out<T>(0),
+                                  ldc));
+  });
+}
+
 // ins: table, ids. outs: out. ints: tokens, vocab, hidden. floats: multiplier. A bad id lowers
 // bad_position (the executor reports it after the step run) and gives a NaN row.
 absl::Status RunEmbeddingForward(const Args& a) {

@@ -51,6 +51,8 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
   switch (step.kernel) {
     case KernelId::Gemm:
       return Signature{{B, B}, {Want::kFloat}};
+    case KernelId::GemmAdd:
+      return Signature{{B, B, T}, {T}};
     case KernelId::EmbeddingForward:
     case KernelId::EmbeddingBackward:
       return Signature{{B, I}, {B}};

@@ -134,14 +134,7 @@ struct GemmContext {
   std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
   cudaEvent_t fork = nullptr;  // recorded on the caller's stream before the lanes start
   std::vector<GemmLane> lanes;
-  int device_sms = 0;    // the device's multiprocessors
-  int reserved_sms = 0;  // gemm_context_reserve_sms's: left to kernels running beside ours
-
-  // The multiprocessors cuBLASLt plans one product for (0: the whole device, its default).
-  int sm_target() const { return reserved_sms > 0 ? device_sms - reserved_sms : 0; }
-  int lane_sm_target() const {
-    return std::max(1, (device_sms - reserved_sms) / static_cast<int>(lanes.size()));
-  }
+  int lane_sm_count = 0;  // each lane's share of the device's multiprocessors
 };
 
 void gemm_context_destroy(GemmContext* ctx) {
@@ -173,19 +166,19 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes)
   if (workspace_bytes > 0) {
     if (Status s = cuda(cudaMalloc(&context->workspace, workspace_bytes)); !s.ok()) return fail(s);
   }
-  int device = 0;
-  if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
-  if (Status s = cuda(cudaDeviceGetAttribute(&context->device_sms,
-                                             cudaDevAttrMultiProcessorCount, device));
-      !s.ok()) {
-    return fail(s);
-  }
   context->lanes.resize(std::max(lanes, 0));
   if (lanes > 0) {
     if (Status s = cuda(cudaEventCreateWithFlags(&context->fork, cudaEventDisableTiming));
         !s.ok()) {
       return fail(s);
     }
+    int device = 0, sms = 0;
+    if (Status s = cuda(cudaGetDevice(&device)); !s.ok()) return fail(s);
+    if (Status s = cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        !s.ok()) {
+      return fail(s);
+    }
+    context->lane_sm_count = std::max(1, sms / lanes);
   }
   for (GemmLane& lane : context->lanes) {
     for (Status s :
@@ -197,10 +190,6 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes, int lanes)
   }
   *ctx = context;
   return Status();
-}
-
-void gemm_context_reserve_sms(GemmContext* ctx, int sms) {
-  ctx->reserved_sms = std::clamp(sms, 0, ctx->device_sms / 2);
 }
 
 size_t gemm_context_bytes(size_t workspace_bytes, int lanes) {
@@ -285,7 +274,7 @@ template <typename TC>
 Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a, bool trans_b,
            int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
            int64_t ldb, float beta, TC* c, int64_t ldc, const Batch& batch,
-           const cublasLtMatmulAlgo_t& algo) {
+           const cublasLtMatmulAlgo_t& algo, const TC* addend) {
   const char* where = "gemm";
   Descriptors d;
   if (Status s = describe(d, where, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
@@ -293,17 +282,20 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
       !s.ok()) {
     return s;
   }
+  // cuBLASLt's C (read, times beta) is the addend when there is one, else c itself (its D).
+  const TC* c_in = addend != nullptr ? addend : c;
   return lt_status(
-      where, cublasLtMatmul(ctx->handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &algo,
-                            target.workspace, ctx->workspace_bytes, stream));
+      where, cublasLtMatmul(ctx->handle, d.op, &alpha, b, d.a, a, d.b, &beta, c_in, d.c, c, d.c,
+                            &algo, target.workspace, ctx->workspace_bytes, stream));
 }
 
-// gemm() on `stream` at `target` (the context's own workspace, or a lane's).
+// gemm() on `stream` at `target` (the context's own workspace, or a lane's). With an `addend`
+// (same layout as c; beta 1, one product) c = alpha op(a) op(b) + addend instead.
 template <typename TC>
 Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a,
                  bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
                  int64_t lda, const bf16* b, int64_t ldb, float beta, TC* c, int64_t ldc,
-                 const Batch& batch = Batch{}) {
+                 const Batch& batch = Batch{}, const TC* addend = nullptr) {
   const char* where = "gemm";
   if (m < 0 || n < 0 || k < 0) return Status(where, "negative size");
   if (batch.count < 1 || batch.count > INT32_MAX) return Status(where, "bad batch count");
@@ -312,6 +304,12 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
     return Status(where, "a row stride is smaller than its row");
   }
   if (m == 0 || n == 0) return Status();
+  if (k == 0 && addend != nullptr && addend != c) {
+    const cudaError_t error =
+        cudaMemcpy2DAsync(c, sizeof(TC) * ldc, addend, sizeof(TC) * ldc, sizeof(TC) * n, m,
+                          cudaMemcpyDeviceToDevice, stream);
+    return error == cudaSuccess ? Status() : Status::Cuda(where, error);
+  }
   if (k == 0) {
     if (beta == 1.f) return Status();
     if (beta != 0.f) return Status(where, "k == 0 with beta other than 0 or 1 is not supported");
@@ -326,7 +324,8 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
   // A batch's strides count towards the alignment too: every product's start must have it.
   const int64_t align[3] = {alignment(a, std::gcd(lda, batch.stride_a), 2),
                             alignment(b, std::gcd(ldb, batch.stride_b), 2),
-                            alignment(c, std::gcd(ldc, batch.stride_c), sizeof(TC))};
+                            std::min(alignment(c, std::gcd(ldc, batch.stride_c), sizeof(TC)),
+                                     alignment(addend != nullptr ? addend : c, ldc, sizeof(TC)))};
   const bool bucket_m = !trans_a;
   const bool bucket_k = trans_a && !trans_b;
   const int64_t m_key = bucket_m ? round_up_bucket(m) : m;
@@ -363,7 +362,7 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
     it = ctx->algos.emplace(key, algo).first;
   }
   Status status = run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
-                      c, ldc, batch, it->second);
+                      c, ldc, batch, it->second, addend);
   if (status.ok() || (m_key == m && k_key == k)) return status;
   // The cached algorithm came from the bucket's shape and does not run this one: use the exact
   // shape's own (not cached, to keep the bucket's entry for the shapes it serves).
@@ -374,7 +373,7 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
     return s;
   }
   return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-             batch, exact);
+             batch, exact, addend);
 }
 
 }  // namespace
@@ -384,8 +383,17 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
             int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
             float beta, TC* c, int64_t ldc) {
   if (ctx == nullptr) return Status("gemm", "no GemmContext");
-  return gemm_with(ctx, stream, Target{ctx->workspace, ctx->sm_target()}, trans_a, trans_b, m, n, k, alpha, a, lda,
+  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
                    b, ldb, beta, c, ldc);
+}
+
+template <typename TC>
+Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m,
+                int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
+                int64_t ldb, const TC* c, TC* out, int64_t ldc) {
+  if (ctx == nullptr) return Status("gemm_add", "no GemmContext");
+  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
+                   b, ldb, 1.f, out, ldc, Batch{}, c);
 }
 
 Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblem& p,
@@ -394,7 +402,7 @@ Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmPro
   if (ctx == nullptr) return Status(where, "no GemmContext");
   if (batch == 0) return Status();
   if (stride_a < 0 || stride_b < 0 || stride_c < 0) return Status(where, "negative stride");
-  return gemm_with(ctx, stream, Target{ctx->workspace, ctx->sm_target()}, p.trans_a, p.trans_b, p.m, p.n, p.k,
+  return gemm_with(ctx, stream, Target{ctx->workspace, 0}, p.trans_a, p.trans_b, p.m, p.n, p.k,
                    p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc,
                    Batch{batch, stride_a, stride_b, stride_c});
 }
@@ -428,7 +436,7 @@ Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmPro
     const GemmProblem& p = problems[i];
     const GemmLane& lane = ctx->lanes[i % used];
     status =
-        gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_target()}, p.trans_a,
+        gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_count}, p.trans_a,
                   p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc);
   }
   // Join, even after an error: nothing queued on `stream` later may overtake the lanes.
@@ -445,5 +453,12 @@ template Status gemm<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, int6
 template Status gemm<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
                             float, const bf16*, int64_t, const bf16*, int64_t, float, float*,
                             int64_t);
+
+template Status gemm_add<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
+                               float, const bf16*, int64_t, const bf16*, int64_t, const bf16*,
+                               bf16*, int64_t);
+template Status gemm_add<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
+                                float, const bf16*, int64_t, const bf16*, int64_t, const float*,
+                                float*, int64_t);
 
 }  // namespace hcp::cuda

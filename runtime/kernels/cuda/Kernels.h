@@ -76,16 +76,19 @@ Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32
 void gemm_context_destroy(GemmContext* ctx);
 // The device memory such a context allocates.
 size_t gemm_context_bytes(size_t workspace_bytes, int lanes);
-// Leaves `sms` multiprocessors (at most half the device) to kernels that run beside the products,
-// such as NCCL's while gradients are summed: cuBLASLt then plans every later product for the
-// rest, so a persistent GEMM's blocks do not wait for multiprocessors those kernels hold. 0 gives
-// the products the whole device again. The algorithm picked, and so the rounding, may change.
-void gemm_context_reserve_sms(GemmContext* ctx, int sms);
 
 template <typename TC>
 Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
             int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
             float beta, TC* c, int64_t ldc);
+
+// out = alpha * op(A) op(B) + c, rounded once (c and out: [m, n] with row stride ldc; out may be
+// c itself). A GEMM with its following add folded into cuBLASLt's epilogue (beta 1, C = c,
+// D = out): the product is not stored and read back.
+template <typename TC>
+Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m,
+                int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
+                int64_t ldb, const TC* c, TC* out, int64_t ldc);
 
 // Independent products with bf16 C (no problem's C overlaps another's A, B or C), with the
 // results of running them one after another on `stream`: products too small to fill the GPU

@@ -167,6 +167,34 @@ TEST(CpuBackend, Gemm) {
   }
 }
 
+// gemm_add is the reference GEMM with beta 1 over a copy of c (c itself untouched), and within
+// float rounding of the gemm -> add it replaces (the sum is rounded once instead of twice).
+TEST(CpuBackend, GemmAdd) {
+  const int64_t m = 3, n = 4, k = 5;
+  for (int trans_a = 0; trans_a < 2; ++trans_a) {
+    for (int trans_b = 0; trans_b < 2; ++trans_b) {
+      OneStep s;
+      const uint32_t a = trans_a ? s.In({k, m}) : s.In({m, k});
+      const uint32_t b = trans_b ? s.In({n, k}) : s.In({k, n});
+      const uint32_t c = s.In({m, n});
+      const uint32_t out = s.Out({m, n});
+      const std::vector<float> c_before(s.p(c), s.p(c) + m * n);
+      ASSERT_RUNS(s, "gemm_add", {a, b, c}, {out}, {trans_a, trans_b, m, n, k}, {0.5});
+      std::vector<float> want = c_before;
+      cpu::gemm<float>(trans_a, trans_b, m, n, k, 0.5f, s.p(a), trans_a ? m : k, s.p(b),
+                       trans_b ? k : n, 1.0f, want.data(), n);
+      EXPECT_EQ(s.f32(out), want) << trans_a << trans_b;
+      EXPECT_EQ(s.f32(c), c_before);
+      std::vector<float> product(m * n);
+      cpu::gemm<float>(trans_a, trans_b, m, n, k, 0.5f, s.p(a), trans_a ? m : k, s.p(b),
+                       trans_b ? k : n, 0.0f, product.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        EXPECT_NEAR(s.f32(out)[i], product[i] + c_before[i], 1e-6f) << i;
+      }
+    }
+  }
+}
+
 TEST(CpuBackend, Embedding) {
   const int64_t tokens = 5, vocab = 4, hidden = 3;
   OneStep s;

@@ -149,6 +149,7 @@ PlanBuilder EveryKernelPlan() {
   const uint32_t x = P({T, H}), dy = P({T, H}), w = P({H});
   b.AddStep("gemm", {P({3, 4}), P({4, 2})}, {A({3, 2})}, {0, 0, 3, 2, 4}, {1.0});
   b.AddStep("gemm", {P({4, 3}), P({2, 4})}, {A({3, 2})}, {1, 1, 3, 2, 4}, {0.5});
+  b.AddStep("gemm_add", {P({3, 4}), P({4, 2}), P({3, 2})}, {A({3, 2})}, {0, 0, 3, 2, 4}, {0.5});
   const uint32_t table = P({V, H});
   b.AddStep("embedding.forward", {table, ids}, {A({T, H})}, {T, V, H}, {2.0});
   b.AddStep("embedding.backward", {dy, ids}, {A({V, H})}, {T, V, H, 0}, {2.0});

@@ -203,6 +203,13 @@ TEST(Validate, SizeMismatch) {
               lm.builder.step(lm.head_gemm_step).ints = {0, 1, T - 1, V, H};
             }),
             "(loaded)");
+  // gemm_add's addend is exactly the output's m*n (the head GEMM made one, adding act.x).
+  EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
+                PlanBuilder::StepSpec& step = lm.builder.step(lm.head_gemm_step);
+                step.kernel = "gemm_add";
+                step.ins.push_back(lm.x);
+              }),
+              HasSubstr("step 2 (gemm_add): input 2 'act.x' has 60 elements, expected m*n = 110"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.ce_forward_step).outs[1] = lm.h; }),
               HasSubstr("step 4 (cross_entropy.forward): output 1 'act.h' has 60 elements, "
                         "expected 1"));

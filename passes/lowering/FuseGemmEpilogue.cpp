@@ -1,0 +1,199 @@
+// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch.
+#include <optional>
+#include <vector>
+
+#include "dialects/exec/ExecOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "passes/lowering/Passes.h"
+
+namespace hcp {
+
+#define GEN_PASS_DEF_FUSEGEMMEPILOGUE
+#include "passes/lowering/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+// The buffer a value is, through its views.
+exec::BufferOp rootOf(Value value) {
+  while (auto view = value.getDefiningOp<exec::ViewOp>()) value = view.getSource();
+  return value.getDefiningOp<exec::BufferOp>();
+}
+
+int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
+
+// Who touches each buffer, in step order: the launches (and results) that read or write it
+// directly or through a view.
+class Accesses {
+ public:
+  explicit Accesses(func::FuncOp func) {
+    int64_t index = 0;
+    for (Operation& op : func.getBody().front()) {
+      if (isa<exec::BufferOp, exec::ViewOp>(op)) continue;
+      position_[&op] = index;
+      auto note = [&](Value value, bool write) {
+        if (exec::BufferOp root = rootOf(value)) touches_[root].push_back({index, write, &op});
+      };
+      if (auto launch = dyn_cast<exec::LaunchOp>(op)) {
+        for (Value in : launch.getIns()) note(in, false);
+        for (Value out : launch.getOuts()) note(out, true);
+      } else {
+        for (Value operand : op.getOperands()) note(operand, false);
+      }
+      ++index;
+    }
+  }
+
+  int64_t position(Operation* op) const { return position_.lookup(op); }
+
+  // The one launch other than `writer` that touches `value`'s buffer, if it only reads it, comes
+  // after `writer`, and no other op touches it (nor does `writer` read it).
+  exec::LaunchOp soleReader(Value value, exec::LaunchOp writer) const {
+    exec::BufferOp root = rootOf(value);
+    if (!root || root.getArena() != exec::Arena::Activations) return {};
+    auto it = touches_.find(root);
+    if (it == touches_.end() || it->second.size() != 2) return {};
+    const Touch& first = it->second[0];
+    const Touch& second = it->second[1];
+    if (first.op != writer.getOperation() || !first.write || second.write) return {};
+    return dyn_cast<exec::LaunchOp>(second.op);
+  }
+
+  // Whether any op in positions [from, to) writes `value`'s buffer (reads too when `any`).
+  bool touchedBetween(Value value, int64_t from, int64_t to, bool any) const {
+    exec::BufferOp root = rootOf(value);
+    if (!root) return true;
+    auto it = touches_.find(root);
+    if (it == touches_.end()) return false;
+    for (const Touch& t : it->second) {
+      if (t.index >= from && t.index < to && (any || t.write)) return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Touch {
+    int64_t index;
+    bool write;
+    Operation* op;
+  };
+  DenseMap<Operation*, int64_t> position_;
+  DenseMap<Operation*, std::vector<Touch>> touches_;
+};
+
+bool isKernel(exec::LaunchOp launch, StringRef kernel) {
+  return launch && launch.getKernel() == kernel;
+}
+
+// One chain to fold: the GEMM, its optional scale, the add, and what the fused launch takes.
+struct Chain {
+  exec::LaunchOp gemm, scale, add;
+  Value addend, out;
+  double alpha = 1.0;
+};
+
+// The chain that starts at `gemm`, if it can be folded into it (see Passes.td).
+std::optional<Chain> chainFrom(exec::LaunchOp gemm, const Accesses& accesses) {
+  Chain chain;
+  chain.gemm = gemm;
+  chain.alpha = gemm.getFloats()[0];
+  ArrayRef<int64_t> ints = gemm.getInts();
+  const int64_t elements = ints[2] * ints[3];  // m * n
+  Value product = gemm.getOuts()[0];
+  if (elementsOf(product) != elements) return std::nullopt;
+  exec::LaunchOp next = accesses.soleReader(product, gemm);
+  if (isKernel(next, "scale") && next.getInts()[0] == elements) {
+    chain.scale = next;
+    chain.alpha *= next.getFloats()[0];
+    product = next.getOuts()[0];
+    next = accesses.soleReader(product, next);
+  }
+  if (!isKernel(next, "add") || next.getInts()[0] != elements || next.getInts()[1] != elements) {
+    return std::nullopt;
+  }
+  chain.add = next;
+  Value lhs = next.getIns()[0], rhs = next.getIns()[1];
+  if (rootOf(lhs) == rootOf(rhs)) return std::nullopt;
+  chain.addend = rootOf(lhs) == rootOf(product) ? rhs : lhs;
+  chain.out = next.getOuts()[0];
+  if (elementsOf(chain.addend) != elements || elementsOf(chain.out) != elements) {
+    return std::nullopt;
+  }
+  // The fused launch runs at the GEMM's place: the addend must already hold what the add read,
+  // and the add's output must not be read or written in between.
+  const int64_t from = accesses.position(gemm), to = accesses.position(next);
+  if (accesses.touchedBetween(chain.addend, from, to, /*any=*/false)) return std::nullopt;
+  if (accesses.touchedBetween(chain.out, from, to, /*any=*/true)) return std::nullopt;
+  return chain;
+}
+
+// Moves the buffer and views that define `value` before `op` where they come after it (where
+// a buffer is declared does not matter: hcp-plan-memory places it by the launches touching it).
+void defineBefore(Value value, Operation* op) {
+  Operation* def = value.getDefiningOp();
+  if (def == nullptr || def->isBeforeInBlock(op)) return;
+  if (auto view = dyn_cast<exec::ViewOp>(def)) defineBefore(view.getSource(), op);
+  def->moveBefore(op);
+}
+
+// Erases views and buffers nothing uses any more.
+void eraseDeadBuffers(func::FuncOp func) {
+  bool erased = true;
+  while (erased) {
+    erased = false;
+    for (Operation& op : llvm::make_early_inc_range(func.getBody().front())) {
+      if (isa<exec::BufferOp, exec::ViewOp>(op) && op.use_empty()) {
+        op.erase();
+        erased = true;
+      }
+    }
+  }
+}
+
+struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) fuseFunction(func);
+  }
+
+  void fuseFunction(func::FuncOp func) {
+    // Each fold changes who touches what: look again from the start until nothing folds. Every
+    // fold removes a launch, so this ends.
+    bool folded = true;
+    while (folded) {
+      folded = false;
+      Accesses accesses(func);
+      for (auto gemm : func.getBody().front().getOps<exec::LaunchOp>()) {
+        if (gemm.getKernel() != "gemm") continue;
+        std::optional<Chain> chain = chainFrom(gemm, accesses);
+        if (!chain) continue;
+        fold(*chain);
+        folded = true;
+        break;
+      }
+    }
+    eraseDeadBuffers(func);
+  }
+
+  void fold(Chain chain) {
+    defineBefore(chain.addend, chain.gemm);
+    defineBefore(chain.out, chain.gemm);
+    OpBuilder b(chain.gemm);
+    exec::LaunchOp::create(b, chain.gemm.getLoc(), b.getStringAttr("gemm_add"),
+                           ValueRange{chain.gemm.getIns()[0], chain.gemm.getIns()[1], chain.addend},
+                           ValueRange{chain.out}, chain.gemm.getIntsAttr(),
+                           b.getDenseF64ArrayAttr({chain.alpha}));
+    chain.add.erase();
+    if (chain.scale) {
+      chain.scale.erase();
+      ++fusedScales;
+    }
+    chain.gemm.erase();
+    ++fusedAdds;
+  }
+};
+
+}  // namespace
+}  // namespace hcp

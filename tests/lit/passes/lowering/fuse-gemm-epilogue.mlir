@@ -1,0 +1,144 @@
+// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add at the GEMM's place,
+// and only when nothing else can see the difference.
+// RUN: hybridcp-opt %s --split-input-file --hcp-fuse-gemm-epilogue | FileCheck %s
+
+// A residual: h = x + 0.5 * (y W). The scale goes into alpha, x becomes the addend, and the
+// output buffer (declared after the GEMM) moves up with it; the product and its scaled copy
+// are gone.
+// CHECK-LABEL: func.func @residual
+// CHECK-DAG: %[[X:.*]] = exec.buffer activations "x"
+// CHECK-DAG: %[[Y:.*]] = exec.buffer activations "y"
+// CHECK-DAG: %[[W:.*]] = exec.buffer parameters "w"
+// CHECK-DAG: %[[H:.*]] = exec.buffer activations "h"
+// CHECK: exec.launch "gemm_add" ins(%[[Y]], %[[W]], %[[X]] : {{.*}}) outs(%[[H]] : {{.*}}) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 1, 4, 8, 16>}
+// CHECK-NOT: exec.launch "scale"
+// CHECK-NOT: exec.launch "add"
+// CHECK-NOT: "product"
+// CHECK: exec.result "h"
+func.func @residual() {
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  %y = exec.buffer activations "y" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 2.0>}
+  %s = exec.buffer activations "scaled" : memref<4x8xf32>
+  exec.launch "scale" ins(%p : memref<4x8xf32>) outs(%s : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 0.5>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%x, %s : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// A gradient sum straight into a gradient buffer, the product first and through a view: dx =
+// dy W + other.
+// CHECK-LABEL: func.func @gradient_sum
+// CHECK: exec.launch "gemm_add" ins({{.*}}) outs({{.*}}) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 0, 4, 8, 16>}
+// CHECK-NOT: exec.launch "add"
+func.func @gradient_sum() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %other = exec.buffer activations "other" : memref<32xf32>
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%other : memref<32xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%dy, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
+  %pv = exec.view %p : memref<4x8xf32> to memref<32xf32>
+  %g = exec.buffer gradients "w" : memref<32xf32>
+  exec.launch "add" ins(%pv, %other : memref<32xf32>, memref<32xf32>) outs(%g : memref<32xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// A broadcasting add (a bias row) is not a sum of two [m, n] tensors: left alone.
+// CHECK-LABEL: func.func @broadcast
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @broadcast() {
+  %y = exec.buffer activations "y" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %bias = exec.buffer parameters "bias" {init = "zeros"} : memref<8xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%p, %bias : memref<4x8xf32>, memref<8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 8>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The addend is computed after the GEMM: at the GEMM's place it does not hold its value yet.
+// CHECK-LABEL: func.func @addend_written_later
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "silu.forward"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @addend_written_later() {
+  %y = exec.buffer activations "y" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The product is also read by another launch (kept for the backward): it must be stored.
+// CHECK-LABEL: func.func @product_used_twice
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @product_used_twice() {
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  %y = exec.buffer activations "y" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%x, %p : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  %k = exec.buffer activations "k" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%p : memref<4x8xf32>) outs(%k : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The add's output is a gradient read between the GEMM and the add (by the norm of the
+// previous micro-step's value, say): writing it at the GEMM's place would change what that
+// launch reads.
+// CHECK-LABEL: func.func @output_read_in_between
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "silu.forward"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @output_read_in_between() {
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  %y = exec.buffer activations "y" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %g = exec.buffer gradients "w" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
+  %k = exec.buffer activations "k" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%g : memref<4x8xf32>) outs(%k : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "add" ins(%x, %p : memref<4x8xf32>, memref<4x8xf32>) outs(%g : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "k", %k : memref<4x8xf32>
+  return
+}

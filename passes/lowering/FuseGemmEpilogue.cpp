@@ -62,6 +62,23 @@ class Accesses {
     return dyn_cast<exec::LaunchOp>(second.op);
   }
 
+  // Every op after `writer` that touches `value`'s activation buffer, if `writer` is the first
+  // to touch it, all the others only read it, and there is at least one.
+  std::vector<exec::LaunchOp> onlyReaders(Value value, exec::LaunchOp writer) const {
+    exec::BufferOp root = rootOf(value);
+    if (!root || root.getArena() != exec::Arena::Activations) return {};
+    auto it = touches_.find(root);
+    if (it == touches_.end() || it->second.size() < 2) return {};
+    if (it->second[0].op != writer.getOperation() || !it->second[0].write) return {};
+    std::vector<exec::LaunchOp> readers;
+    for (const Touch& t : llvm::drop_begin(it->second)) {
+      auto launch = dyn_cast<exec::LaunchOp>(t.op);
+      if (t.write || !launch) return {};
+      readers.push_back(launch);
+    }
+    return readers;
+  }
+
   // Whether any op in positions [from, to) writes `value`'s buffer (reads too when `any`).
   bool touchedBetween(Value value, int64_t from, int64_t to, bool any) const {
     exec::BufferOp root = rootOf(value);
@@ -130,6 +147,45 @@ std::optional<Chain> chainFrom(exec::LaunchOp gemm, const Accesses& accesses) {
   return chain;
 }
 
+// A scale whose result only GEMMs read, as their a or b operand (a gradient scaled by the
+// residual multiplier before the projections' backward): the GEMMs read the scale's input
+// instead, each with alpha times the factor per operand it was. Returns whether it folded.
+bool foldScaleIntoReaders(exec::LaunchOp scale, const Accesses& accesses) {
+  Value input = scale.getIns()[0], scaled = scale.getOuts()[0];
+  const int64_t elements = scale.getInts()[0];
+  if (elementsOf(input) != elements || elementsOf(scaled) != elements) return false;
+  if (rootOf(input) == rootOf(scaled)) return false;
+  std::vector<exec::LaunchOp> readers = accesses.onlyReaders(scaled, scale);
+  if (readers.empty()) return false;
+  for (exec::LaunchOp reader : readers) {
+    if (!isKernel(reader, "gemm") && !isKernel(reader, "gemm_add")) return false;
+    if (isKernel(reader, "gemm_add") && rootOf(reader.getIns()[2]) == rootOf(scaled)) return false;
+  }
+  // The readers now read the input later than the scale did: nothing may change it meanwhile.
+  const int64_t from = accesses.position(scale) + 1;
+  const int64_t to = accesses.position(readers.back()) + 1;
+  if (accesses.touchedBetween(input, from, to, /*any=*/false)) return false;
+  const double factor = scale.getFloats()[0];
+  for (exec::LaunchOp reader : readers) {
+    double alpha = reader.getFloats()[0];
+    for (unsigned i = 0; i < 2; ++i) {
+      Value operand = reader.getIns()[i];
+      if (rootOf(operand) != rootOf(scaled)) continue;
+      Value replacement = input;
+      if (operand.getType() != input.getType()) {
+        OpBuilder b(reader);
+        replacement = exec::ViewOp::create(b, reader.getLoc(), operand.getType(), input);
+      }
+      reader->setOperand(i, replacement);
+      alpha *= factor;
+    }
+    OpBuilder b(reader);
+    reader.setFloatsAttr(b.getDenseF64ArrayAttr({alpha}));
+  }
+  scale.erase();
+  return true;
+}
+
 // Moves the buffer and views that define `value` before `op` where they come after it (where
 // a buffer is declared does not matter: hcp-plan-memory places it by the launches touching it).
 void defineBefore(Value value, Operation* op) {
@@ -165,13 +221,18 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
     while (folded) {
       folded = false;
       Accesses accesses(func);
-      for (auto gemm : func.getBody().front().getOps<exec::LaunchOp>()) {
-        if (gemm.getKernel() != "gemm") continue;
-        std::optional<Chain> chain = chainFrom(gemm, accesses);
-        if (!chain) continue;
-        fold(*chain);
-        folded = true;
-        break;
+      for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {
+        if (launch.getKernel() == "gemm") {
+          if (std::optional<Chain> chain = chainFrom(launch, accesses)) {
+            fold(*chain);
+            folded = true;
+            break;
+          }
+        } else if (launch.getKernel() == "scale" && foldScaleIntoReaders(launch, accesses)) {
+          ++fusedScales;
+          folded = true;
+          break;
+        }
       }
     }
     eraseDeadBuffers(func);

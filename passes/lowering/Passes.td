@@ -22,7 +22,7 @@ def LowerToExec : Pass<"hcp-lower-to-exec", "mlir::ModuleOp"> {
 }
 
 def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
-  let summary = "fold the scale and add after a GEMM into the GEMM (gemm_add)";
+  let summary = "fold the scales and adds around GEMMs into them (gemm_add, alpha)";
   let description = [{
     `gemm -> [scale ->] add` chains, where the product (and its scaled copy) is an activation
     that nothing else touches, become one `gemm_add` launch (out = alpha op(a) op(b) + c) at the
@@ -31,7 +31,9 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     the backward have this shape. The product is then neither stored nor read back, and the sum
     is rounded once instead of three times. A chain is left alone when its add broadcasts, when
     the other operand is written after the GEMM, or when the add's output is touched between
-    the GEMM and the add.
+    the GEMM and the add. A scale whose result only GEMMs read as an operand (the backward's
+    gradient times the residual multiplier, before the projections' products) goes into their
+    alphas instead, unless its input changes before the last of them reads it.
   }];
   let statistics = [
     Statistic<"fusedAdds", "fused-adds", "adds folded into a GEMM">,

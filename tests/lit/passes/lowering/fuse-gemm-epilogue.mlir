@@ -142,3 +142,74 @@ func.func @output_read_in_between() {
   exec.result "k", %k : memref<4x8xf32>
   return
 }
+
+// -----
+
+// A gradient scaled by the residual multiplier, then read by a projection's two backward
+// products (one through a view): both read dy itself, alpha times 0.25; the scale is gone.
+// CHECK-LABEL: func.func @scale_before_gemms
+// CHECK: %[[DY:.*]] = exec.buffer activations "dy"
+// CHECK-NOT: exec.launch "scale"
+// CHECK: exec.launch "gemm" ins(%[[DY]], {{.*}}) {floats = array<f64: 2.500000e-01>, ints = array<i64: 0, 0, 4, 8, 16>}
+// CHECK: %[[VIEW:.*]] = exec.view %[[DY]] : memref<4x16xf32> to memref<64xf32>
+// CHECK: exec.launch "gemm" ins(%[[VIEW]], {{.*}}) {floats = array<f64: 5.000000e-01>, ints = array<i64: 1, 0, 16, 8, 4>}
+func.func @scale_before_gemms() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  %s = exec.buffer activations "scaled" : memref<4x16xf32>
+  exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
+  %dx = exec.buffer activations "dx" : memref<4x8xf32>
+  exec.launch "gemm" ins(%s, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%dx : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
+  %sv = exec.view %s : memref<4x16xf32> to memref<64xf32>
+  %dw = exec.buffer gradients "w" : memref<16x8xf32>
+  exec.launch "gemm" ins(%sv, %x : memref<64xf32>, memref<4x8xf32>) outs(%dw : memref<16x8xf32>) {ints = array<i64: 1, 0, 16, 8, 4>, floats = array<f64: 2.0>}
+  exec.result "dx", %dx : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The scaled gradient also goes to a kernel without an alpha (the experts' backward, here a
+// silu): it must exist, so the scale stays.
+// CHECK-LABEL: func.func @scale_read_by_other
+// CHECK: exec.launch "scale"
+// CHECK: exec.launch "gemm" {{.*}} {floats = array<f64: 1.000000e+00>
+func.func @scale_read_by_other() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %s = exec.buffer activations "scaled" : memref<4x16xf32>
+  exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
+  %dx = exec.buffer activations "dx" : memref<4x8xf32>
+  exec.launch "gemm" ins(%s, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%dx : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
+  %k = exec.buffer activations "k" : memref<4x16xf32>
+  exec.launch "silu.forward" ins(%s : memref<4x16xf32>) outs(%k : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.result "dx", %dx : memref<4x8xf32>
+  exec.result "k", %k : memref<4x16xf32>
+  return
+}
+
+// -----
+
+// The scale's input is overwritten before the GEMM reads the scaled copy: the GEMM could not
+// read the input in its place.
+// CHECK-LABEL: func.func @scale_input_overwritten
+// CHECK: exec.launch "scale"
+// CHECK: exec.launch "silu.forward"
+// CHECK: exec.launch "gemm"
+func.func @scale_input_overwritten() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %s = exec.buffer activations "scaled" : memref<4x16xf32>
+  exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
+  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  %dx = exec.buffer activations "dx" : memref<4x8xf32>
+  exec.launch "gemm" ins(%s, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%dx : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
+  exec.result "dx", %dx : memref<4x8xf32>
+  exec.result "dy", %dy : memref<4x16xf32>
+  return
+}

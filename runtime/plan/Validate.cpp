@@ -574,25 +574,26 @@ class StepChecker {
   absl::Status status_;
 };
 
+// gemm's and gemm_add's ints and product operands.
+void CheckGemmOperands(StepChecker& c) {
+  c.Ints({"trans_a", "trans_b", "m", "n", "k"});
+  c.Flags({"trans_a", "trans_b"});
+  c.Sizes({"m", "n", "k"});
+  c.InAtLeast(0, {"m", "k"});
+  c.InAtLeast(1, {"k", "n"});
+}
+
 // What each kernel requires of its ints and buffers, following KernelTable.def line by line.
 // Element counts are exact where the buffer is exactly that tensor; gemm's operands only need to
 // be large enough, so a GEMM may read the leading rows of a larger buffer.
 void CheckKernelRules(KernelId kernel, StepChecker& c) {
   switch (kernel) {
     case KernelId::Gemm:
-      c.Ints({"trans_a", "trans_b", "m", "n", "k"});
-      c.Flags({"trans_a", "trans_b"});
-      c.Sizes({"m", "n", "k"});
-      c.InAtLeast(0, {"m", "k"});
-      c.InAtLeast(1, {"k", "n"});
+      CheckGemmOperands(c);
       c.OutAtLeast(0, {"m", "n"});
       return;
     case KernelId::GemmAdd:
-      c.Ints({"trans_a", "trans_b", "m", "n", "k"});
-      c.Flags({"trans_a", "trans_b"});
-      c.Sizes({"m", "n", "k"});
-      c.InAtLeast(0, {"m", "k"});
-      c.InAtLeast(1, {"k", "n"});
+      CheckGemmOperands(c);
       c.In(2, {"m", "n"});
       c.Out(0, {"m", "n"});
       return;

@@ -24,34 +24,40 @@ size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // ---------------------------------------------------------------------------------------------
 // The wrappers, in KernelTable.def's order. Argument comments follow the table.
 
+// gemm's and gemm_add's ints (trans_a, trans_b, m, n, k) and dense operands' row strides: the
+// stored matrix's column count, at least 1 (which cuBLASLt requires even of an empty matrix).
+struct GemmShape {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  explicit GemmShape(const Args& a)
+      : trans_a(a.i(0) != 0),
+        trans_b(a.i(1) != 0),
+        m(a.i(2)),
+        n(a.i(3)),
+        k(a.i(4)),
+        lda(std::max<int64_t>(1, trans_a ? m : k)),
+        ldb(std::max<int64_t>(1, trans_b ? k : n)),
+        ldc(std::max<int64_t>(1, n)) {}
+};
+
 // ins: a, b (bf16). outs: c (bf16 or f32). ints: trans_a, trans_b, m, n, k. floats: alpha.
 absl::Status RunGemm(const Args& a) {
-  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
-  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
-  // Dense operands: the row stride is the stored matrix's column count (at least 1, which
-  // cuBLASLt requires even of an empty matrix).
-  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
-  const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
-  const int64_t ldc = std::max<int64_t>(1, n);
+  const GemmShape g(a);
   return WithType(a.out_dtype(0), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::gemm<T>(a.gemm(), a.stream(), trans_a, trans_b, m, n, k, a.f(0),
-                              a.in<bf16>(0), lda, a.in<bf16>(1), ldb, 0.f, a.out<T>(0), ldc));
+    return Done(cuda::gemm<T>(a.gemm(), a.stream(), g.trans_a, g.trans_b, g.m, g.n, g.k, a.f(0),
+                              a.in<bf16>(0), g.lda, a.in<bf16>(1), g.ldb, 0.f, a.out<T>(0), g.ldc));
   });
 }
 
 // ins: a, b (bf16), c (as out). outs: out (bf16 or f32). ints, floats: gemm's.
 absl::Status RunGemmAdd(const Args& a) {
-  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
-  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
-  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
-  const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
-  const int64_t ldc = std::max<int64_t>(1, n);
+  const GemmShape g(a);
   return WithType(a.out_dtype(0), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), trans_a, trans_b, m, n, k, a.f(0),
-                                  a.in<bf16>(0), lda, a.in<bf16>(1), ldb, a.in<T>(2), a.out<T>(0),
-                                  ldc));
+    return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), g.trans_a, g.trans_b, g.m, g.n, g.k, a.f(0),
+                                  a.in<bf16>(0), g.lda, a.in<bf16>(1), g.ldb, a.in<T>(2),
+                                  a.out<T>(0), g.ldc));
   });
 }
 

@@ -150,18 +150,33 @@ class OneStep {
     (one_step).ExpectOutputsWritten();                      \
   } while (0)
 
+// A gemm step's operands, a [m,k] and b [k,n] (each stored transposed when its flag says so),
+// and the reference product alpha a b + beta out over them.
+struct GemmOperands {
+  int trans_a, trans_b;
+  int64_t m = 3, n = 4, k = 5;
+  uint32_t a = 0, b = 0;
+
+  GemmOperands(OneStep& s, int ta, int tb) : trans_a(ta), trans_b(tb) {
+    a = trans_a ? s.In({k, m}) : s.In({m, k});
+    b = trans_b ? s.In({n, k}) : s.In({k, n});
+  }
+  std::vector<int64_t> ints() const { return {trans_a, trans_b, m, n, k}; }
+  void Reference(OneStep& s, float alpha, float beta, std::vector<float>& out) const {
+    cpu::gemm<float>(trans_a, trans_b, m, n, k, alpha, s.p(a), trans_a ? m : k, s.p(b),
+                     trans_b ? k : n, beta, out.data(), n);
+  }
+};
+
 TEST(CpuBackend, Gemm) {
-  const int64_t m = 3, n = 4, k = 5;
   for (int trans_a = 0; trans_a < 2; ++trans_a) {
     for (int trans_b = 0; trans_b < 2; ++trans_b) {
       OneStep s;
-      const uint32_t a = trans_a ? s.In({k, m}) : s.In({m, k});
-      const uint32_t b = trans_b ? s.In({n, k}) : s.In({k, n});
-      const uint32_t c = s.Out({m, n});
-      ASSERT_RUNS(s, "gemm", {a, b}, {c}, {trans_a, trans_b, m, n, k}, {0.5});
+      const GemmOperands g(s, trans_a, trans_b);
+      const uint32_t c = s.Out({g.m, g.n});
+      ASSERT_RUNS(s, "gemm", {g.a, g.b}, {c}, g.ints(), {0.5});
       std::vector<float> want = s.Like(c);
-      cpu::gemm<float>(trans_a, trans_b, m, n, k, 0.5f, s.p(a), trans_a ? m : k, s.p(b),
-                       trans_b ? k : n, 0.0f, want.data(), n);
+      g.Reference(s, 0.5f, 0.0f, want);
       EXPECT_EQ(s.f32(c), want) << trans_a << trans_b;
     }
   }
@@ -170,25 +185,21 @@ TEST(CpuBackend, Gemm) {
 // gemm_add is the reference GEMM with beta 1 over a copy of c (c itself untouched), and within
 // float rounding of the gemm -> add it replaces (the sum is rounded once instead of twice).
 TEST(CpuBackend, GemmAdd) {
-  const int64_t m = 3, n = 4, k = 5;
   for (int trans_a = 0; trans_a < 2; ++trans_a) {
     for (int trans_b = 0; trans_b < 2; ++trans_b) {
       OneStep s;
-      const uint32_t a = trans_a ? s.In({k, m}) : s.In({m, k});
-      const uint32_t b = trans_b ? s.In({n, k}) : s.In({k, n});
-      const uint32_t c = s.In({m, n});
-      const uint32_t out = s.Out({m, n});
-      const std::vector<float> c_before(s.p(c), s.p(c) + m * n);
-      ASSERT_RUNS(s, "gemm_add", {a, b, c}, {out}, {trans_a, trans_b, m, n, k}, {0.5});
+      const GemmOperands g(s, trans_a, trans_b);
+      const uint32_t c = s.In({g.m, g.n});
+      const uint32_t out = s.Out({g.m, g.n});
+      const std::vector<float> c_before = s.f32(c);
+      ASSERT_RUNS(s, "gemm_add", {g.a, g.b, c}, {out}, g.ints(), {0.5});
       std::vector<float> want = c_before;
-      cpu::gemm<float>(trans_a, trans_b, m, n, k, 0.5f, s.p(a), trans_a ? m : k, s.p(b),
-                       trans_b ? k : n, 1.0f, want.data(), n);
+      g.Reference(s, 0.5f, 1.0f, want);
       EXPECT_EQ(s.f32(out), want) << trans_a << trans_b;
       EXPECT_EQ(s.f32(c), c_before);
-      std::vector<float> product(m * n);
-      cpu::gemm<float>(trans_a, trans_b, m, n, k, 0.5f, s.p(a), trans_a ? m : k, s.p(b),
-                       trans_b ? k : n, 0.0f, product.data(), n);
-      for (int64_t i = 0; i < m * n; ++i) {
+      std::vector<float> product(c_before.size());
+      g.Reference(s, 0.5f, 0.0f, product);
+      for (size_t i = 0; i < product.size(); ++i) {
         EXPECT_NEAR(s.f32(out)[i], product[i] + c_before[i], 1e-6f) << i;
       }
     }

@@ -1,4 +1,5 @@
-// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch.
+// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch, and a scale
+// that only GEMMs read goes into their alphas.
 #include <optional>
 #include <vector>
 

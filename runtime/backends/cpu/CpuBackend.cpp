@@ -60,23 +60,31 @@ absl::Status CheckExpertIndices(const int32_t* indices, int64_t count, int64_t e
 // ---------------------------------------------------------------------------------------------
 // The wrappers, in KernelTable.def's order. Argument comments follow the table.
 
+// gemm's and gemm_add's ints (trans_a, trans_b, m, n, k); dense operands: the row stride is the
+// stored matrix's column count.
+struct GemmShape {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  explicit GemmShape(const Args& a)
+      : trans_a(a.i(0) != 0), trans_b(a.i(1) != 0), m(a.i(2)), n(a.i(3)), k(a.i(4)) {}
+  // out = alpha op(a) op(b) + beta out.
+  void Run(const Args& a, float beta, float* out) const {
+    gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), trans_a ? m : k, a.in(1),
+                trans_b ? k : n, beta, out, n);
+  }
+};
+
 // ins: a, b. outs: c. ints: trans_a, trans_b, m, n, k. floats: alpha.
 absl::Status RunGemm(const Args& a) {
-  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
-  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
-  // Dense operands: the row stride is the stored matrix's column count.
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), lda, a.in(1), ldb, 0.0f, a.out(0), n);
+  GemmShape(a).Run(a, 0.0f, a.out(0));
   return absl::OkStatus();
 }
 
 // ins: a, b, c. outs: out. ints, floats: gemm's. out = c, then the product added in (beta 1).
 absl::Status RunGemmAdd(const Args& a) {
-  const bool trans_a = a.i(0) != 0, trans_b = a.i(1) != 0;
-  const int64_t m = a.i(2), n = a.i(3), k = a.i(4);
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  if (a.out(0) != a.in(2)) std::copy_n(a.in(2), m * n, a.out(0));
-  gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), lda, a.in(1), ldb, 1.0f, a.out(0), n);
+  const GemmShape g(a);
+  if (a.out(0) != a.in(2)) std::copy_n(a.in(2), g.m * g.n, a.out(0));
+  g.Run(a, 1.0f, a.out(0));
   return absl::OkStatus();
 }
 

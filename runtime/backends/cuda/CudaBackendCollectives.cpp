@@ -224,9 +224,11 @@ absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, cons
   float* g_all = scratch.g_all;
   float* states_all = scratch.states_all;
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), run, 0.f, z.run_count())));
-  if (all_gather) {
+  if (all_gather) {  // one NCCL launch for both: the scan's cost is mostly latency
+    a.nccl().GroupStart();
     a.nccl().AllGather(g, g_all, z.g_count(), ncclFloat32, Group::kCp, a.stream());
     a.nccl().AllGather(states, states_all, z.state_count(), ncclFloat32, Group::kCp, a.stream());
+    a.nccl().GroupEnd();
   }
   for (int64_t n = 0; n < S; ++n) {
     const int64_t j = reverse ? S - 1 - n : n;

@@ -7,6 +7,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "passes/lowering/ExecBuffers.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -17,12 +18,6 @@ namespace hcp {
 namespace {
 
 using namespace mlir;
-
-// The buffer a value is, through its views.
-exec::BufferOp rootOf(Value value) {
-  while (auto view = value.getDefiningOp<exec::ViewOp>()) value = view.getSource();
-  return value.getDefiningOp<exec::BufferOp>();
-}
 
 int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
 

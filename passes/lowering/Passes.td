@@ -41,6 +41,27 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
+  let summary = "order the launches around halo exchanges and state scans so compute overlaps them";
+  let description = [{
+    The CUDA executor starts a halo exchange or a state scan on its communication stream and
+    waits for it only before the first later launch that touches its buffers. This pass gives
+    that wait something to hide: between the communicating launches on either side of such a
+    collective, the launches it does not need (such as the weight gradients of the layer above,
+    whose products feed nothing the scan needs) move right after it, and the launches that need
+    it move after every launch that does not (such as the time-step path a halo exchange's conv
+    does not feed). Launches only move later, and never past a launch they share a buffer with
+    where either writes it, so every buffer sees its reads and writes in the same order and the
+    step computes exactly what it did; no launch crosses another collective, so all ranks keep
+    issuing them in the same order. Runs before hcp-plan-memory (the new order's lifetimes are
+    the ones placed).
+  }];
+  let statistics = [
+    Statistic<"movedAfter", "moved-after", "launches moved after a collective they do not need">,
+    Statistic<"movedPast", "moved-past", "launches that need a collective moved past free ones">
+  ];
+}
+
 def PlanMemory : Pass<"hcp-plan-memory", "mlir::ModuleOp"> {
   let summary = "place activation buffers in one arena by liveness";
   let description = [{

@@ -110,6 +110,11 @@ GpuMemory GpuMemoryOf(const plan::Plan& plan, bool with_optimizer, bool shard_op
   }
   memory.workspace = RoundUp(std::max(cuda_backend::WorkspaceBytes(plan),
                                       cuda::sum_of_squares_workspace_bytes(largest_parameter)));
+  // With several ranks the halo exchanges and state scans run beside the compute stream, their
+  // scratch after the shared workspace.
+  if (plan.mesh.world() > 1) {
+    memory.workspace += RoundUp(cuda_backend::BesideComputeWorkspaceBytes(plan));
+  }
   memory.gemm = cuda::gemm_context_bytes(kGemmWorkspaceBytes, GemmLanes());
   memory.other = 2 * kAlignment + RoundUp(sizeof(double) * plan.parameters.size());
   return memory;
@@ -175,8 +180,10 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
       cudaStreamCreateWithFlags(&exec->comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   HCP_RETURN_IF_ERROR(FromCuda(
       cudaStreamCreateWithFlags(&exec->grad_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  for (cudaEvent_t* event :
-       {&exec->compute_done_, &exec->comm_done_, &exec->grads_ready_, &exec->grads_summed_}) {
+  HCP_RETURN_IF_ERROR(FromCuda(
+      cudaStreamCreateWithFlags(&exec->beside_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  for (cudaEvent_t* event : {&exec->compute_done_, &exec->comm_done_, &exec->grads_ready_,
+                             &exec->grads_summed_, &exec->beside_start_, &exec->beside_done_}) {
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
   }
@@ -195,6 +202,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   }
   HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, need.workspace, "the workspace"));
   exec->workspace_bytes_ = need.workspace;
+  exec->PlanBesideCompute();
   HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
       cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, GemmLanes())));
   exec->allocated_bytes_ += need.gemm;
@@ -222,8 +230,11 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(gradient_stash_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  if (beside_stream_ != nullptr) cudaStreamDestroy(beside_stream_);
+  for (cudaEvent_t event : join_events_) cudaEventDestroy(event);
   if (grad_stream_ != nullptr) cudaStreamDestroy(grad_stream_);
-  for (cudaEvent_t event : {compute_done_, comm_done_, grads_ready_, grads_summed_}) {
+  for (cudaEvent_t event :
+       {compute_done_, comm_done_, grads_ready_, grads_summed_, beside_start_, beside_done_}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
 }
@@ -439,6 +450,46 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
 // ---------------------------------------------------------------------------------------------
 // Running the plan.
 
+// With several ranks, each step the backend can run beside the compute stream gets its join: the
+// first later step that touches any byte of its buffers, or that communicates (every rank must
+// issue its collectives in the same order, and one at a time keeps that plain). The rest of the
+// shared workspace's allocation, past what the compute steps use, is its scratch.
+void CudaExecutor::PlanBesideCompute() {
+  const size_t steps = plan_.steps.size();
+  join_before_.assign(steps, kOnComputeStream);
+  if (nccl_ == nullptr) return;
+  const size_t beside_bytes = RoundUp(cuda_backend::BesideComputeWorkspaceBytes(plan_));
+  beside_workspace_ = cuda::Workspace{
+      static_cast<std::byte*>(workspace_) + workspace_bytes_ - beside_bytes, beside_bytes};
+  workspace_bytes_ -= beside_bytes;
+  auto overlaps = [&](const plan::Step& a, const plan::Step& b) {
+    for (const std::vector<uint32_t>* la : {&a.ins, &a.outs}) {
+      for (uint32_t i : *la) {
+        const plan::Buffer& x = plan_.buffers[i];
+        for (const std::vector<uint32_t>* lb : {&b.ins, &b.outs}) {
+          for (uint32_t j : *lb) {
+            const plan::Buffer& y = plan_.buffers[j];
+            if (x.arena == y.arena && x.offset < y.offset + y.bytes() &&
+                y.offset < x.offset + x.bytes()) {
+              return true;
+            }
+          }
+        }
+      }
+    }
+    return false;
+  };
+  for (size_t i = 0; i < steps; ++i) {
+    if (!cuda_backend::RunsBesideCompute(plan_.steps[i].kernel)) continue;
+    size_t j = i + 1;
+    while (j < steps && !plan::IsCollective(plan_.steps[j].kernel) &&
+           !overlaps(plan_.steps[i], plan_.steps[j])) {
+      ++j;
+    }
+    join_before_[i] = j;
+  }
+}
+
 // A gradient can be summed once the last step that touches any byte of it (writes it, or reads
 // it to add to it) has run; steps may use a gradient through a view: compare byte ranges in the
 // Gradients arena.
@@ -529,10 +580,12 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   const size_t steps = plan_.steps.size();
   if (gradient_sums_after_ms != nullptr) *gradient_sums_after_ms = 0;
   if (profile && events_.size() != steps + 2) {
-    for (cudaEvent_t event : events_) cudaEventDestroy(event);
-    events_.assign(steps + 2, nullptr);
-    for (cudaEvent_t& event : events_) {
-      HCP_RETURN_IF_ERROR(FromCuda(cudaEventCreate(&event), "cudaEventCreate"));
+    for (std::vector<cudaEvent_t>* list : {&events_, &join_events_}) {
+      for (cudaEvent_t event : *list) cudaEventDestroy(event);
+      list->assign(steps + 2, nullptr);
+      for (cudaEvent_t& event : *list) {
+        HCP_RETURN_IF_ERROR(FromCuda(cudaEventCreate(&event), "cudaEventCreate"));
+      }
     }
   }
   const cuda_backend::StepResources resources{
@@ -544,6 +597,9 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       .comm_stream = comm_stream_,
       .compute_done = compute_done_,
       .comm_done = comm_done_};
+  cuda_backend::StepResources beside = resources;
+  beside.stream = beside_stream_;
+  beside.workspace = beside_workspace_;
   // The kernels lower bad_position to the first bad token id / target they see.
   HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(bad_position_, &kNoBadPosition, sizeof(int32_t),
                                                cudaMemcpyHostToDevice, stream_),
@@ -551,7 +607,17 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
-  size_t summed = 0;  // gradient sums started, in ready_order_
+  size_t summed = 0;                             // gradient sums started, in ready_order_
+  size_t in_flight = kOnComputeStream;           // the step running beside the compute stream
+  std::vector<std::pair<size_t, size_t>> joins;  // profiled: (collective, step joined before)
+  auto join = [&](size_t before) {               // the compute stream waits for the step beside it
+    cudaStreamWaitEvent(stream_, beside_done_, 0);
+    if (profile) {
+      cudaEventRecord(join_events_[before], stream_);
+      joins.push_back({in_flight, before});
+    }
+    in_flight = kOnComputeStream;
+  };
   for (size_t i = 0; i < steps; ++i) {
     if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
       size_t ready = summed;
@@ -559,18 +625,31 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       if (ready > summed) StartGradientSums(summed, ready);
       summed = ready;
     }
-    absl::Status status = cuda_backend::RunCudaStep(plan_, i, arenas_, resources);
+    if (in_flight != kOnComputeStream && join_before_[in_flight] == i) join(i);
+    const bool is_beside = join_before_[i] != kOnComputeStream;
+    if (is_beside) {  // starts after the work queued so far, runs beside what follows
+      cudaEventRecord(beside_start_, stream_);
+      cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
+    }
+    absl::Status status =
+        cuda_backend::RunCudaStep(plan_, i, arenas_, is_beside ? beside : resources);
+    if (is_beside) {
+      cudaEventRecord(beside_done_, beside_stream_);
+      in_flight = i;
+    }
     if (!status.ok()) {
       // Let the queued steps finish before anyone reads buffers. With several ranks the others
       // now wait in a collective this rank will not join: their Wait times out and ends the job
       // (a refusal here is a bug CheckPlanRunsOnCuda should have caught, or a launch failure).
       cudaStreamSynchronize(stream_);
+      cudaStreamSynchronize(beside_stream_);
       return status;
     }
     if (profile) {
       HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
     }
   }
+  if (in_flight != kOnComputeStream) join(steps);
   if (sum_gradients) {
     if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
     if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);
@@ -590,6 +669,15 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       HCP_RETURN_IF_ERROR(
           FromCuda(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime"));
       (*ms_per_kernel)[static_cast<size_t>(plan_.steps[i].kernel)] += ms;
+    }
+    // A collective beside the compute stream counts the time the compute stream waited for it
+    // (the wait sits at the start of the step it was joined before, whose time it leaves).
+    for (const auto& [collective, before] : joins) {
+      float ms = 0;
+      HCP_RETURN_IF_ERROR(FromCuda(cudaEventElapsedTime(&ms, events_[before], join_events_[before]),
+                                   "cudaEventElapsedTime"));
+      (*ms_per_kernel)[static_cast<size_t>(plan_.steps[collective].kernel)] += ms;
+      if (before < steps) (*ms_per_kernel)[static_cast<size_t>(plan_.steps[before].kernel)] -= ms;
     }
     if (sum_gradients && gradient_sums_after_ms != nullptr) {
       float ms = 0;

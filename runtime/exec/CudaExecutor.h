@@ -52,7 +52,8 @@ class CheckpointReader;
 // needed): CudaExecutor::Create's memory check, and `hybridcp inspect`.
 struct GpuMemory {
   uint64_t arenas = 0;     // the plan's arenas
-  uint64_t workspace = 0;  // the kernels' shared workspace (the largest step's need)
+  uint64_t workspace = 0;  // the kernels' shared workspace (the largest step's need), and with
+                           // several ranks the collectives' beside it (BesideComputeWorkspaceBytes)
   uint64_t gemm = 0;       // cuBLASLt workspaces: the context's and its lanes'
   uint64_t optimizer = 0;  // AdamW: m, v and a bf16 parameter's fp32 master, this rank's slices
   uint64_t other = 0;      // flags and per-parameter scratch
@@ -256,6 +257,7 @@ class CudaExecutor {
   // The all-reduces of parameters [first, last) of ready_order_, queued on `stream`.
   void QueueGradientSums(size_t first, size_t last, cudaStream_t stream);
   void OrderGradientsByReadiness();
+  void PlanBesideCompute();
   absl::Status AddGradients(bool into_stash);
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
@@ -300,6 +302,19 @@ class CudaExecutor {
   bool gradients_scattered_ = false;      // the last gradient sums were reduce-scatters
   std::vector<cudaEvent_t> events_;  // RunStepProfiled's: one per step and one before, then the
                                      // gradient sums' end
+  // The collectives that run beside the compute stream (cuda_backend::RunsBesideCompute, with
+  // several ranks): their stream, the events that start them after the compute stream's work so
+  // far and say when they are done, their scratch (the end of the workspace's allocation), and
+  // per step the step before which the compute stream waits for it (steps.size(): the end;
+  // kOnComputeStream: the step runs on stream_). RunStepProfiled records join_events_[j] after
+  // the wait before step j, so the wait counts as the collective's time.
+  static constexpr size_t kOnComputeStream = ~size_t{0};
+  cudaStream_t beside_stream_ = nullptr;
+  cudaEvent_t beside_start_ = nullptr;
+  cudaEvent_t beside_done_ = nullptr;
+  cuda::Workspace beside_workspace_{};
+  std::vector<size_t> join_before_;
+  std::vector<cudaEvent_t> join_events_;
   uint64_t allocated_bytes_ = 0;
   mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes
   mutable uint64_t device_bytes_ = 0;

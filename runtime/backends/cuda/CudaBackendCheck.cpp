@@ -393,4 +393,26 @@ size_t WorkspaceBytes(const plan::Plan& plan) {
   return bytes;
 }
 
+bool RunsBesideCompute(plan::KernelId kernel) {
+  switch (kernel) {
+    case plan::KernelId::HaloExchangeForward:
+    case plan::KernelId::HaloExchangeBackward:
+    case plan::KernelId::StateScanForward:
+    case plan::KernelId::StateScanBackward:
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t BesideComputeWorkspaceBytes(const plan::Plan& plan) {
+  size_t bytes = 0;
+  for (const plan::Step& step : plan.steps) {
+    if (RunsBesideCompute(step.kernel)) {
+      bytes = std::max(bytes, detail::CollectiveWorkspaceBytes(plan, step));
+    }
+  }
+  return bytes;
+}
+
 }  // namespace hcp::cuda_backend

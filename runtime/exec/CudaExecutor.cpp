@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
@@ -450,44 +451,16 @@ absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
 // ---------------------------------------------------------------------------------------------
 // Running the plan.
 
-// With several ranks, each step the backend can run beside the compute stream gets its join: the
-// first later step that touches any byte of its buffers, or that communicates (every rank must
-// issue its collectives in the same order, and one at a time keeps that plain). The rest of the
-// shared workspace's allocation, past what the compute steps use, is its scratch.
+// With several ranks the halo exchanges and state scans run beside the compute stream
+// (BesideCompute.h), their scratch the end of the workspace's allocation.
 void CudaExecutor::PlanBesideCompute() {
-  const size_t steps = plan_.steps.size();
-  join_before_.assign(steps, kOnComputeStream);
+  join_before_.assign(plan_.steps.size(), cuda_backend::kOnComputeStream);
   if (nccl_ == nullptr) return;
   const size_t beside_bytes = RoundUp(cuda_backend::BesideComputeWorkspaceBytes(plan_));
-  beside_workspace_ = cuda::Workspace{
-      static_cast<std::byte*>(workspace_) + workspace_bytes_ - beside_bytes, beside_bytes};
   workspace_bytes_ -= beside_bytes;
-  auto overlaps = [&](const plan::Step& a, const plan::Step& b) {
-    for (const std::vector<uint32_t>* la : {&a.ins, &a.outs}) {
-      for (uint32_t i : *la) {
-        const plan::Buffer& x = plan_.buffers[i];
-        for (const std::vector<uint32_t>* lb : {&b.ins, &b.outs}) {
-          for (uint32_t j : *lb) {
-            const plan::Buffer& y = plan_.buffers[j];
-            if (x.arena == y.arena && x.offset < y.offset + y.bytes() &&
-                y.offset < x.offset + x.bytes()) {
-              return true;
-            }
-          }
-        }
-      }
-    }
-    return false;
-  };
-  for (size_t i = 0; i < steps; ++i) {
-    if (!cuda_backend::RunsBesideCompute(plan_.steps[i].kernel)) continue;
-    size_t j = i + 1;
-    while (j < steps && !plan::IsCollective(plan_.steps[j].kernel) &&
-           !overlaps(plan_.steps[i], plan_.steps[j])) {
-      ++j;
-    }
-    join_before_[i] = j;
-  }
+  beside_workspace_ =
+      cuda::Workspace{static_cast<std::byte*>(workspace_) + workspace_bytes_, beside_bytes};
+  join_before_ = cuda_backend::BesideComputeJoins(plan_);
 }
 
 // A gradient can be summed once the last step that touches any byte of it (writes it, or reads
@@ -607,16 +580,16 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
-  size_t summed = 0;                             // gradient sums started, in ready_order_
-  size_t in_flight = kOnComputeStream;           // the step running beside the compute stream
-  std::vector<std::pair<size_t, size_t>> joins;  // profiled: (collective, step joined before)
-  auto join = [&](size_t before) {               // the compute stream waits for the step beside it
+  size_t summed = 0;                                  // gradient sums started, in ready_order_
+  size_t in_flight = cuda_backend::kOnComputeStream;  // the step running beside the compute stream
+  std::vector<std::pair<size_t, size_t>> joins;       // profiled: (collective, step joined before)
+  auto join = [&](size_t before) {  // the compute stream waits for the step beside it
     cudaStreamWaitEvent(stream_, beside_done_, 0);
     if (profile) {
       cudaEventRecord(join_events_[before], stream_);
       joins.push_back({in_flight, before});
     }
-    in_flight = kOnComputeStream;
+    in_flight = cuda_backend::kOnComputeStream;
   };
   for (size_t i = 0; i < steps; ++i) {
     if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
@@ -625,8 +598,8 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       if (ready > summed) StartGradientSums(summed, ready);
       summed = ready;
     }
-    if (in_flight != kOnComputeStream && join_before_[in_flight] == i) join(i);
-    const bool is_beside = join_before_[i] != kOnComputeStream;
+    if (in_flight != cuda_backend::kOnComputeStream && join_before_[in_flight] == i) join(i);
+    const bool is_beside = join_before_[i] != cuda_backend::kOnComputeStream;
     if (is_beside) {  // starts after the work queued so far, runs beside what follows
       cudaEventRecord(beside_start_, stream_);
       cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
@@ -649,7 +622,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
     }
   }
-  if (in_flight != kOnComputeStream) join(steps);
+  if (in_flight != cuda_backend::kOnComputeStream) join(steps);
   if (sum_gradients) {
     if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
     if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);

@@ -306,9 +306,8 @@ class CudaExecutor {
   // several ranks): their stream, the events that start them after the compute stream's work so
   // far and say when they are done, their scratch (the end of the workspace's allocation), and
   // per step the step before which the compute stream waits for it (steps.size(): the end;
-  // kOnComputeStream: the step runs on stream_). RunStepProfiled records join_events_[j] after
-  // the wait before step j, so the wait counts as the collective's time.
-  static constexpr size_t kOnComputeStream = ~size_t{0};
+  // cuda_backend::kOnComputeStream: the step runs on stream_). RunStepProfiled records
+  // join_events_[j] after the wait before step j, so the wait counts as the collective's time.
   cudaStream_t beside_stream_ = nullptr;
   cudaEvent_t beside_start_ = nullptr;
   cudaEvent_t beside_done_ = nullptr;

@@ -63,12 +63,8 @@ absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan);
 // lse, the collectives' transfer buffers and ring attention's fp32 sums).
 size_t WorkspaceBytes(const plan::Plan& plan);
 
-// The collectives that may run on a stream of their own beside the compute stream: the halo
-// exchanges and state scans (hcp-overlap-collectives orders the plan for it). They queue
-// everything on resources.stream, use no other stream or event, and keep their scratch in
-// resources.workspace, which must then be apart from the compute steps' (of
-// BesideComputeWorkspaceBytes).
-bool RunsBesideCompute(plan::KernelId kernel);
+// The scratch the steps that run beside the compute stream need (BesideCompute.h): their
+// largest, to be given apart from the shared workspace.
 size_t BesideComputeWorkspaceBytes(const plan::Plan& plan);
 
 // Queues step `step_index` of `plan` (which has passed CheckPlanRunsOnCuda) on resources.stream

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/kernels/cuda/Kernels.h"
@@ -391,18 +392,6 @@ size_t WorkspaceBytes(const plan::Plan& plan) {
         std::max({bytes, StepWorkspaceBytes(step), detail::CollectiveWorkspaceBytes(plan, step)});
   }
   return bytes;
-}
-
-bool RunsBesideCompute(plan::KernelId kernel) {
-  switch (kernel) {
-    case plan::KernelId::HaloExchangeForward:
-    case plan::KernelId::HaloExchangeBackward:
-    case plan::KernelId::StateScanForward:
-    case plan::KernelId::StateScanBackward:
-      return true;
-    default:
-      return false;
-  }
 }
 
 size_t BesideComputeWorkspaceBytes(const plan::Plan& plan) {

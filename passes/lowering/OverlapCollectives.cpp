@@ -75,6 +75,7 @@ void windowAround(exec::LaunchOp collective, std::vector<exec::LaunchOp>& before
 
 struct OverlapCollectivesPass : impl::OverlapCollectivesBase<OverlapCollectivesPass> {
   void runOnOperation() override {
+    placed.clear();  // a pass instance may run on several modules
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       std::vector<exec::LaunchOp> collectives;
       for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {

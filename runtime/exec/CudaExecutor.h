@@ -134,7 +134,9 @@ class CudaExecutor {
   absl::Status RunStep();
   // RunStepAndSumGradients with CUDA events around every step: adds each step's milliseconds to
   // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros). The
-  // kernels' times include what the gradient sums running beside them take from them; how long
+  // kernels' times include what the gradient sums running beside them take from them, and a
+  // halo exchange or state scan running beside the compute stream counts the time the compute
+  // stream waited for it (not its own duration); how long
   // the sums ran on after the last kernel goes to *gradient_sums_after_ms (0 on one rank, or
   // when they finished first).
   absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel,

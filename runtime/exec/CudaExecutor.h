@@ -136,9 +136,8 @@ class CudaExecutor {
   // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros). The
   // kernels' times include what the gradient sums running beside them take from them, and a
   // halo exchange or state scan running beside the compute stream counts the time the compute
-  // stream waited for it (not its own duration); how long
-  // the sums ran on after the last kernel goes to *gradient_sums_after_ms (0 on one rank, or
-  // when they finished first).
+  // stream waited for it (not its own duration); how long the sums ran on after the last
+  // kernel goes to *gradient_sums_after_ms (0 on one rank, or when they finished first).
   absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel,
                                double* gradient_sums_after_ms = nullptr);
   // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).

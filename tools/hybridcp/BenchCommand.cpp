@@ -263,6 +263,9 @@ absl::Status RunBench(const Args& args) {
     if (nccl != nullptr) {
       std::printf("the gradient sums over the ranks ran on %.2f ms after the last kernel\n",
                   sums_after_ms);
+      std::printf(
+          "halo_exchange and state_scan run beside the compute stream: their times are the "
+          "compute stream's waits for them\n");
     }
   }
   return absl::OkStatus();

@@ -474,11 +474,7 @@ void CudaExecutor::OrderGradientsByReadiness() {
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       for (const std::vector<uint32_t>* list : {&plan_.steps[s].ins, &plan_.steps[s].outs}) {
         for (uint32_t index : *list) {
-          const plan::Buffer& o = plan_.buffers[index];
-          if (o.arena == plan::Arena::Gradients && o.offset < g.offset + g.bytes() &&
-              g.offset < o.offset + o.bytes()) {
-            last = s;
-          }
+          if (plan_.buffers[index].Overlaps(g)) last = s;
         }
       }
     }

@@ -88,6 +88,12 @@ struct Buffer {
 
   // Valid once ValidatePlan has passed (it rules out overflow).
   uint64_t bytes() const { return elements * DTypeSize(dtype); }
+  // Whether the two share bytes: the same arena, intersecting [offset, offset + bytes()) (an
+  // empty buffer shares nothing).
+  bool Overlaps(const Buffer& other) const {
+    if (arena != other.arena || elements == 0 || other.elements == 0) return false;
+    return offset < other.offset + other.bytes() && other.offset < offset + bytes();
+  }
 };
 
 struct Parameter {

@@ -52,12 +52,6 @@ std::string BufferLabel(const Plan& plan, uint32_t index) {
 bool IsValidArena(Arena arena) { return static_cast<int>(arena) < kNumArenas; }
 bool IsValidDType(DType dtype) { return static_cast<int>(dtype) < kNumDTypes; }
 
-// Byte ranges [begin, end) of two buffers intersect (empty buffers intersect nothing).
-bool Overlap(const Buffer& a, const Buffer& b) {
-  if (a.arena != b.arena || a.elements == 0 || b.elements == 0) return false;
-  return a.offset < b.offset + b.bytes() && b.offset < a.offset + a.bytes();
-}
-
 absl::Status CheckBuffers(const Plan& plan) {
   if (plan.buffers.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("too many buffers for 32-bit indices");
@@ -317,7 +311,7 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
           expected));
     }
   }
-  if (Overlap(plan.buffers[plan.input_ids], plan.buffers[plan.targets])) {
+  if (plan.buffers[plan.input_ids].Overlaps(plan.buffers[plan.targets])) {
     return absl::InvalidArgumentError("input_ids and targets overlap");
   }
   if (plan.loss >= plan.buffers.size()) {
@@ -343,7 +337,7 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
         ArenaName(scale.arena)));
   }
   for (uint32_t tokens : {plan.input_ids, plan.targets}) {
-    if (Overlap(scale, plan.buffers[tokens])) {
+    if (scale.Overlaps(plan.buffers[tokens])) {
       return absl::InvalidArgumentError("loss_scale overlaps the token inputs");
     }
   }
@@ -1071,7 +1065,7 @@ absl::Status CheckStep(const Plan& plan, size_t index) {
     const Buffer& out = plan.buffers[step.outs[o]];
     for (size_t i = 0; i < step.ins.size(); ++i) {
       const Buffer& in = plan.buffers[step.ins[i]];
-      if (Overlap(out, in)) {
+      if (out.Overlaps(in)) {
         return fail(absl::StrFormat(
             "output %d '%s' overlaps input %d '%s' (%s arena bytes [%d, %d) and [%d, %d))", o,
             out.name, i, in.name, ArenaName(out.arena), out.offset, out.offset + out.bytes(),
@@ -1080,7 +1074,7 @@ absl::Status CheckStep(const Plan& plan, size_t index) {
     }
     for (size_t p = 0; p < o; ++p) {
       const Buffer& other = plan.buffers[step.outs[p]];
-      if (Overlap(out, other)) {
+      if (out.Overlaps(other)) {
         return fail(
             absl::StrFormat("output %d '%s' overlaps output %d '%s'", o, out.name, p, other.name));
       }

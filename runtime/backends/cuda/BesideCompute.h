@@ -39,14 +39,9 @@ inline std::vector<size_t> BesideComputeJoins(const plan::Plan& plan) {
   auto overlaps = [&](const plan::Step& a, const plan::Step& b) {
     for (const std::vector<uint32_t>* a_list : {&a.ins, &a.outs}) {
       for (uint32_t i : *a_list) {
-        const plan::Buffer& x = plan.buffers[i];
         for (const std::vector<uint32_t>* b_list : {&b.ins, &b.outs}) {
           for (uint32_t j : *b_list) {
-            const plan::Buffer& y = plan.buffers[j];
-            if (x.arena == y.arena && x.offset < y.offset + y.bytes() &&
-                y.offset < x.offset + x.bytes()) {
-              return true;
-            }
+            if (plan.buffers[i].Overlaps(plan.buffers[j])) return true;
           }
         }
       }

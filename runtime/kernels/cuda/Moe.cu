@@ -590,8 +590,9 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
       !s.ok()) {
     return s;
   }
+  const bool vec_inner = inner % 8 == 0 && aligned16(b.du) && aligned16(b.u);
   gate_grad_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.du, b.u, dgates, gates, b.row_slot,
-                                                             rows, inner, inner % 8 == 0);
+                                                             rows, inner, vec_inner);
   if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t cap = layout.capacity;
   if (Status s = expert_products(ctx, stream, layout, true, false, hidden, inner, 0, b.dyp, hidden,

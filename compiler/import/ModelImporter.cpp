@@ -130,8 +130,12 @@ class ModelBuilder {
 
     loc_ = Loc(prefix + "mlp");
     x = RmsNorm(hidden, prefix + "post_attention_layernorm.weight");
+    // The router before the shared MLP: a GPU run copies the expert ids to the host as soon as
+    // they exist, and the shared MLP keeps the GPU busy while the experts wait for them.
+    model::MoeRouteOp route;
+    if (config_.has_experts()) route = Route(x, prefix + "block_sparse_moe.");
     Value ffn = SharedMlp(x, prefix + "shared_mlp.");
-    if (config_.has_experts()) ffn = Add(Experts(x, prefix + "block_sparse_moe."), ffn);
+    if (config_.has_experts()) ffn = Add(Experts(x, route, prefix + "block_sparse_moe."), ffn);
     return Add(hidden, Scale(ffn, config_.residual_multiplier));
   }
 
@@ -200,14 +204,19 @@ class ModelBuilder {
     return Linear(act, Weight(p + "output_linear.weight", {h, width}));
   }
 
-  Value Experts(Value x, const std::string& p) {
+  model::MoeRouteOp Route(Value x, const std::string& p) {
     const GraniteConfig& c = config_;
-    const int64_t h = c.hidden_size, e = c.num_experts, k = c.experts_per_token, w = c.expert_width;
+    const int64_t h = c.hidden_size, e = c.num_experts, k = c.experts_per_token;
     Value logits = Linear(x, Weight(p + "router.layer.weight", {e, h}));
     // The gates are f32 whatever the activation type (they weigh the experts' outputs).
-    auto route = model::MoeRouteOp::create(
-        b_, loc_, F32({batch_, seq_, k}), RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
-        logits, b_.getI64IntegerAttr(k));
+    return model::MoeRouteOp::create(b_, loc_, F32({batch_, seq_, k}),
+                                     RankedTensorType::get({batch_, seq_, k}, b_.getI32Type()),
+                                     logits, b_.getI64IntegerAttr(k));
+  }
+
+  Value Experts(Value x, model::MoeRouteOp route, const std::string& p) {
+    const GraniteConfig& c = config_;
+    const int64_t h = c.hidden_size, e = c.num_experts, w = c.expert_width;
     // Separate statements: argument evaluation order would make the IR order compiler-dependent.
     Value input_weight = Weight(p + "input_linear.weight", {e, 2 * w, h});
     Value output_weight = Weight(p + "output_linear.weight", {e, h, w});

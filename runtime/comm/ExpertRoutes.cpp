@@ -1,5 +1,7 @@
 #include "runtime/comm/ExpertRoutes.h"
 
+#include <algorithm>
+
 namespace hcp::comm {
 namespace {
 
@@ -61,6 +63,92 @@ ExpertRoutes RouteToExpertOwners(Communicator& comm, std::span<const int32_t> sl
   r.recv_count.assign(ep, 0);
   comm.AllToAll(std::as_bytes(std::span(r.send_count)),
                 std::as_writable_bytes(std::span(r.recv_count)), Group::kEp);
+  return r;
+}
+
+int64_t TokenRoutes::received() const {
+  int64_t total = 0;
+  for (int64_t c : recv_rows) total += c;
+  return total;
+}
+
+std::vector<int64_t> TokenRoutes::SendCounts(int64_t per_row) const {
+  return Times(send_rows, per_row);
+}
+std::vector<int64_t> TokenRoutes::RecvCounts(int64_t per_row) const {
+  return Times(recv_rows, per_row);
+}
+
+TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
+                                int64_t ep) {
+  const auto slots = static_cast<int64_t>(slot_experts.size());
+  const int64_t tokens = slots / k, per_rank = experts / ep;
+  auto valid = [&](int32_t e) { return e >= 0 && e < experts; };
+  TokenRoutes r;
+  r.k = k;
+  r.local_experts = per_rank;
+  r.send_rows.assign(ep, 0);
+  r.send_slots.assign(ep * per_rank, 0);
+  r.token_row.assign(tokens * ep, -1);
+  r.slot_row.assign(slots, -1);
+  // Which owners each token reaches (token_row[t * ep + p] = 0 marks one for now).
+  for (int64_t i = 0; i < slots; ++i) {
+    const int32_t e = slot_experts[i];
+    if (!valid(e)) {
+      if (r.bad_slot < 0) r.bad_slot = i;
+      continue;
+    }
+    ++r.send_slots[e];
+    int32_t& row = r.token_row[(i / k) * ep + e / per_rank];
+    if (row < 0) {
+      row = 0;
+      ++r.send_rows[e / per_rank];
+    }
+  }
+  std::vector<int64_t> next(ep, 0);
+  for (int64_t p = 1; p < ep; ++p) next[p] = next[p - 1] + r.send_rows[p - 1];
+  const int64_t sent = next[ep - 1] + r.send_rows[ep - 1];
+  r.row_token.resize(sent);
+  r.row_slot.resize(sent * k);
+  r.row_experts.assign(sent * k, -1);
+  for (int64_t p = 0; p < ep; ++p) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      int32_t& row = r.token_row[t * ep + p];
+      if (row < 0) continue;
+      const int64_t at = next[p]++;
+      row = static_cast<int32_t>(at);
+      r.row_token[at] = static_cast<int32_t>(t);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = slot_experts[t * k + j];
+        r.row_slot[at * k + j] = static_cast<int32_t>(t * k + j);
+        if (!valid(e) || e / per_rank != p) continue;
+        r.row_experts[at * k + j] = static_cast<int32_t>(e - p * per_rank);
+        r.slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
+      }
+    }
+  }
+  return r;
+}
+
+TokenRoutes RouteTokensToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
+                                      int64_t k, int64_t experts, int64_t ep) {
+  TokenRoutes r = BucketTokensByOwner(slot_experts, k, experts, ep);
+  // To each rank: its row count, then the slots for each of its experts.
+  const int64_t block = 1 + r.local_experts;
+  std::vector<int64_t> send(ep * block), recv(ep * block);
+  for (int64_t p = 0; p < ep; ++p) {
+    send[p * block] = r.send_rows[p];
+    std::copy_n(r.send_slots.begin() + p * r.local_experts, r.local_experts,
+                send.begin() + p * block + 1);
+  }
+  comm.AllToAll(std::as_bytes(std::span(send)), std::as_writable_bytes(std::span(recv)),
+                Group::kEp);
+  r.recv_rows.assign(ep, 0);
+  r.recv_slots.assign(r.local_experts, 0);
+  for (int64_t p = 0; p < ep; ++p) {
+    r.recv_rows[p] = recv[p * block];
+    for (int64_t e = 0; e < r.local_experts; ++e) r.recv_slots[e] += recv[p * block + 1 + e];
+  }
   return r;
 }
 

@@ -1,8 +1,11 @@
-// Where the (token, slot) pairs of an expert-parallel MoE layer travel: the same routes for every
-// backend (runtime/backends/cpu/DistKernels.cpp's moe_experts_ep over a Communicator, runtime/
-// backends/cuda/CudaBackendExperts.cpp's over NCCL). Every rank of an ep group holds E/ep
-// consecutive experts; a slot goes to the rank owning its expert, in send order "by owner rank,
-// then slot", and its results come back in that order.
+// Where the (token, slot) pairs of an expert-parallel MoE layer travel. Every rank of an ep group
+// holds E/ep consecutive experts. Two kinds of routes:
+//   - ExpertRoutes, the CPU reference's (runtime/backends/cpu/DistKernels.cpp): each slot goes to
+//     the rank owning its expert, in send order "by owner rank, then slot", and its result comes
+//     back in that order, so a token's sum over its slots is made at home in slot order, as on
+//     one rank;
+//   - TokenRoutes, the GPUs' (runtime/backends/cuda/CudaBackendExperts.cpp): each token goes once
+//     to each owner of one of its experts, which sums over its own slots before sending back.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +40,47 @@ ExpertRoutes BucketByOwner(std::span<const int32_t> slot_experts, int64_t expert
 // every rank of the group calls it for the same layer.
 ExpertRoutes RouteToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
                                  int64_t experts, int64_t ep);
+
+// The CUDA backend's routes (CudaBackendExperts.cpp): a token's row travels once to each rank
+// owning one of its experts, not once per slot, with its k gates and its k experts counted from
+// that owner's first (-1 for a slot another rank owns). The owner runs its experts on every slot
+// of the rows that came and sends back one row per token, the gated sum over its slots; home adds
+// the owners' rows. With top-k routing over few ranks most tokens reach every owner, so this
+// moves about k / ep times fewer rows than one per slot. Send order: by owner rank, then token.
+struct TokenRoutes {
+  int64_t k = 0;
+  int64_t local_experts = 0;         // experts per rank
+  std::vector<int64_t> send_rows;    // rows for each ep-group rank
+  std::vector<int64_t> send_slots;   // [ep * local_experts] slots for each rank's each expert
+  std::vector<int32_t> row_token;    // [sent] each sent row's token, in send order
+  std::vector<int32_t> row_slot;     // [sent * k] row r's slot j: row_token[r] * k + j
+  std::vector<int32_t> row_experts;  // [sent * k] row r's slot j's expert on that row's owner,
+                                     // -1 where another rank owns it
+  std::vector<int32_t> token_row;    // [tokens * ep] the row token t sent to rank p, or -1
+  std::vector<int32_t> slot_row;     // [tokens * k] slot (t, j) as row * k + j of the row
+                                     // that went to its expert's owner; -1 out of range
+  // The first slot whose expert is outside [0, experts) (it stays home), or -1.
+  int64_t bad_slot = -1;
+  // After the exchange (RouteTokensToExpertOwners):
+  std::vector<int64_t> recv_rows;   // rows from each ep-group rank
+  std::vector<int64_t> recv_slots;  // [local_experts] slots for each of this rank's experts,
+                                    // from every rank together
+
+  int64_t sent() const { return static_cast<int64_t>(row_token.size()); }
+  int64_t received() const;
+  // Per-peer counts of `per_row` elements each.
+  std::vector<int64_t> SendCounts(int64_t per_row) const;
+  std::vector<int64_t> RecvCounts(int64_t per_row) const;
+};
+
+// The routes of `slot_experts` ([tokens * k] global expert ids), `experts` experts split over
+// `ep` ranks. recv_rows and recv_slots stay empty.
+TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
+                                int64_t ep);
+
+// BucketTokensByOwner, then the row and per-expert slot counts exchanged over the ep group.
+// Collective over kEp.
+TokenRoutes RouteTokensToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
+                                      int64_t k, int64_t experts, int64_t ep);
 
 }  // namespace hcp::comm

@@ -214,9 +214,18 @@ void NcclCommunicator::SendRecv(const void* send, size_t send_count, int dest, v
 }
 
 void NcclCommunicator::Wait(cudaStream_t stream, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  WaitUntil([stream] { return cudaStreamQuery(stream); }, what);
+}
+
+void NcclCommunicator::Wait(cudaEvent_t event, const std::string& what) {
+  WaitUntil([event] { return cudaEventQuery(event); }, what);
+}
+
+void NcclCommunicator::WaitUntil(const std::function<cudaError_t()>& query,
+                                 const std::string& what) {
+  const auto start = std::chrono::steady_clock::now(), deadline = start + timeout_;
   while (true) {
-    cudaError_t state = cudaStreamQuery(stream);
+    cudaError_t state = query();
     if (state == cudaSuccess) return;
     if (state != cudaErrorNotReady) {
       Fail(absl::StrFormat("%s: %s", what, cudaGetErrorString(state)));
@@ -228,11 +237,19 @@ void NcclCommunicator::Wait(cudaStream_t stream, const std::string& what) {
         Fail(absl::StrFormat("%s: NCCL error %s", what, ncclGetErrorString(async)));
       }
     }
-    if (std::chrono::steady_clock::now() > deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) {
       Fail(absl::StrFormat("%s did not finish within %d s: another rank failed or hangs", what,
                            static_cast<int>(timeout_.count())));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Most waits inside a step last microseconds (the MoE steps wait for their routing): poll
+    // without sleeping for the first millisecond, since a sleep lasts at least the kernel's
+    // timer slack (50 us by default); then sleep between polls.
+    if (now - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 

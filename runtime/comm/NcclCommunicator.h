@@ -16,6 +16,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -71,12 +72,16 @@ class NcclCommunicator {
   // front ("rank 0: error: running the plan's steps did not finish within 600 s: another rank
   // failed or hangs").
   void Wait(cudaStream_t stream, const std::string& what);
+  // The same for one event (the work queued before it was recorded).
+  void Wait(cudaEvent_t event, const std::string& what);
 
  private:
   NcclCommunicator(Communicator& host, std::chrono::seconds timeout)
       : host_(host), timeout_(timeout) {}
   ncclComm_t CommOf(Group group) const;
   [[noreturn]] void Fail(const std::string& message) const;
+  // Polls `query` (cudaSuccess: done) and NCCL's asynchronous errors until done or the timeout.
+  void WaitUntil(const std::function<cudaError_t()>& query, const std::string& what);
 
   Communicator& host_;
   std::chrono::seconds timeout_;

@@ -204,6 +204,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   HCP_RETURN_IF_ERROR(exec->Allocate(&exec->workspace_, need.workspace, "the workspace"));
   exec->workspace_bytes_ = need.workspace;
   exec->PlanBesideCompute();
+  HCP_RETURN_IF_ERROR(exec->PrepareHostCopies());
   HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
       cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, GemmLanes())));
   exec->allocated_bytes_ += need.gemm;
@@ -234,10 +235,14 @@ CudaExecutor::~CudaExecutor() {
   if (beside_stream_ != nullptr) cudaStreamDestroy(beside_stream_);
   for (cudaEvent_t event : join_events_) cudaEventDestroy(event);
   if (grad_stream_ != nullptr) cudaStreamDestroy(grad_stream_);
-  for (cudaEvent_t event :
-       {compute_done_, comm_done_, grads_ready_, grads_summed_, beside_start_, beside_done_}) {
+  for (cudaEvent_t event : {compute_done_, comm_done_, grads_ready_, grads_summed_, beside_start_,
+                            beside_done_, copy_start_}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+  for (int32_t* data : host_copy_data_) cudaFreeHost(data);
+  for (cudaEvent_t event : host_copy_done_) cudaEventDestroy(event);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
 }
 
 absl::Status CudaExecutor::Wait(const char* what) const {
@@ -463,6 +468,56 @@ void CudaExecutor::PlanBesideCompute() {
   join_before_ = cuda_backend::BesideComputeJoins(plan_);
 }
 
+absl::Status CudaExecutor::PrepareHostCopies() {
+  host_copies_ = cuda_backend::PlanHostCopies(plan_);
+  if (host_copies_.copies.empty()) return absl::OkStatus();
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                               "cudaStreamCreate"));
+  HCP_RETURN_IF_ERROR(
+      FromCuda(cudaEventCreateWithFlags(&copy_start_, cudaEventDisableTiming), "cudaEventCreate"));
+  for (const cuda_backend::HostCopy& copy : host_copies_.copies) {
+    void* data = nullptr;
+    const size_t bytes = std::max<size_t>(plan_.buffers[copy.buffer].bytes(), sizeof(int32_t));
+    HCP_RETURN_IF_ERROR(FromCuda(cudaMallocHost(&data, bytes), "cudaMallocHost (expert ids)"));
+    host_copy_data_.push_back(static_cast<int32_t*>(data));
+    cudaEvent_t done = nullptr;
+    HCP_RETURN_IF_ERROR(
+        FromCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate"));
+    host_copy_done_.push_back(done);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::QueueHostCopies(size_t after_step, cudaStream_t producer) {
+  bool started = false;
+  for (size_t c = 0; c < host_copies_.copies.size(); ++c) {
+    const cuda_backend::HostCopy& copy = host_copies_.copies[c];
+    if (copy.after_step != after_step) continue;
+    if (!started) {
+      HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(copy_start_, producer), "cudaEventRecord"));
+      HCP_RETURN_IF_ERROR(
+          FromCuda(cudaStreamWaitEvent(copy_stream_, copy_start_, 0), "cudaStreamWaitEvent"));
+      started = true;
+    }
+    HCP_RETURN_IF_ERROR(FromCuda(
+        cudaMemcpyAsync(host_copy_data_[c], Address(copy.buffer),
+                        plan_.buffers[copy.buffer].bytes(), cudaMemcpyDeviceToHost, copy_stream_),
+        "copying the expert ids to the host"));
+    HCP_RETURN_IF_ERROR(
+        FromCuda(cudaEventRecord(host_copy_done_[c], copy_stream_), "cudaEventRecord"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::WaitForHostCopy(size_t step) const {
+  const cudaEvent_t done = host_copy_done_[host_copies_.copy_of_step[step]];
+  if (nccl_ == nullptr) {
+    return FromCuda(cudaEventSynchronize(done), "waiting for the expert ids' host copy");
+  }
+  nccl_->Wait(done, plan::StepLabel(plan_, step) + "'s expert ids");  // the job ends on failure
+  return absl::OkStatus();
+}
+
 // A gradient can be summed once the last step that touches any byte of it (writes it, or reads
 // it to add to it) has run; steps may use a gradient through a view: compare byte ranges in the
 // Gradients arena.
@@ -587,6 +642,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
     }
     in_flight = cuda_backend::kOnComputeStream;
   };
+  HCP_RETURN_IF_ERROR(QueueHostCopies(cuda_backend::kBeforeTheSteps, stream_));
   for (size_t i = 0; i < steps; ++i) {
     if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
       size_t ready = summed;
@@ -600,8 +656,14 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       cudaEventRecord(beside_start_, stream_);
       cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
     }
-    absl::Status status =
-        cuda_backend::RunCudaStep(plan_, i, arenas_, is_beside ? beside : resources);
+    cuda_backend::StepResources step_resources = is_beside ? beside : resources;
+    absl::Status status;
+    if (host_copies_.copy_of_step[i] >= 0) {
+      status = WaitForHostCopy(i);
+      step_resources.host_expert_ids = host_copy_data_[host_copies_.copy_of_step[i]];
+    }
+    if (status.ok()) status = cuda_backend::RunCudaStep(plan_, i, arenas_, step_resources);
+    if (status.ok()) status = QueueHostCopies(i, step_resources.stream);
     if (is_beside) {
       cudaEventRecord(beside_done_, beside_stream_);
       in_flight = i;
@@ -612,6 +674,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       // (a refusal here is a bug CheckPlanRunsOnCuda should have caught, or a launch failure).
       cudaStreamSynchronize(stream_);
       cudaStreamSynchronize(beside_stream_);
+      if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
       return status;
     }
     if (profile) {

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/backends/cuda/HostCopies.h"
 #include "runtime/comm/NcclCommunicator.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cuda/Kernels.h"
@@ -259,6 +260,13 @@ class CudaExecutor {
   void QueueGradientSums(size_t first, size_t last, cudaStream_t stream);
   void OrderGradientsByReadiness();
   void PlanBesideCompute();
+  // Allocates host_copies_'s pinned arrays and events.
+  absl::Status PrepareHostCopies();
+  // Queues the host copies that follow step `after_step` (kBeforeTheSteps: the start) on
+  // copy_stream_, after the work queued on `producer` so far.
+  absl::Status QueueHostCopies(size_t after_step, cudaStream_t producer);
+  // Waits (through the communicator with several ranks) until step `step`'s host copy is done.
+  absl::Status WaitForHostCopy(size_t step) const;
   absl::Status AddGradients(bool into_stash);
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
@@ -315,6 +323,14 @@ class CudaExecutor {
   cuda::Workspace beside_workspace_{};
   std::vector<size_t> join_before_;
   std::vector<cudaEvent_t> join_events_;
+  // The MoE steps' expert ids, copied to the host while the steps run (HostCopies.h): which
+  // copies and when, per copy a pinned host array and an event recorded when it is done, and the
+  // stream they run on beside the compute stream.
+  cuda_backend::HostCopyPlan host_copies_;
+  std::vector<int32_t*> host_copy_data_;
+  std::vector<cudaEvent_t> host_copy_done_;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copy_start_ = nullptr;
   uint64_t allocated_bytes_ = 0;
   mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes
   mutable uint64_t device_bytes_ = 0;

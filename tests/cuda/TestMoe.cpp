@@ -249,28 +249,45 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   Dev<uint8_t> ws_f = scratch(moe_experts_forward_workspace_bytes(tokens, H, I, experts, k));
   Dev<uint8_t> ws_b = scratch(moe_experts_backward_workspace_bytes(tokens, H, I, experts, k));
 
-  out.poison();
+  // The per-expert counts as a caller that routed on the host passes them (null: the kernels
+  // copy them down and wait).
+  std::vector<int64_t> host_counts(experts, 0);
+  for (int32_t e : p.indices) host_counts[e]++;
+  const int64_t* counts = nullptr;
   auto forward = [&] {
     check(moe_experts_forward(ctx.gemm(), ctx.stream(), out.get(), x.get(), gates.get(),
                               indices.get(), w_in.get(), w_out.get(), tokens, H, I, experts, k,
-                              ws_f.workspace()));
+                              ws_f.workspace(), counts));
   };
-  forward();
-  ctx.sync();
-  dx.poison();
-  dgates.poison();
-  dw_in.poison();
-  dw_out.poison();
   auto backward = [&] {
     check(moe_experts_backward(ctx.gemm(), ctx.stream(), dx.get(), dgates.get(), dw_in.get(),
                                dw_out.get(), dout.get(), x.get(), gates.get(), indices.get(),
-                               w_in.get(), w_out.get(), tokens, H, I, experts, k,
-                               ws_b.workspace()));
+                               w_in.get(), w_out.get(), tokens, H, I, experts, k, ws_b.workspace(),
+                               counts));
   };
-  backward();
-  ctx.sync();
-  const std::vector<float> out_h = out.download(), dx_h = dx.download(), dg_h = dgates.download(),
-                           dwi_h = dw_in.download(), dwo_h = dw_out.download();
+  auto run_both = [&] {
+    for (Dev<bf16>* d : {&out, &dx, &dw_in, &dw_out}) d->poison();
+    dgates.poison();
+    forward();
+    ctx.sync();
+    backward();
+    ctx.sync();
+    return std::vector<std::vector<float>>{out.download(), dx.download(), dgates.download(),
+                                           dw_in.download(), dw_out.download()};
+  };
+  const std::vector<std::vector<float>> counted = run_both();
+  counts = host_counts.data();
+  const std::vector<std::vector<float>> given = run_both();
+  const std::vector<float>&out_h = given[0], &dx_h = given[1], &dg_h = given[2], &dwi_h = given[3],
+        &dwo_h = given[4];
+  // Counts given or counted on the device: the same launches, so the same bits.
+  double counts_differ = 0.0;  // the largest |difference|; NaN anywhere counts as infinite
+  for (size_t i = 0; i < given.size(); i++) {
+    for (size_t j = 0; j < given[i].size(); j++) {
+      const double d = std::fabs(double{given[i][j]} - double{counted[i][j]});
+      counts_differ = std::max(counts_differ, std::isnan(d) ? INFINITY : d);
+    }
+  }
 
   std::vector<Output> fwd, bwd;
   if (!big) {
@@ -361,6 +378,7 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
         {"dw_in", std::max(rel_rms(dwi_got, dwi_ref), nonfinite(dwi_h)), kTolExperts},
         {"dw_out", std::max(rel_rms(dwo_got, dwo_ref), nonfinite(dwo_h)), kTolExperts}};
   }
+  fwd.push_back({"all, counts given vs counted", counts_differ, 0.0});
   const double flops = 6.0 * S * H * I;  // forward: two GEMMs, 2 * S * (2I*H + H*I)
   const double ms_f = big ? ctx.time_ms(forward) : -1;
   ctx.report("moe_experts.forward", shape, fwd, ms_f, big ? tflops(flops, ms_f) : "");

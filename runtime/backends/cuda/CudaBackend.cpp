@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -237,20 +238,36 @@ absl::Status RunMoeRouteBackward(const Args& a) {
   });
 }
 
+// cuBLASLt takes the experts' row counts on the host: counted from the executor's host copy of
+// the ids when there is one; empty otherwise (the kernel then counts on the device and waits).
+std::vector<int64_t> HostExpertCounts(const Args& a, int64_t slots, int64_t experts) {
+  std::vector<int64_t> counts;
+  const int32_t* ids = a.resources().host_expert_ids;
+  if (ids == nullptr) return counts;
+  counts.assign(experts, 0);
+  for (int64_t i = 0; i < slots; ++i) {
+    if (ids[i] >= 0 && ids[i] < experts) ++counts[ids[i]];
+  }
+  return counts;
+}
+
 // ins: x, gates, experts (i32), w_in, w_out. outs: out. ints: tokens, hidden, inner, experts, k.
-// Waits for the per-expert token counts (cuBLASLt takes the row counts on the host).
 absl::Status RunMoeExpertsForward(const Args& a) {
+  const std::vector<int64_t> counts = HostExpertCounts(a, a.i(0) * a.i(4), a.i(3));
   return Done(cuda::moe_experts_forward(a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0),
                                         a.in<float>(1), a.in_i32(2), a.in<bf16>(3), a.in<bf16>(4),
-                                        a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace()));
+                                        a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(),
+                                        counts.empty() ? nullptr : counts.data()));
 }
 
 // ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
-  return Done(cuda::moe_experts_backward(
-      a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1), a.out<bf16>(2), a.out<bf16>(3),
-      a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4), a.in<bf16>(5),
-      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace()));
+  const std::vector<int64_t> counts = HostExpertCounts(a, a.i(0) * a.i(4), a.i(3));
+  return Done(cuda::moe_experts_backward(a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1),
+                                         a.out<bf16>(2), a.out<bf16>(3), a.in<bf16>(0),
+                                         a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4),
+                                         a.in<bf16>(5), a.i(0), a.i(1), a.i(2), a.i(3), a.i(4),
+                                         a.workspace(), counts.empty() ? nullptr : counts.data()));
 }
 
 // ins: logits (T), targets (i32). outs: loss_sum, valid_count (f32). ints: tokens, vocab,

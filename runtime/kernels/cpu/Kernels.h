@@ -219,7 +219,7 @@ void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const in
 
 // Expert compute: out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b), where [a | b] = W_in[e] x[t]
 // and e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden] (gate rows first);
-// w_out [E, hidden, inner].
+// w_out [E, hidden, inner]. A slot whose index is outside [0, E) contributes nothing (dgates 0).
 template <typename T>
 void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices, const T* w_in,
                          const T* w_out, int64_t tokens, int64_t hidden, int64_t inner,

@@ -83,6 +83,7 @@ void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indi
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < k; j++) {
       const int64_t e = indices[t * k + j];
+      if (e < 0 || e >= experts) continue;  // no expert: contributes nothing (as on the GPU)
       expert_forward(hin, u, o, x + t * hidden, w_in + e * 2 * inner * hidden,
                      w_out + e * hidden * inner, hidden, inner);
       const double gate = static_cast<double>(gates[t * k + j]);
@@ -100,6 +101,7 @@ void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, 
                           int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
                           int64_t k) {
   std::vector<double> dx_acc(tokens * hidden, 0.0);
+  std::fill(dgates, dgates + tokens * k, T(0));  // stays 0 for a slot without an expert
   std::vector<double> dw_in_e(2 * inner * hidden), dw_out_e(hidden * inner);
   std::vector<double> hin(2 * inner), u(inner), o(hidden), du(inner), dhin(2 * inner);
   for (int64_t e = 0; e < experts; e++) {

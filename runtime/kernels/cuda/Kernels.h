@@ -247,15 +247,18 @@ Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, 
 // e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden]; w_out [E, hidden, inner].
 // The (token, slot) pairs are sorted by expert (stably), gathered, and each expert runs two
 // cuBLASLt GEMMs on its rows; the products and SwiGLU are rounded to bf16 between the GEMMs (as
-// a bf16 model does); the gate-weighted sum over a token's slots is fp32 in slot order. Waits
-// for the per-expert counts (a device-to-host copy of experts+1 ints): not graph-capturable.
+// a bf16 model does); the gate-weighted sum over a token's slots is fp32 in slot order.
 // Slots whose index is outside [0, experts) contribute nothing (and get dgates 0).
+// cuBLASLt takes the GEMMs' row counts on the host: a caller that knows how many slots each
+// expert gets (expert_counts [experts], from the same indices on the host) passes them, and the
+// call returns without waiting; without them it copies the counts down and waits for the stream.
 size_t moe_experts_forward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
                                            int64_t experts, int64_t k);
 Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, const bf16* x,
                            const float* gates, const int32_t* indices, const bf16* w_in,
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                           int64_t experts, int64_t k, Workspace workspace);
+                           int64_t experts, int64_t k, Workspace workspace,
+                           const int64_t* expert_counts = nullptr);
 // Recomputes the expert activations (no saved state). dw_in, dw_out are every expert's full
 // gradient (zero for an expert no token reached).
 size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
@@ -264,7 +267,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
                             const float* gates, const int32_t* indices, const bf16* w_in,
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                            int64_t experts, int64_t k, Workspace workspace);
+                            int64_t experts, int64_t k, Workspace workspace,
+                            const int64_t* expert_counts = nullptr);
 
 // The pieces of expert parallelism's exchange (the CUDA backend's moe_experts_ep), which runs
 // the experts above on rows that other GPUs send: the same gather and combine they use inside.

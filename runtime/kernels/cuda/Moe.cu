@@ -421,23 +421,28 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
                            const ExpertBuffers& b, ExpertRows& layout, const bf16* x,
                            const int32_t* indices, const bf16* w_in, const bf16* w_out,
                            int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                           int64_t k, bool with_y) {
+                           int64_t k, const int64_t* expert_counts, bool with_y) {
   const int64_t slots = tokens * k;
   const int e_count = static_cast<int>(experts);
   plan_kernel<<<e_count, kPlanThreads, sizeof(int32_t) * experts, stream>>>(
       b.sorted_slot, b.slot_pos, b.offsets, indices, slots, e_count);
   if (Status s = launch_status(name); !s.ok()) return s;
-  std::vector<int32_t> offsets(experts + 1, 0);
-  cudaError_t error = cudaMemcpyAsync(offsets.data(), b.offsets, sizeof(int32_t) * (experts + 1),
-                                      cudaMemcpyDeviceToHost, stream);
-  if (error != cudaSuccess) return Status::Cuda(name, error);
-  // The one wait: cuBLASLt takes the row counts from the host.
-  error = cudaStreamSynchronize(stream);
-  if (error != cudaSuccess) return Status::Cuda(name, error);
-  const int64_t routed = offsets[experts];
-  if (routed == 0) return Status();
   std::vector<int64_t> counts(experts);
-  for (int64_t e = 0; e < experts; e++) counts[e] = offsets[e + 1] - offsets[e];
+  if (expert_counts != nullptr) {
+    std::copy_n(expert_counts, experts, counts.begin());
+  } else {
+    std::vector<int32_t> offsets(experts + 1, 0);
+    cudaError_t error = cudaMemcpyAsync(offsets.data(), b.offsets, sizeof(int32_t) * (experts + 1),
+                                        cudaMemcpyDeviceToHost, stream);
+    if (error != cudaSuccess) return Status::Cuda(name, error);
+    // The one wait: cuBLASLt takes the row counts from the host.
+    error = cudaStreamSynchronize(stream);
+    if (error != cudaSuccess) return Status::Cuda(name, error);
+    for (int64_t e = 0; e < experts; e++) counts[e] = offsets[e + 1] - offsets[e];
+  }
+  int64_t routed = 0;
+  for (int64_t n : counts) routed += n;
+  if (routed == 0) return Status();
   layout = plan_expert_rows(std::move(counts), expert_row_limit(slots, experts));
   const int64_t cap = layout.capacity;
   overflow_offsets_kernel<<<1, 1, 0, stream>>>(b.overflow_start, b.offsets, cap, e_count);
@@ -526,7 +531,8 @@ size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int6
 Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, const bf16* x,
                            const float* gates, const int32_t* indices, const bf16* w_in,
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                           int64_t experts, int64_t k, Workspace workspace) {
+                           int64_t experts, int64_t k, Workspace workspace,
+                           const int64_t* expert_counts) {
   const char* name = "moe_experts.forward";
   if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
   if (tokens == 0) return Status();
@@ -535,7 +541,8 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
   if (!carver.fits()) return Status(name, "workspace too small");
   ExpertRows layout;
   if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
-                                     hidden, inner, experts, k, /*with_y=*/true);
+                                     hidden, inner, experts, k, expert_counts,
+                                     /*with_y=*/true);
       !s.ok()) {
     return s;
   }
@@ -549,7 +556,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
                             const float* gates, const int32_t* indices, const bf16* w_in,
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                            int64_t experts, int64_t k, Workspace workspace) {
+                            int64_t experts, int64_t k, Workspace workspace,
+                            const int64_t* expert_counts) {
   const char* name = "moe_experts.backward";
   if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
   if (tokens == 0) {
@@ -561,7 +569,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
   if (!carver.fits()) return Status(name, "workspace too small");
   ExpertRows layout;
   if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
-                                     hidden, inner, experts, k, /*with_y=*/false);
+                                     hidden, inner, experts, k, expert_counts,
+                                     /*with_y=*/false);
       !s.ok()) {
     return s;
   }

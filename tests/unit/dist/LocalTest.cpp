@@ -146,5 +146,138 @@ TEST(ExpertRoutes, OneRankReceivesWhatItSends) {
   EXPECT_EQ(r.local_expert, experts);
 }
 
+// The GPUs' token routes: 6 experts over 3 ranks (2 each), k = 2. A token goes once to each
+// owner of one of its experts, in send order "by owner, then token".
+TEST(TokenRoutes, SendEachTokenOnceToEachOwner) {
+  // Token 0: experts 5, 4 (owner 2 twice); token 1: 0, 3 (owners 0, 1); token 2: 1, -1.
+  const std::vector<int32_t> experts = {5, 4, 0, 3, 1, -1};
+  const comm::TokenRoutes r = comm::BucketTokensByOwner(experts, /*k=*/2, /*experts=*/6, /*ep=*/3);
+  EXPECT_EQ(r.bad_slot, 5);
+  EXPECT_EQ(r.send_rows, (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_EQ(r.send_slots, (std::vector<int64_t>{1, 1, 0, 1, 1, 1}));
+  EXPECT_EQ(r.row_token, (std::vector<int32_t>{1, 2, 1, 0}));
+  EXPECT_EQ(r.row_slot, (std::vector<int32_t>{2, 3, 4, 5, 2, 3, 0, 1}));
+  EXPECT_EQ(r.row_experts, (std::vector<int32_t>{0, -1, 1, -1, -1, 1, 1, 0}));
+  EXPECT_EQ(r.token_row, (std::vector<int32_t>{-1, -1, 3, 0, 2, -1, 1, -1, -1}));
+  EXPECT_EQ(r.slot_row, (std::vector<int32_t>{6, 7, 0, 5, 2, -1}));
+  EXPECT_EQ(r.SendCounts(10), (std::vector<int64_t>{20, 10, 10}));
+}
+
+// One rank: the counts come back unchanged, per row and per expert.
+TEST(TokenRoutes, OneRankReceivesWhatItSends) {
+  comm::LocalCommunicator local;
+  const std::vector<int32_t> experts = {2, 0, 1, 2};
+  const comm::TokenRoutes r =
+      comm::RouteTokensToExpertOwners(local, experts, /*k=*/2, /*experts=*/3, /*ep=*/1);
+  EXPECT_EQ(r.recv_rows, (std::vector<int64_t>{2}));
+  EXPECT_EQ(r.received(), 2);
+  EXPECT_EQ(r.recv_slots, (std::vector<int64_t>{1, 1, 2}));
+  EXPECT_EQ(r.row_experts, experts);
+}
+
+// The exchange the CUDA backend makes with these routes, played out on the host with the CPU
+// experts in double: every rank's tokens to their owners, the owners' experts on the rows that
+// came, the rows back, summed at home. Outputs, input and gate gradients and each owner's weight
+// gradients equal the experts of one rank run on each rank's tokens (up to double rounding: the
+// sums over a token's slots are grouped by owner).
+TEST(TokenRoutes, TheExchangeRepeatsOneRanksExperts) {
+  const int64_t ep = 2, E = 6, L = E / ep, k = 3, H = 5, I = 4, tokens = 7;
+  std::mt19937 rng(11);
+  const Vec w_in = cpu::testing::random_vec(rng, E * 2 * I * H);
+  const Vec w_out = cpu::testing::random_vec(rng, E * H * I);
+  struct Rank {
+    Vec x, gates, dout;
+    std::vector<int32_t> ids;
+    comm::TokenRoutes routes;
+  };
+  std::vector<Rank> ranks(ep);
+  std::uniform_int_distribution<int32_t> expert(0, E - 1);
+  for (Rank& rank : ranks) {
+    rank.x = cpu::testing::random_vec(rng, tokens * H);
+    rank.gates = cpu::testing::random_vec(rng, tokens * k, 0.1, 1.0);
+    rank.dout = cpu::testing::random_vec(rng, tokens * H);
+    for (int64_t i = 0; i < tokens * k; ++i) rank.ids.push_back(expert(rng));
+    rank.routes = comm::BucketTokensByOwner(rank.ids, k, E, ep);
+  }
+  // Where rank r's rows for owner p start in r's send order.
+  auto first_row = [&](int64_t r, int64_t p) {
+    int64_t at = 0;
+    for (int64_t q = 0; q < p; ++q) at += ranks[r].routes.send_rows[q];
+    return at;
+  };
+  // Each owner: the rows that came (x, dout, gates, local ids), its experts, the rows back.
+  std::vector<Vec> back_out(ep), back_dx(ep), back_dgates(ep);
+  for (int64_t r = 0; r < ep; ++r) {
+    back_out[r].assign(ranks[r].routes.sent() * H, 0.0);
+    back_dx[r].assign(ranks[r].routes.sent() * H, 0.0);
+    back_dgates[r].assign(ranks[r].routes.sent() * k, 0.0);
+  }
+  Vec dw_in(E * 2 * I * H), dw_out(E * H * I);
+  for (int64_t p = 0; p < ep; ++p) {
+    Vec x, dout, gates;
+    std::vector<int32_t> ids;
+    for (int64_t r = 0; r < ep; ++r) {
+      const comm::TokenRoutes& routes = ranks[r].routes;
+      for (int64_t row = first_row(r, p); row < first_row(r, p) + routes.send_rows[p]; ++row) {
+        const int64_t t = routes.row_token[row];
+        x.insert(x.end(), ranks[r].x.begin() + t * H, ranks[r].x.begin() + (t + 1) * H);
+        dout.insert(dout.end(), ranks[r].dout.begin() + t * H, ranks[r].dout.begin() + (t + 1) * H);
+        for (int64_t j = 0; j < k; ++j) {
+          gates.push_back(ranks[r].gates[routes.row_slot[row * k + j]]);
+          ids.push_back(routes.row_experts[row * k + j]);
+        }
+      }
+    }
+    const auto rows = static_cast<int64_t>(ids.size()) / k;
+    Vec out(rows * H), dx(rows * H), dgates(rows * k);
+    const double* w_in_p = w_in.data() + p * L * 2 * I * H;
+    const double* w_out_p = w_out.data() + p * L * H * I;
+    cpu::moe_experts_forward<double>(out.data(), x.data(), gates.data(), ids.data(), w_in_p,
+                                     w_out_p, rows, H, I, L, k);
+    cpu::moe_experts_backward<double>(dx.data(), dgates.data(), dw_in.data() + p * L * 2 * I * H,
+                                      dw_out.data() + p * L * H * I, dout.data(), x.data(),
+                                      gates.data(), ids.data(), w_in_p, w_out_p, rows, H, I, L, k);
+    int64_t at = 0;  // back to each sender, in the order the rows came
+    for (int64_t r = 0; r < ep; ++r) {
+      const int64_t first = first_row(r, p), count = ranks[r].routes.send_rows[p];
+      std::copy_n(out.begin() + at * H, count * H, back_out[r].begin() + first * H);
+      std::copy_n(dx.begin() + at * H, count * H, back_dx[r].begin() + first * H);
+      std::copy_n(dgates.begin() + at * k, count * k, back_dgates[r].begin() + first * k);
+      at += count;
+    }
+  }
+  // Home: add the owners' rows; each slot's dgate from the row that went to its owner.
+  Vec dw_in_ref(E * 2 * I * H, 0.0), dw_out_ref(E * H * I, 0.0);
+  for (int64_t r = 0; r < ep; ++r) {
+    const Rank& rank = ranks[r];
+    Vec out(tokens * H, 0.0), dx(tokens * H, 0.0), dgates(tokens * k, 0.0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t p = 0; p < ep; ++p) {
+        const int32_t row = rank.routes.token_row[t * ep + p];
+        for (int64_t c = 0; row >= 0 && c < H; ++c) {
+          out[t * H + c] += back_out[r][row * H + c];
+          dx[t * H + c] += back_dx[r][row * H + c];
+        }
+      }
+    }
+    for (int64_t s = 0; s < tokens * k; ++s) dgates[s] = back_dgates[r][rank.routes.slot_row[s]];
+    Vec out_ref(tokens * H), dx_ref(tokens * H), dgates_ref(tokens * k), dwi(dw_in.size()),
+        dwo(dw_out.size());
+    cpu::moe_experts_forward<double>(out_ref.data(), rank.x.data(), rank.gates.data(),
+                                     rank.ids.data(), w_in.data(), w_out.data(), tokens, H, I, E,
+                                     k);
+    cpu::moe_experts_backward<double>(
+        dx_ref.data(), dgates_ref.data(), dwi.data(), dwo.data(), rank.dout.data(), rank.x.data(),
+        rank.gates.data(), rank.ids.data(), w_in.data(), w_out.data(), tokens, H, I, E, k);
+    EXPECT_LT(cpu::testing::max_rel_diff(out, out_ref), 1e-12) << "rank " << r;
+    EXPECT_LT(cpu::testing::max_rel_diff(dx, dx_ref), 1e-12) << "rank " << r;
+    EXPECT_EQ(dgates, dgates_ref) << "rank " << r;  // one owner computes each, as one rank does
+    for (size_t i = 0; i < dwi.size(); ++i) dw_in_ref[i] += dwi[i];
+    for (size_t i = 0; i < dwo.size(); ++i) dw_out_ref[i] += dwo[i];
+  }
+  EXPECT_LT(cpu::testing::max_rel_diff(dw_in, dw_in_ref), 1e-12);
+  EXPECT_LT(cpu::testing::max_rel_diff(dw_out, dw_out_ref), 1e-12);
+}
+
 }  // namespace
 }  // namespace hcp

@@ -66,6 +66,12 @@ ExpertRoutes RouteToExpertOwners(Communicator& comm, std::span<const int32_t> sl
   return r;
 }
 
+int64_t TokenRoutes::sent() const {
+  int64_t total = 0;
+  for (int64_t c : send_rows) total += c;
+  return total;
+}
+
 int64_t TokenRoutes::received() const {
   int64_t total = 0;
   for (int64_t c : recv_rows) total += c;
@@ -81,66 +87,71 @@ std::vector<int64_t> TokenRoutes::RecvCounts(int64_t per_row) const {
 
 // Runs before every expert-parallel MoE step on the GPUs, with the GPU waiting in the forward:
 // no divisions per slot (a 64-bit division costs tens of cycles), the owners from a table.
-TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
-                                int64_t ep) {
+TokenRoutes CountTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
+                               int64_t ep) {
   const auto slots = static_cast<int64_t>(slot_experts.size());
   const int64_t tokens = slots / k, per_rank = experts / ep;
   std::vector<int32_t> owner(experts);
   for (int64_t e = 0; e < experts; ++e) owner[e] = static_cast<int32_t>(e / per_rank);
-  auto valid = [&](int32_t e) { return e >= 0 && e < experts; };
   TokenRoutes r;
   r.k = k;
   r.local_experts = per_rank;
   r.send_rows.assign(ep, 0);
   r.send_slots.assign(ep * per_rank, 0);
-  r.token_row.assign(tokens * ep, -1);
-  r.slot_row.assign(slots, -1);
-  // Which owners each token reaches (token_row[t * ep + p] = 0 marks one for now).
+  std::vector<int64_t> reached(ep, -1);  // the last token that reached each owner
   for (int64_t t = 0; t < tokens; ++t) {
-    int32_t* rows = r.token_row.data() + t * ep;
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = slot_experts[t * k + j];
-      if (!valid(e)) {
+      if (e < 0 || e >= experts) {
         if (r.bad_slot < 0) r.bad_slot = t * k + j;
         continue;
       }
       ++r.send_slots[e];
-      if (rows[owner[e]] < 0) {
-        rows[owner[e]] = 0;
+      if (reached[owner[e]] != t) {
+        reached[owner[e]] = t;
         ++r.send_rows[owner[e]];
       }
     }
   }
+  return r;
+}
+
+TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
+                                int64_t ep) {
+  TokenRoutes r = CountTokensByOwner(slot_experts, k, experts, ep);
+  const auto slots = static_cast<int64_t>(slot_experts.size());
+  const int64_t tokens = slots / k, per_rank = r.local_experts;
   std::vector<int64_t> next(ep, 0);
   for (int64_t p = 1; p < ep; ++p) next[p] = next[p - 1] + r.send_rows[p - 1];
   const int64_t sent = next[ep - 1] + r.send_rows[ep - 1];
   r.row_token.resize(sent);
   r.row_slot.resize(sent * k);
   r.row_experts.assign(sent * k, -1);
-  // Token by token, each of its rows in its owner's part of the send order.
+  r.token_row.assign(tokens * ep, -1);
+  r.slot_row.assign(slots, -1);
+  auto owner_of = [&](int32_t e) { return e >= 0 && e < experts ? e / per_rank : int64_t{-1}; };
   for (int64_t t = 0; t < tokens; ++t) {
-    int32_t* rows = r.token_row.data() + t * ep;
     for (int64_t p = 0; p < ep; ++p) {
-      if (rows[p] < 0) continue;
+      bool reaches = false;
+      for (int64_t j = 0; j < k; ++j) reaches = reaches || owner_of(slot_experts[t * k + j]) == p;
+      if (!reaches) continue;
       const int64_t at = next[p]++;
-      rows[p] = static_cast<int32_t>(at);
+      r.token_row[t * ep + p] = static_cast<int32_t>(at);
       r.row_token[at] = static_cast<int32_t>(t);
-      for (int64_t j = 0; j < k; ++j) r.row_slot[at * k + j] = static_cast<int32_t>(t * k + j);
-    }
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = slot_experts[t * k + j];
-      if (!valid(e)) continue;
-      const int64_t at = rows[owner[e]];
-      r.row_experts[at * k + j] = static_cast<int32_t>(e - owner[e] * per_rank);
-      r.slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = slot_experts[t * k + j];
+        r.row_slot[at * k + j] = static_cast<int32_t>(t * k + j);
+        if (owner_of(e) != p) continue;
+        r.row_experts[at * k + j] = static_cast<int32_t>(e - p * per_rank);
+        r.slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
+      }
     }
   }
   return r;
 }
 
-TokenRoutes RouteTokensToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
-                                      int64_t k, int64_t experts, int64_t ep) {
-  TokenRoutes r = BucketTokensByOwner(slot_experts, k, experts, ep);
+void ExchangeTokenCounts(Communicator& comm, TokenRoutes& r) {
+  const auto ep = static_cast<int64_t>(r.send_rows.size());
   // To each rank: its row count, then the slots for each of its experts.
   const int64_t block = 1 + r.local_experts;
   std::vector<int64_t> send(ep * block), recv(ep * block);
@@ -157,7 +168,6 @@ TokenRoutes RouteTokensToExpertOwners(Communicator& comm, std::span<const int32_
     r.recv_rows[p] = recv[p * block];
     for (int64_t e = 0; e < r.local_experts; ++e) r.recv_slots[e] += recv[p * block + 1 + e];
   }
-  return r;
 }
 
 }  // namespace hcp::comm

@@ -61,26 +61,30 @@ struct TokenRoutes {
                                      // that went to its expert's owner; -1 out of range
   // The first slot whose expert is outside [0, experts) (it stays home), or -1.
   int64_t bad_slot = -1;
-  // After the exchange (RouteTokensToExpertOwners):
+  // After the exchange (ExchangeTokenCounts):
   std::vector<int64_t> recv_rows;   // rows from each ep-group rank
   std::vector<int64_t> recv_slots;  // [local_experts] slots for each of this rank's experts,
                                     // from every rank together
 
-  int64_t sent() const { return static_cast<int64_t>(row_token.size()); }
+  int64_t sent() const;  // rows, all ranks together
   int64_t received() const;
   // Per-peer counts of `per_row` elements each.
   std::vector<int64_t> SendCounts(int64_t per_row) const;
   std::vector<int64_t> RecvCounts(int64_t per_row) const;
 };
 
-// The routes of `slot_experts` ([tokens * k] global expert ids), `experts` experts split over
-// `ep` ranks. recv_rows and recv_slots stay empty.
+// The counts of the routes of `slot_experts` ([tokens * k] global expert ids), `experts` experts
+// split over `ep` ranks: k, local_experts, send_rows, send_slots and bad_slot; the arrays stay
+// empty (the GPUs build them on the device: moe_token_routes) and so do the received counts.
+TokenRoutes CountTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
+                               int64_t ep);
+
+// The whole routes: CountTokensByOwner's, and the arrays.
 TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
                                 int64_t ep);
 
-// BucketTokensByOwner, then the row and per-expert slot counts exchanged over the ep group.
-// Collective over kEp.
-TokenRoutes RouteTokensToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
-                                      int64_t k, int64_t experts, int64_t ep);
+// Fills r.recv_rows and r.recv_slots: every rank of the ep group sends each its row count and the
+// slots for each of its experts. Collective over kEp.
+void ExchangeTokenCounts(Communicator& comm, TokenRoutes& r);
 
 }  // namespace hcp::comm

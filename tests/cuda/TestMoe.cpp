@@ -464,6 +464,68 @@ void exchange_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t k) {
        {"gather_values", rel_rms(slot_values.download(), values_ref), 0.0}});
 }
 
+// Expert parallelism's token routes made on the device (moe_token_routes) against the send
+// order "by owner rank, then token" written out plainly; every array must match exactly. A few
+// slots have no expert (-1 or E): they go nowhere.
+void token_routes_case(Context& ctx, int64_t tokens, int64_t k, int64_t experts, int64_t ep) {
+  if (!ctx.wants("moe_token_routes")) return;
+  const std::string shape = shape_str({tokens}) + " k" + std::to_string(k) + " E" +
+                            std::to_string(experts) + " ep" + std::to_string(ep);
+  std::vector<int32_t> ids = randint(tokens * k, ctx.seed(), 0, static_cast<int32_t>(experts));
+  const std::vector<int32_t> holes = randint(tokens * k, ctx.seed() + 1, 0, 50);
+  for (int64_t s = 0; s < tokens * k; ++s) {
+    if (holes[s] == 0) ids[s] = -1;
+    if (holes[s] == 1) ids[s] = static_cast<int32_t>(experts);
+  }
+  const int64_t per_rank = experts / ep, max_rows = tokens * ep;
+  std::vector<int32_t> row_token, row_slot, row_experts, token_row(tokens * ep, -1),
+      slot_row(tokens * k, -1);
+  for (int64_t p = 0; p < ep; ++p) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      bool reaches = false;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        reaches = reaches || (e >= 0 && e < experts && e / per_rank == p);
+      }
+      if (!reaches) continue;
+      const auto at = static_cast<int32_t>(row_token.size());
+      token_row[t * ep + p] = at;
+      row_token.push_back(static_cast<int32_t>(t));
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        const bool here = e >= 0 && e < experts && e / per_rank == p;
+        row_slot.push_back(static_cast<int32_t>(t * k + j));
+        row_experts.push_back(here ? static_cast<int32_t>(e - p * per_rank) : -1);
+        if (here) slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
+      }
+    }
+  }
+  const auto sent = static_cast<int64_t>(row_token.size());
+  Dev<int32_t> d_ids = to_device_i32(ids), d_row_token(max_rows), d_row_slot(max_rows * k),
+               d_row_experts(max_rows * k), d_token_row(tokens * ep), d_slot_row(tokens * k);
+  // Not the usual poison: its -1 is a value the routes write.
+  for (Dev<int32_t>* d : {&d_row_token, &d_row_slot, &d_row_experts, &d_token_row, &d_slot_row}) {
+    d->upload_raw(std::vector<int32_t>(d->size(), 0x5EEDBEEF));
+  }
+  check(moe_token_routes(ctx.stream(), d_row_token.get(), d_row_slot.get(), d_row_experts.get(),
+                         d_token_row.get(), d_slot_row.get(), d_ids.get(), tokens, k, experts, ep));
+  ctx.sync();
+  // The count of entries that differ from the reference (the device's first ref.size()).
+  auto differ = [](const Dev<int32_t>& device, const std::vector<int32_t>& ref) {
+    const std::vector<int32_t> got = device.download_raw();
+    double count = 0;
+    for (size_t i = 0; i < ref.size(); ++i) count += got[i] != ref[i];
+    return count;
+  };
+  ctx.report("moe_token_routes", shape,
+             {{"row_token", differ(d_row_token, row_token), 0.0},
+              {"row_slot", differ(d_row_slot, row_slot), 0.0},
+              {"row_experts", differ(d_row_experts, row_experts), 0.0},
+              {"token_row", differ(d_token_row, token_row), 0.0},
+              {"slot_row", differ(d_slot_row, slot_row), 0.0},
+              {"rows sent", static_cast<double>(sent > max_rows), 0.0}});
+}
+
 }  // namespace
 
 void test_moe(Context& ctx) {
@@ -479,6 +541,10 @@ void test_moe(Context& ctx) {
   exchange_case(ctx, 37, 40, 3);  // hidden not a multiple of 8: the scalar path
   exchange_case(ctx, 64, 72, 6);
   exchange_case(ctx, 1, 16, 1);
+  token_routes_case(ctx, 37, 3, 6, 2);
+  token_routes_case(ctx, 3000, 6, 64, 4);  // several chunks of the block
+  token_routes_case(ctx, 500, 2, 16, 16);  // the most ranks
+  token_routes_case(ctx, 100, 4, 8, 1);
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny: 64 experts, top-6, width 512, hidden 1536; -small: 72 experts, top-10.
   route_case<float>(ctx, 8192, 64, 6, true);
@@ -487,6 +553,7 @@ void test_moe(Context& ctx) {
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true, /*crowded=*/true);
   exchange_case(ctx, 8192, 1536, 6);
+  token_routes_case(ctx, 8192, 6, 64, 2);
 }
 
 }  // namespace hcp::cuda::test

@@ -306,6 +306,8 @@ std::vector<std::string> ShapeProblems(const plan::Step& step) {
               absl::StrFormat("%d experts per GPU: the CUDA expert kernels take at most 4096",
                               v[3] / ranks));
       require(v[4] <= 16, absl::StrFormat("k = %d: the CUDA expert kernels take at most 16", v[4]));
+      require(ranks <= 16,
+              absl::StrFormat("ep = %d: the CUDA expert exchange takes at most 16 ranks", ranks));
       require(
           ranks * v[0] * v[4] <= std::numeric_limits<int32_t>::max(),
           absl::StrFormat("%d*%d*%d (rank, token, slot) rows do not fit int32", ranks, v[0], v[4]));

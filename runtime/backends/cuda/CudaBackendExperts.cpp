@@ -10,10 +10,11 @@
 // partial sums are rounded to bf16 once more, and about k / ep times fewer rows cross the links
 // (for tiny at ep = 2, ~2 rows a token instead of 6).
 //
-// The routing is decided on the host from the expert ids: the executor copies them to the host
-// as soon as the step writing them has run (StepResources::host_expert_ids); without that copy
-// they are copied here, waiting for the stream. The row and per-expert slot counts go through the
-// host communicator, so the experts' GEMMs know their row counts without waiting for the device.
+// The routes' counts are made on the host from the expert ids: the executor copies them to the
+// host as soon as the step writing them has run (StepResources::host_expert_ids); without that
+// copy they are copied here, waiting for the stream. The row and per-expert slot counts go
+// through the host communicator, so the experts' GEMMs know their row counts without waiting for
+// the device; the routes' arrays are made on the device (moe_token_routes) from the same ids.
 // NCCL moves the rows (grouped sends and receives, AllToAllV). Scratch is sized for the worst
 // case, every token of every rank of the group sent here: ep * tokens rows of k slots.
 #include <cstdint>
@@ -46,7 +47,7 @@ EpShape EpShapeOf(const plan::Step& step) {
 
 // The workspace pieces, in order; `experts` is the rest, for moe_experts_forward/backward.
 struct EpScratch {
-  // The routes (TokenRoutes' arrays of the same names), uploaded.
+  // The routes (TokenRoutes' arrays of the same names), made on the device.
   int32_t* row_token = nullptr;    // [max sent]
   int32_t* row_slot = nullptr;     // [max sent * k]
   int32_t* row_experts = nullptr;  // [max sent * k]; sent as they are
@@ -114,25 +115,19 @@ std::span<const int32_t> HostExpertIds(const Args& a, const int32_t* device_ids,
   return storage;
 }
 
-// Routes the tokens to their experts' owners (collective over kEp: the counts go over the host
-// communicator) and uploads the routes into the scratch. A slot whose expert is outside [0, E)
-// goes nowhere and contributes nothing, as on one GPU (the ids come from moe_route.forward, in
-// range by construction).
+// Routes the tokens to their experts' owners: the counts on the host, exchanged over the ep
+// group (collective over kEp), the routes' arrays on the device from the same ids. A slot whose
+// expert is outside [0, E) goes nowhere and contributes nothing, as on one GPU (the ids come from
+// moe_route.forward, in range by construction).
 absl::StatusOr<comm::TokenRoutes> RouteTokens(const Args& a, const int32_t* device_ids,
                                               const EpShape& s, const EpScratch& w) {
   std::vector<int32_t> storage;
   const std::span<const int32_t> ids = HostExpertIds(a, device_ids, s.tokens * s.k, storage);
-  comm::TokenRoutes r = comm::RouteTokensToExpertOwners(a.nccl().host(), ids, s.k, s.experts, s.ep);
-  // Pageable host memory: each copy returns once its source has been staged.
-  for (auto [to, from] :
-       {std::pair{w.row_token, &r.row_token}, std::pair{w.row_slot, &r.row_slot},
-        std::pair{w.row_experts, &r.row_experts}, std::pair{w.token_row, &r.token_row},
-        std::pair{w.slot_row, &r.slot_row}}) {
-    if (from->empty()) continue;
-    HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(to, from->data(), sizeof(int32_t) * from->size(),
-                                                 cudaMemcpyHostToDevice, a.stream()),
-                                 "uploading the expert routing"));
-  }
+  comm::TokenRoutes r = comm::CountTokensByOwner(ids, s.k, s.experts, s.ep);
+  comm::ExchangeTokenCounts(a.nccl().host(), r);
+  HCP_RETURN_IF_ERROR(
+      Done(cuda::moe_token_routes(a.stream(), w.row_token, w.row_slot, w.row_experts, w.token_row,
+                                  w.slot_row, device_ids, s.tokens, s.k, s.experts, s.ep)));
   return r;
 }
 

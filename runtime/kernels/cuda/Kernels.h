@@ -279,6 +279,15 @@ Status moe_gather_rows(cudaStream_t stream, bf16* rows, const bf16* x, const int
 // in slot order, rounded once; a slot whose row is -1 contributes nothing.
 Status moe_combine_rows(cudaStream_t stream, bf16* out, const bf16* rows, const float* gates,
                         const int32_t* row_of_slot, int64_t tokens, int64_t hidden, int64_t k);
+// comm::TokenRoutes' arrays (runtime/comm/ExpertRoutes.h) for the slots' global expert ids
+// slot_experts [tokens, k], `experts` split over `ep` ranks: row_token [sent], row_slot and
+// row_experts [sent, k], token_row [tokens, ep], slot_row [tokens, k], where sent is the number
+// of (token, owner) pairs (at most tokens * ep). The same values as BucketTokensByOwner on the
+// host. ep <= 16, k <= 16.
+Status moe_token_routes(cudaStream_t stream, int32_t* row_token, int32_t* row_slot,
+                        int32_t* row_experts, int32_t* token_row, int32_t* slot_row,
+                        const int32_t* slot_experts, int64_t tokens, int64_t k, int64_t experts,
+                        int64_t ep);
 // out[i] = in[index[i]], or 0 where index[i] = -1, for i < n.
 Status moe_gather_values(cudaStream_t stream, float* out, const float* in, const int32_t* index,
                          int64_t n);

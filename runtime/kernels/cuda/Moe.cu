@@ -186,6 +186,72 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+// Expert parallelism's token routes (comm::TokenRoutes' arrays), one block per owner rank p: it
+// first counts the rows of the owners before it (its first place in the send order "by owner,
+// then token"), then walks the tokens in order, placing each that reaches p by a warp ballot and
+// the block's warp counts, as plan_kernel places slots.
+__global__ void __launch_bounds__(kPlanThreads)
+    token_routes_kernel(int32_t* row_token, int32_t* row_slot, int32_t* row_experts,
+                        int32_t* token_row, int32_t* slot_row, const int32_t* slot_experts,
+                        int64_t tokens, int k, int experts, int ep) {
+  __shared__ int32_t warp_counts[32];
+  const int p = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = static_cast<int>(blockDim.x >> 5), per_rank = experts / ep;
+  auto owners = [&](int64_t t) {  // bit q set: token t has a slot on rank q
+    uint64_t mask = 0;
+    for (int j = 0; j < k; j++) {
+      const int32_t e = slot_experts[t * k + j];
+      if (e >= 0 && e < experts) mask |= uint64_t{1} << (e / per_rank);
+    }
+    return mask;
+  };
+  const uint64_t earlier_owners = (uint64_t{1} << p) - 1;
+  int32_t earlier = 0;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x) {
+    earlier += __popcll(owners(t) & earlier_owners);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    earlier += __shfl_down_sync(0xffffffffu, earlier, offset);
+  }
+  if (lane == 0) warp_counts[warp] = earlier;
+  __syncthreads();
+  int32_t base = 0;
+  for (int w = 0; w < warps; w++) base += warp_counts[w];
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int64_t start = 0; start < tokens; start += blockDim.x) {
+    const int64_t t = start + threadIdx.x;
+    const bool mine = t < tokens && ((owners(t) >> p) & 1);
+    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    __syncthreads();  // every thread has read warp_counts' previous values
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int32_t before = 0, total = 0;
+    for (int w = 0; w < warps; w++) {
+      if (w < warp) before += warp_counts[w];
+      total += warp_counts[w];
+    }
+    if (t < tokens) {
+      int32_t at = -1;
+      if (mine) {
+        at = base + before + __popc(ballot & lanes_below);
+        row_token[at] = static_cast<int32_t>(t);
+      }
+      token_row[t * ep + p] = at;
+      for (int j = 0; j < k; j++) {
+        const int32_t e = slot_experts[t * k + j];
+        const bool valid = e >= 0 && e < experts;
+        if (mine) {
+          row_slot[int64_t{at} * k + j] = static_cast<int32_t>(t * k + j);
+          row_experts[int64_t{at} * k + j] = valid && e / per_rank == p ? e - p * per_rank : -1;
+        }
+        if (valid && e / per_rank == p) slot_row[t * k + j] = at * k + j;
+        if (!valid && p == 0) slot_row[t * k + j] = -1;
+      }
+    }
+    base += total;
+  }
+}
+
 // Where each expert's overflow rows start (after the padded rows), from the compact offsets:
 // one thread, the experts in order.
 __global__ void overflow_offsets_kernel(int32_t* overflow_start, const int32_t* offsets,
@@ -647,6 +713,23 @@ Status moe_combine_rows(cudaStream_t stream, bf16* out, const bf16* rows, const 
   const bool vec = hidden % 8 == 0 && aligned16(out) && aligned16(rows);
   combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
       out, rows, gates, row_of_slot, nullptr, tokens, hidden, static_cast<int>(k), vec);
+  return launch_status(name);
+}
+
+Status moe_token_routes(cudaStream_t stream, int32_t* row_token, int32_t* row_slot,
+                        int32_t* row_experts, int32_t* token_row, int32_t* slot_row,
+                        const int32_t* slot_experts, int64_t tokens, int64_t k, int64_t experts,
+                        int64_t ep) {
+  const char* name = "moe_token_routes";
+  if (tokens < 0 || k <= 0 || k > kMaxK || ep <= 0 || ep > kMaxK || experts % ep != 0 ||
+      experts <= 0 || tokens * k * ep > INT32_MAX) {
+    return Status(name,
+                  "need 0 < k <= 16, 0 < ep <= 16 dividing the experts, tokens*k*ep in int32");
+  }
+  if (tokens == 0) return Status();
+  token_routes_kernel<<<static_cast<unsigned>(ep), kPlanThreads, 0, stream>>>(
+      row_token, row_slot, row_experts, token_row, slot_row, slot_experts, tokens,
+      static_cast<int>(k), static_cast<int>(experts), static_cast<int>(ep));
   return launch_status(name);
 }
 

@@ -235,11 +235,11 @@ CudaExecutor::~CudaExecutor() {
   if (beside_stream_ != nullptr) cudaStreamDestroy(beside_stream_);
   for (cudaEvent_t event : join_events_) cudaEventDestroy(event);
   if (grad_stream_ != nullptr) cudaStreamDestroy(grad_stream_);
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   for (cudaEvent_t event : {compute_done_, comm_done_, grads_ready_, grads_summed_, beside_start_,
                             beside_done_, copy_start_}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
-  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   for (int32_t* data : host_copy_data_) cudaFreeHost(data);
   for (cudaEvent_t event : host_copy_done_) cudaEventDestroy(event);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);

@@ -1,6 +1,7 @@
 #include "runtime/comm/ExpertRoutes.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace hcp::comm {
 namespace {
@@ -11,13 +12,13 @@ std::vector<int64_t> Times(const std::vector<int64_t>& count, int64_t per_slot) 
   return elements;
 }
 
+int64_t Sum(const std::vector<int64_t>& count) {
+  return std::accumulate(count.begin(), count.end(), int64_t{0});
+}
+
 }  // namespace
 
-int64_t ExpertRoutes::received() const {
-  int64_t total = 0;
-  for (int64_t c : recv_count) total += c;
-  return total;
-}
+int64_t ExpertRoutes::received() const { return Sum(recv_count); }
 
 std::vector<int64_t> ExpertRoutes::SendCounts(int64_t per_slot) const {
   return Times(send_count, per_slot);
@@ -66,17 +67,9 @@ ExpertRoutes RouteToExpertOwners(Communicator& comm, std::span<const int32_t> sl
   return r;
 }
 
-int64_t TokenRoutes::sent() const {
-  int64_t total = 0;
-  for (int64_t c : send_rows) total += c;
-  return total;
-}
+int64_t TokenRoutes::sent() const { return Sum(send_rows); }
 
-int64_t TokenRoutes::received() const {
-  int64_t total = 0;
-  for (int64_t c : recv_rows) total += c;
-  return total;
-}
+int64_t TokenRoutes::received() const { return Sum(recv_rows); }
 
 std::vector<int64_t> TokenRoutes::SendCounts(int64_t per_row) const {
   return Times(send_rows, per_row);

@@ -8,34 +8,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/kernels_cuda/PlanSketch.h"
 
 namespace hcp::cuda_backend {
 namespace {
 
 using plan::Arena;
 using plan::KernelId;
-
-// A plan of F32 buffers of 64 elements (256 bytes) at the given (arena, offset) places, and
-// steps over them.
-class PlanSketch {
- public:
-  uint32_t Buffer(Arena arena, uint64_t offset) {
-    plan::Buffer b;
-    b.arena = arena;
-    b.offset = offset;
-    b.elements = 64;
-    b.shape = {64};
-    plan_.buffers.push_back(b);
-    return static_cast<uint32_t>(plan_.buffers.size() - 1);
-  }
-  void Step(KernelId kernel, std::vector<uint32_t> ins, std::vector<uint32_t> outs) {
-    plan_.steps.push_back(plan::Step{kernel, std::move(ins), std::move(outs), {}, {}});
-  }
-  std::vector<size_t> Joins() const { return BesideComputeJoins(plan_); }
-
- private:
-  plan::Plan plan_;
-};
+using testing::PlanSketch;
 
 TEST(BesideCompute, OnlyHalosAndStateScansRunBeside) {
   EXPECT_TRUE(RunsBesideCompute(KernelId::HaloExchangeForward));
@@ -58,7 +38,8 @@ TEST(BesideCompute, JoinsBeforeTheFirstReaderOfItsOutput) {
   p.Step(KernelId::HaloExchangeForward, {x}, {halo});             // 0
   p.Step(KernelId::SiluForward, {w}, {other});                    // 1: free of it
   p.Step(KernelId::CausalConv1dForward, {x, w, w, halo}, {out});  // 2: reads the halo
-  EXPECT_EQ(p.Joins(), (std::vector<size_t>{2, kOnComputeStream, kOnComputeStream}));
+  EXPECT_EQ(BesideComputeJoins(p.plan()),
+            (std::vector<size_t>{2, kOnComputeStream, kOnComputeStream}));
 }
 
 TEST(BesideCompute, JoinsBeforeAStepThatOverwritesWhatItReads) {
@@ -68,7 +49,7 @@ TEST(BesideCompute, JoinsBeforeAStepThatOverwritesWhatItReads) {
   const uint32_t later = p.Buffer(Arena::Activations, 300);  // reuses part of s's bytes
   p.Step(KernelId::StateScanForward, {g, s}, {s_in});
   p.Step(KernelId::SiluForward, {w}, {later});
-  EXPECT_EQ(p.Joins()[0], 1u);
+  EXPECT_EQ(BesideComputeJoins(p.plan())[0], 1u);
 }
 
 TEST(BesideCompute, BytesCountPerArena) {
@@ -78,7 +59,7 @@ TEST(BesideCompute, BytesCountPerArena) {
   const uint32_t grad = p.Buffer(Arena::Gradients, 0), w = p.Buffer(Arena::Parameters, 256);
   p.Step(KernelId::HaloExchangeBackward, {halo}, {x});
   p.Step(KernelId::SiluForward, {w}, {grad});
-  EXPECT_EQ(p.Joins()[0], 2u);  // the end of the step list
+  EXPECT_EQ(BesideComputeJoins(p.plan())[0], 2u);  // the end of the step list
 }
 
 TEST(BesideCompute, JoinsBeforeTheNextCollective) {
@@ -88,7 +69,7 @@ TEST(BesideCompute, JoinsBeforeTheNextCollective) {
   p.Step(KernelId::HaloExchangeForward, {a}, {b});
   p.Step(KernelId::AllReduce, {c}, {d});  // shares nothing, but communicates
   p.Step(KernelId::HaloExchangeForward, {c}, {d});
-  EXPECT_EQ(p.Joins(), (std::vector<size_t>{1, kOnComputeStream, 3}));
+  EXPECT_EQ(BesideComputeJoins(p.plan()), (std::vector<size_t>{1, kOnComputeStream, 3}));
 }
 
 }  // namespace

@@ -8,32 +8,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/kernels_cuda/PlanSketch.h"
 
 namespace hcp::cuda_backend {
 namespace {
 
 using plan::Arena;
 using plan::KernelId;
-
-class PlanSketch {
- public:
-  uint32_t Buffer(Arena arena, uint64_t offset, int64_t elements = 64) {
-    plan::Buffer b;
-    b.arena = arena;
-    b.offset = offset;
-    b.elements = elements;
-    b.shape = {elements};
-    plan_.buffers.push_back(b);
-    return static_cast<uint32_t>(plan_.buffers.size() - 1);
-  }
-  void Step(KernelId kernel, std::vector<uint32_t> ins, std::vector<uint32_t> outs) {
-    plan_.steps.push_back(plan::Step{kernel, std::move(ins), std::move(outs), {}, {}});
-  }
-  HostCopyPlan Copies() const { return PlanHostCopies(plan_); }
-
- private:
-  plan::Plan plan_;
-};
+using testing::PlanSketch;
 
 TEST(HostCopies, OnlyTheMoeExpertsReadOnTheHost) {
   EXPECT_EQ(HostReadInput(KernelId::MoeExpertsForward), 2);
@@ -58,7 +40,7 @@ TEST(HostCopies, ForwardAndBackwardShareTheCopyAfterTheRouter) {
   p.Step(KernelId::Gemm, {x, w}, {y});                                                  // 2
   p.Step(KernelId::MoeExpertsForward, {x, gates, ids, w, w}, {y});                      // 3
   p.Step(KernelId::MoeExpertsBackward, {y, x, gates, ids, w, w}, {x, dgates, dw, dw});  // 4
-  const HostCopyPlan plan = p.Copies();
+  const HostCopyPlan plan = PlanHostCopies(p.plan());
   ASSERT_EQ(plan.copies.size(), 1u);
   EXPECT_EQ(plan.copies[0].buffer, ids);
   EXPECT_EQ(plan.copies[0].after_step, 1u);
@@ -80,7 +62,7 @@ TEST(HostCopies, TheLastWriterOfAnyByteDecides) {
   p.Step(KernelId::MoeRouteForward, {logits}, {gates, ids});        // 2: recomputed
   p.Step(KernelId::Fill, {}, {half});                               // 3: overwrites a part
   p.Step(KernelId::MoeExpertsForward, {x, gates, ids, w, w}, {x});  // 4
-  const HostCopyPlan plan = p.Copies();
+  const HostCopyPlan plan = PlanHostCopies(p.plan());
   ASSERT_EQ(plan.copies.size(), 2u);
   EXPECT_EQ(plan.copies[0].after_step, 0u);
   EXPECT_EQ(plan.copies[1].after_step, 3u);
@@ -94,7 +76,7 @@ TEST(HostCopies, IdsNoStepWritesAreCopiedFirst) {
   const uint32_t ids = p.Buffer(Arena::Inputs, 0), x = p.Buffer(Arena::Activations, 0);
   const uint32_t gates = p.Buffer(Arena::Activations, 256), w = p.Buffer(Arena::Parameters, 0);
   p.Step(KernelId::MoeExpertsForward, {x, gates, ids, w, w}, {x});
-  const HostCopyPlan plan = p.Copies();
+  const HostCopyPlan plan = PlanHostCopies(p.plan());
   ASSERT_EQ(plan.copies.size(), 1u);
   EXPECT_EQ(plan.copies[0].after_step, kBeforeTheSteps);
 }

@@ -12,6 +12,7 @@
 #include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/kernels/cuda/CollectiveKernels.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 
@@ -847,20 +848,15 @@ absl::Status CudaExecutor::InitOptimizer() {
 
 absl::Status CudaExecutor::StashGradients(bool first) {
   HCP_RETURN_IF_ERROR(Activate());
-  const int gradients = static_cast<int>(plan::Arena::Gradients);
-  const uint64_t bytes = RoundUp(plan_.arena_bytes[gradients]);
   if (gradient_stash_ == nullptr) {
+    // Every byte offset doubled: a bf16 gradient's fp32 sum takes twice its bytes, an f32 one's
+    // its own, and no two gradients' sums meet.
+    const uint64_t bytes = 2 * RoundUp(plan_.arena_bytes[static_cast<int>(plan::Arena::Gradients)]);
     void* memory = nullptr;
     HCP_RETURN_IF_ERROR(Allocate(&memory, bytes, "the gradient accumulation stash"));
     gradient_stash_ = static_cast<std::byte*>(memory);
   }
-  if (first) {
-    HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(gradient_stash_, arenas_[gradients], bytes,
-                                                 cudaMemcpyDeviceToDevice, stream_),
-                                 "stashing the gradients"));
-    return FromCuda(cudaStreamSynchronize(stream_), "stashing the gradients");
-  }
-  return AddGradients(/*into_stash=*/true);
+  return AddGradients(first ? GradientSum::kStart : GradientSum::kIntoStash);
 }
 
 absl::Status CudaExecutor::AddStashedGradients() {
@@ -868,25 +864,36 @@ absl::Status CudaExecutor::AddStashedGradients() {
     return absl::FailedPreconditionError("AddStashedGradients before StashGradients");
   }
   HCP_RETURN_IF_ERROR(Activate());
-  return AddGradients(/*into_stash=*/false);
+  return AddGradients(GradientSum::kIntoGradients);
 }
 
-// stash += gradients, or gradients += stash, parameter by parameter in each one's dtype.
-absl::Status CudaExecutor::AddGradients(bool into_stash) {
+// Parameter by parameter, in fp32: the stash = the gradients (kStart), the stash += the
+// gradients (kIntoStash), or the gradients = the stash + the gradients, rounded to the
+// gradient's dtype once (kIntoGradients).
+absl::Status CudaExecutor::AddGradients(GradientSum what) {
   for (const plan::Parameter& p : plan_.parameters) {
     const plan::Buffer& g = plan_.buffers[p.gradient];
     std::byte* gradient = Address(p.gradient);
-    std::byte* stashed = gradient_stash_ + g.offset;
-    std::byte* out = into_stash ? stashed : gradient;
+    auto* sum = reinterpret_cast<float*>(gradient_stash_ + 2 * g.offset);
     const auto n = static_cast<int64_t>(g.elements);
-    const cuda::Status s =
-        g.dtype == plan::DType::BF16
-            ? cuda::binary(stream_, cuda::BinaryOp::kAdd, reinterpret_cast<cuda::bf16*>(out),
-                           reinterpret_cast<const cuda::bf16*>(stashed),
-                           reinterpret_cast<const cuda::bf16*>(gradient), n, n)
-            : cuda::binary(stream_, cuda::BinaryOp::kAdd, reinterpret_cast<float*>(out),
-                           reinterpret_cast<const float*>(stashed),
-                           reinterpret_cast<const float*>(gradient), n, n);
+    cuda::Status s;
+    if (g.dtype == plan::DType::BF16) {
+      auto* bf16_gradient = reinterpret_cast<cuda::bf16*>(gradient);
+      if (what == GradientSum::kStart) {
+        s = cuda::cast(stream_, sum, bf16_gradient, n);
+      } else {
+        s = cuda::accumulate(stream_, sum, bf16_gradient, n);
+        if (s.ok() && what == GradientSum::kIntoGradients) {
+          s = cuda::cast(stream_, bf16_gradient, sum, n);
+        }
+      }
+    } else {
+      auto* f32_gradient = reinterpret_cast<float*>(gradient);
+      float* out = what == GradientSum::kIntoGradients ? f32_gradient : sum;
+      s = what == GradientSum::kStart
+              ? cuda::copy(stream_, sum, f32_gradient, n)
+              : cuda::binary(stream_, cuda::BinaryOp::kAdd, out, sum, f32_gradient, n, n);
+    }
     HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(s));
   }
   return FromCuda(cudaStreamSynchronize(stream_), "accumulating the gradients");

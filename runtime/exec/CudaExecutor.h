@@ -181,9 +181,9 @@ class CudaExecutor {
   // Gradient accumulation over micro-batches (each step of the plan overwrites its gradients):
   // after every micro-batch but the last, StashGradients(first) keeps this micro-batch's
   // gradients (the first) or adds them to what is kept; after the last, AddStashedGradients adds
-  // the kept sum into the gradients, then SumGradientsOverRanks. The stash is one more gradients
-  // arena of device memory, allocated at the first use, in each gradient's dtype (a bf16
-  // gradient's running sum is rounded to bf16 after each addition, computed in fp32).
+  // the kept sum into the gradients, then SumGradientsOverRanks. The stash keeps every running
+  // sum in fp32 (twice the gradients arena's bytes, allocated at the first use): a bf16
+  // gradient's sum is rounded to bf16 once, by AddStashedGradients.
   absl::Status StashGradients(bool first);
   absl::Status AddStashedGradients();
   // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
@@ -267,7 +267,8 @@ class CudaExecutor {
   absl::Status QueueHostCopies(size_t after_step, cudaStream_t producer);
   // Waits (through the communicator with several ranks) until step `step`'s host copy is done.
   absl::Status WaitForHostCopy(size_t step) const;
-  absl::Status AddGradients(bool into_stash);
+  enum class GradientSum { kStart, kIntoStash, kIntoGradients };
+  absl::Status AddGradients(GradientSum what);
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;
@@ -305,7 +306,8 @@ class CudaExecutor {
   int32_t* bad_position_ = nullptr;
   double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
   void* optimizer_memory_ = nullptr;
-  std::byte* gradient_stash_ = nullptr;   // StashGradients' arena, same layout as the gradients
+  std::byte* gradient_stash_ = nullptr;   // StashGradients' fp32 sums: the gradient at byte
+                                          // offset o of its arena is at 2 o here
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
   std::vector<OptimizerSlice> slices_;    // per parameter: what its optimizer state covers
   bool gradients_scattered_ = false;      // the last gradient sums were reduce-scatters

@@ -5,8 +5,8 @@
 // policy, clipping, metrics and checkpoints (the same files: a GPU run resumes from its own
 // checkpoints, and its checkpoints hold fp32 masters a CPU run can load too).
 //
-// Gradient accumulation keeps the running sum of the micro-batches' gradients in a second
-// gradients arena on the device, in each gradient's dtype (CudaExecutor::StashGradients).
+// Gradient accumulation keeps the running sum of the micro-batches' gradients on the device in
+// fp32, rounded to each gradient's dtype once at the end (CudaExecutor::StashGradients).
 #pragma once
 
 #include "absl/status/status.h"

@@ -87,7 +87,6 @@ TokenRoutes CountTokensByOwner(std::span<const int32_t> slot_experts, int64_t k,
   std::vector<int32_t> owner(experts);
   for (int64_t e = 0; e < experts; ++e) owner[e] = static_cast<int32_t>(e / per_rank);
   TokenRoutes r;
-  r.k = k;
   r.local_experts = per_rank;
   r.send_rows.assign(ep, 0);
   r.send_slots.assign(ep * per_rank, 0);
@@ -103,40 +102,6 @@ TokenRoutes CountTokensByOwner(std::span<const int32_t> slot_experts, int64_t k,
       if (reached[owner[e]] != t) {
         reached[owner[e]] = t;
         ++r.send_rows[owner[e]];
-      }
-    }
-  }
-  return r;
-}
-
-TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
-                                int64_t ep) {
-  TokenRoutes r = CountTokensByOwner(slot_experts, k, experts, ep);
-  const auto slots = static_cast<int64_t>(slot_experts.size());
-  const int64_t tokens = slots / k, per_rank = r.local_experts;
-  std::vector<int64_t> next(ep, 0);
-  for (int64_t p = 1; p < ep; ++p) next[p] = next[p - 1] + r.send_rows[p - 1];
-  const int64_t sent = next[ep - 1] + r.send_rows[ep - 1];
-  r.row_token.resize(sent);
-  r.row_slot.resize(sent * k);
-  r.row_experts.assign(sent * k, -1);
-  r.token_row.assign(tokens * ep, -1);
-  r.slot_row.assign(slots, -1);
-  auto owner_of = [&](int32_t e) { return e >= 0 && e < experts ? e / per_rank : int64_t{-1}; };
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t p = 0; p < ep; ++p) {
-      bool reaches = false;
-      for (int64_t j = 0; j < k; ++j) reaches = reaches || owner_of(slot_experts[t * k + j]) == p;
-      if (!reaches) continue;
-      const int64_t at = next[p]++;
-      r.token_row[t * ep + p] = static_cast<int32_t>(at);
-      r.row_token[at] = static_cast<int32_t>(t);
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = slot_experts[t * k + j];
-        r.row_slot[at * k + j] = static_cast<int32_t>(t * k + j);
-        if (owner_of(e) != p) continue;
-        r.row_experts[at * k + j] = static_cast<int32_t>(e - p * per_rank);
-        r.slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
       }
     }
   }

@@ -41,25 +41,17 @@ ExpertRoutes BucketByOwner(std::span<const int32_t> slot_experts, int64_t expert
 ExpertRoutes RouteToExpertOwners(Communicator& comm, std::span<const int32_t> slot_experts,
                                  int64_t experts, int64_t ep);
 
-// The CUDA backend's routes (CudaBackendExperts.cpp): a token's row travels once to each rank
-// owning one of its experts, not once per slot, with its k gates and its k experts counted from
-// that owner's first (-1 for a slot another rank owns). The owner runs its experts on every slot
-// of the rows that came and sends back one row per token, the gated sum over its slots; home adds
-// the owners' rows. With top-k routing over few ranks most tokens reach every owner, so this
-// moves about k / ep times fewer rows than one per slot. Send order: by owner rank, then token.
+// The counts of the CUDA backend's routes (CudaBackendExperts.cpp): a token's row travels once to
+// each rank owning one of its experts, not once per slot, and comes back as the gated sum over
+// that owner's slots; home adds the owners' rows. With top-k routing over few ranks most tokens
+// reach every owner, so this moves about k / ep times fewer rows than one per slot. Send order:
+// by owner rank, then token; the routes' arrays are made on the device (moe_token_routes,
+// runtime/kernels/cuda/Kernels.h), the counts here.
 struct TokenRoutes {
-  int64_t k = 0;
-  int64_t local_experts = 0;         // experts per rank
-  std::vector<int64_t> send_rows;    // rows for each ep-group rank
-  std::vector<int64_t> send_slots;   // [ep * local_experts] slots for each rank's each expert
-  std::vector<int32_t> row_token;    // [sent] each sent row's token, in send order
-  std::vector<int32_t> row_slot;     // [sent * k] row r's slot j: row_token[r] * k + j
-  std::vector<int32_t> row_experts;  // [sent * k] row r's slot j's expert on that row's owner,
-                                     // -1 where another rank owns it
-  std::vector<int32_t> token_row;    // [tokens * ep] the row token t sent to rank p, or -1
-  std::vector<int32_t> slot_row;     // [tokens * k] slot (t, j) as row * k + j of the row
-                                     // that went to its expert's owner; -1 out of range
-  // The first slot whose expert is outside [0, experts) (it stays home), or -1.
+  int64_t local_experts = 0;        // experts per rank
+  std::vector<int64_t> send_rows;   // rows for each ep-group rank
+  std::vector<int64_t> send_slots;  // [ep * local_experts] slots for each rank's each expert
+  // The first slot whose expert is outside [0, experts) (it goes nowhere), or -1.
   int64_t bad_slot = -1;
   // After the exchange (ExchangeTokenCounts):
   std::vector<int64_t> recv_rows;   // rows from each ep-group rank
@@ -73,15 +65,11 @@ struct TokenRoutes {
   std::vector<int64_t> RecvCounts(int64_t per_row) const;
 };
 
-// The counts of the routes of `slot_experts` ([tokens * k] global expert ids), `experts` experts
-// split over `ep` ranks: k, local_experts, send_rows, send_slots and bad_slot; the arrays stay
-// empty (the GPUs build them on the device: moe_token_routes) and so do the received counts.
+// The routes' counts for `slot_experts` ([tokens * k] global expert ids), `experts` experts split
+// over `ep` ranks; the received counts stay empty. With ep = 1, send_slots is the slots per
+// expert.
 TokenRoutes CountTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
                                int64_t ep);
-
-// The whole routes: CountTokensByOwner's, and the arrays.
-TokenRoutes BucketTokensByOwner(std::span<const int32_t> slot_experts, int64_t k, int64_t experts,
-                                int64_t ep);
 
 // Fills r.recv_rows and r.recv_slots: every rank of the ep group sends each its row count and the
 // slots for each of its experts. Collective over kEp.

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/backends/cuda/StepArgs.h"
+#include "runtime/comm/ExpertRoutes.h"
 #include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/support/Status.h"
 
 namespace hcp::cuda_backend {
 namespace detail {
@@ -238,36 +241,29 @@ absl::Status RunMoeRouteBackward(const Args& a) {
   });
 }
 
-// cuBLASLt takes the experts' row counts on the host: counted from the executor's host copy of
-// the ids when there is one; empty otherwise (the kernel then counts on the device and waits).
-std::vector<int64_t> HostExpertCounts(const Args& a, int64_t slots, int64_t experts) {
-  std::vector<int64_t> counts;
-  const int32_t* ids = a.resources().host_expert_ids;
-  if (ids == nullptr) return counts;
-  counts.assign(experts, 0);
-  for (int64_t i = 0; i < slots; ++i) {
-    if (ids[i] >= 0 && ids[i] < experts) ++counts[ids[i]];
-  }
-  return counts;
+// The slots per expert (cuBLASLt takes the experts' row counts on the host), from the host copy
+// of the ids. ints: tokens, hidden, inner, experts, k.
+absl::StatusOr<std::vector<int64_t>> ExpertSlotCounts(const Args& a) {
+  HCP_ASSIGN_OR_RETURN(std::span<const int32_t> ids, a.host_expert_ids(a.i(0) * a.i(4)));
+  return comm::CountTokensByOwner(ids, a.i(4), a.i(3), /*ep=*/1).send_slots;
 }
 
 // ins: x, gates, experts (i32), w_in, w_out. outs: out. ints: tokens, hidden, inner, experts, k.
 absl::Status RunMoeExpertsForward(const Args& a) {
-  const std::vector<int64_t> counts = HostExpertCounts(a, a.i(0) * a.i(4), a.i(3));
+  HCP_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, ExpertSlotCounts(a));
   return Done(cuda::moe_experts_forward(a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0),
                                         a.in<float>(1), a.in_i32(2), a.in<bf16>(3), a.in<bf16>(4),
                                         a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(),
-                                        counts.empty() ? nullptr : counts.data()));
+                                        counts.data()));
 }
 
 // ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
-  const std::vector<int64_t> counts = HostExpertCounts(a, a.i(0) * a.i(4), a.i(3));
-  return Done(cuda::moe_experts_backward(a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1),
-                                         a.out<bf16>(2), a.out<bf16>(3), a.in<bf16>(0),
-                                         a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4),
-                                         a.in<bf16>(5), a.i(0), a.i(1), a.i(2), a.i(3), a.i(4),
-                                         a.workspace(), counts.empty() ? nullptr : counts.data()));
+  HCP_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, ExpertSlotCounts(a));
+  return Done(cuda::moe_experts_backward(
+      a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1), a.out<bf16>(2), a.out<bf16>(3),
+      a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4), a.in<bf16>(5),
+      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), counts.data()));
 }
 
 // ins: logits (T), targets (i32). outs: loss_sum, valid_count (f32). ints: tokens, vocab,

@@ -37,9 +37,9 @@ struct StepResources {
   cudaStream_t stream = nullptr;
   cuda::GemmContext* gemm = nullptr;
   cuda::Workspace workspace;  // at least WorkspaceBytes(plan), 256-byte aligned
-  // The step's expert ids (moe_experts*'s experts input) on the host, already copied there by
-  // the executor, or null: with them the MoE wrappers route and count on the host without
-  // waiting for the device.
+  // For a MoE experts step (HostCopies.h): its expert ids on the host, copied there by the
+  // executor before the step is queued. The wrappers count and route from them, so the experts'
+  // GEMMs get their row counts without waiting for the device.
   const int32_t* host_expert_ids = nullptr;
   int32_t* bad_position = nullptr;  // device int32, set to INT32_MAX by the executor before a step
                                     // run; embedding.forward and cross_entropy.forward lower it
@@ -72,8 +72,8 @@ size_t WorkspaceBytes(const plan::Plan& plan);
 size_t BesideComputeWorkspaceBytes(const plan::Plan& plan);
 
 // Queues step `step_index` of `plan` (which has passed CheckPlanRunsOnCuda) on resources.stream
-// and returns without waiting, except where the kernel itself waits (the MoE experts wait for
-// their per-expert token counts unless resources.host_expert_ids has them). A bad token id or
+// and returns without waiting (the MoE experts steps take their routing from
+// resources.host_expert_ids). A bad token id or
 // target does not fail here: it lowers *resources.bad_position (see StepResources). Errors (a
 // kernel's refusal, a launch failure) come back as Internal, starting with the step: "step 3
 // (gemm): gemm: <cuBLASLt's message>".

@@ -10,18 +10,17 @@
 // partial sums are rounded to bf16 once more, and about k / ep times fewer rows cross the links
 // (for tiny at ep = 2, ~2 rows a token instead of 6).
 //
-// The routes' counts are made on the host from the expert ids: the executor copies them to the
-// host as soon as the step writing them has run (StepResources::host_expert_ids); without that
-// copy they are copied here, waiting for the stream. The row and per-expert slot counts go
-// through the host communicator, so the experts' GEMMs know their row counts without waiting for
-// the device; the routes' arrays are made on the device (moe_token_routes) from the same ids.
+// The routes' counts are made on the host from the expert ids, which the executor copies there as
+// soon as the step writing them has run (StepResources::host_expert_ids). The row and per-expert
+// slot counts go through the host communicator, so the experts' GEMMs know their row counts
+// without waiting for the device; the routes' arrays are made on the device (moe_token_routes)
+// from the same ids.
 // NCCL moves the rows (grouped sends and receives, AllToAllV). Scratch is sized for the worst
 // case, every token of every rank of the group sent here: ep * tokens rows of k slots.
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/comm/ExpertRoutes.h"
 #include "runtime/kernels/cuda/Kernels.h"
@@ -47,7 +46,7 @@ EpShape EpShapeOf(const plan::Step& step) {
 
 // The workspace pieces, in order; `experts` is the rest, for moe_experts_forward/backward.
 struct EpScratch {
-  // The routes (TokenRoutes' arrays of the same names), made on the device.
+  // The routes (moe_token_routes' arrays of the same names), made on the device.
   int32_t* row_token = nullptr;    // [max sent]
   int32_t* row_slot = nullptr;     // [max sent * k]
   int32_t* row_experts = nullptr;  // [max sent * k]; sent as they are
@@ -95,34 +94,13 @@ struct EpScratch {
   }
 };
 
-// The step's expert ids on the host: the executor's copy, or one made here (waiting for the
-// stream through the NCCL communicator). The peers are about to exchange counts with this rank:
-// one that cannot read its ids ends the job rather than leave them waiting in that collective.
-std::span<const int32_t> HostExpertIds(const Args& a, const int32_t* device_ids, int64_t slots,
-                                       std::vector<int32_t>& storage) {
-  if (a.resources().host_expert_ids != nullptr) {
-    return {a.resources().host_expert_ids, static_cast<size_t>(slots)};
-  }
-  storage.resize(slots);
-  if (absl::Status copied =
-          FromCuda(cudaMemcpyAsync(storage.data(), device_ids, sizeof(int32_t) * slots,
-                                   cudaMemcpyDeviceToHost, a.stream()),
-                   "copying the expert ids to the host");
-      !copied.ok()) {
-    a.nccl().host().Abort(copied);
-  }
-  a.nccl().Wait(a.stream(), absl::StrFormat("%s's expert ids", plan::KernelName(a.step().kernel)));
-  return storage;
-}
-
 // Routes the tokens to their experts' owners: the counts on the host, exchanged over the ep
 // group (collective over kEp), the routes' arrays on the device from the same ids. A slot whose
 // expert is outside [0, E) goes nowhere and contributes nothing, as on one GPU (the ids come from
 // moe_route.forward, in range by construction).
 absl::StatusOr<comm::TokenRoutes> RouteTokens(const Args& a, const int32_t* device_ids,
                                               const EpShape& s, const EpScratch& w) {
-  std::vector<int32_t> storage;
-  const std::span<const int32_t> ids = HostExpertIds(a, device_ids, s.tokens * s.k, storage);
+  HCP_ASSIGN_OR_RETURN(const std::span<const int32_t> ids, a.host_expert_ids(s.tokens * s.k));
   comm::TokenRoutes r = comm::CountTokensByOwner(ids, s.k, s.experts, s.ep);
   comm::ExchangeTokenCounts(a.nccl().host(), r);
   HCP_RETURN_IF_ERROR(

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/kernels/cuda/SequenceKernels.h"
@@ -55,6 +57,14 @@ class Args {
   cuda::GemmContext* gemm() const { return resources_.gemm; }
   cuda::Workspace workspace() const { return resources_.workspace; }
   int32_t* bad_position() const { return resources_.bad_position; }
+  // The MoE steps' expert ids on the host, `slots` of them: the executor's copy
+  // (StepResources::host_expert_ids).
+  absl::StatusOr<std::span<const int32_t>> host_expert_ids(int64_t slots) const {
+    if (resources_.host_expert_ids == nullptr) {
+      return absl::InternalError("no host copy of the expert ids (the executor makes one)");
+    }
+    return std::span<const int32_t>(resources_.host_expert_ids, static_cast<size_t>(slots));
+  }
 
  private:
   std::byte* Address(uint32_t buffer) const {

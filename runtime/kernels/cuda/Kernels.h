@@ -279,11 +279,18 @@ Status moe_gather_rows(cudaStream_t stream, bf16* rows, const bf16* x, const int
 // in slot order, rounded once; a slot whose row is -1 contributes nothing.
 Status moe_combine_rows(cudaStream_t stream, bf16* out, const bf16* rows, const float* gates,
                         const int32_t* row_of_slot, int64_t tokens, int64_t hidden, int64_t k);
-// comm::TokenRoutes' arrays (runtime/comm/ExpertRoutes.h) for the slots' global expert ids
-// slot_experts [tokens, k], `experts` split over `ep` ranks: row_token [sent], row_slot and
-// row_experts [sent, k], token_row [tokens, ep], slot_row [tokens, k], where sent is the number
-// of (token, owner) pairs (at most tokens * ep). The same values as BucketTokensByOwner on the
-// host. ep <= 16, k <= 16.
+// Expert parallelism's token routes (comm::TokenRoutes has their counts) for the slots' global
+// expert ids slot_experts [tokens, k], `experts` split over `ep` ranks, E/ep each. A token goes
+// once to each rank owning one of its experts; the sent rows are ordered by owner rank, then
+// token, `sent` of them (at most tokens * ep):
+//   row_token [sent]       each row's token;
+//   row_slot [sent, k]     row r's slot j: row_token[r] * k + j;
+//   row_experts [sent, k]  that slot's expert counted from the row's owner's first, -1 where
+//                          another rank (or no rank: an id outside [0, experts)) owns it;
+//   token_row [tokens, ep] the row token t sent to rank p, or -1;
+//   slot_row [tokens, k]   slot (t, j) as row * k + j of the row that went to its expert's
+//                          owner, -1 for an id outside [0, experts).
+// ep <= 16, k <= 16.
 Status moe_token_routes(cudaStream_t stream, int32_t* row_token, int32_t* row_slot,
                         int32_t* row_experts, int32_t* token_row, int32_t* slot_row,
                         const int32_t* slot_experts, int64_t tokens, int64_t k, int64_t experts,

@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// Expert parallelism's token routes (comm::TokenRoutes' arrays), one block per owner rank p: it
+// moe_token_routes' arrays (Kernels.h), one block per owner rank p: it
 // first counts the rows of the owners before it (its first place in the send order "by owner,
 // then token"), then walks the tokens in order, placing each that reaches p by a warp ballot and
 // the block's warp counts, as plan_kernel places slots.

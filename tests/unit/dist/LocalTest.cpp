@@ -146,21 +146,57 @@ TEST(ExpertRoutes, OneRankReceivesWhatItSends) {
   EXPECT_EQ(r.local_expert, experts);
 }
 
-// The GPUs' token routes: 6 experts over 3 ranks (2 each), k = 2. A token goes once to each
-// owner of one of its experts, in send order "by owner, then token".
+// The GPUs' token routes as moe_token_routes makes them on the device (Kernels.h), written out
+// plainly on the host with their counts: the oracle of the exchange played out below.
+struct TokenRouteArrays {
+  comm::TokenRoutes counts;
+  std::vector<int32_t> row_token, row_slot, row_experts, token_row, slot_row;
+};
+
+TokenRouteArrays RouteTokens(const std::vector<int32_t>& ids, int64_t k, int64_t experts,
+                             int64_t ep) {
+  TokenRouteArrays r{comm::CountTokensByOwner(ids, k, experts, ep)};
+  const auto tokens = static_cast<int64_t>(ids.size()) / k;
+  const int64_t per_rank = experts / ep;
+  r.token_row.assign(tokens * ep, -1);
+  r.slot_row.assign(tokens * k, -1);
+  auto owner_of = [&](int32_t e) { return e >= 0 && e < experts ? e / per_rank : int64_t{-1}; };
+  for (int64_t p = 0; p < ep; ++p) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      bool reaches = false;
+      for (int64_t j = 0; j < k; ++j) reaches = reaches || owner_of(ids[t * k + j]) == p;
+      if (!reaches) continue;
+      const auto at = static_cast<int32_t>(r.row_token.size());
+      r.token_row[t * ep + p] = at;
+      r.row_token.push_back(static_cast<int32_t>(t));
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        const bool here = owner_of(e) == p;
+        r.row_slot.push_back(static_cast<int32_t>(t * k + j));
+        r.row_experts.push_back(here ? static_cast<int32_t>(e - p * per_rank) : -1);
+        if (here) r.slot_row[t * k + j] = static_cast<int32_t>(at * k + j);
+      }
+    }
+  }
+  return r;
+}
+
+// 6 experts over 3 ranks (2 each), k = 2. A token goes once to each owner of one of its
+// experts, in send order "by owner, then token"; the counts agree with the rows.
 TEST(TokenRoutes, SendEachTokenOnceToEachOwner) {
   // Token 0: experts 5, 4 (owner 2 twice); token 1: 0, 3 (owners 0, 1); token 2: 1, -1.
   const std::vector<int32_t> experts = {5, 4, 0, 3, 1, -1};
-  const comm::TokenRoutes r = comm::BucketTokensByOwner(experts, /*k=*/2, /*experts=*/6, /*ep=*/3);
-  EXPECT_EQ(r.bad_slot, 5);
-  EXPECT_EQ(r.send_rows, (std::vector<int64_t>{2, 1, 1}));
-  EXPECT_EQ(r.send_slots, (std::vector<int64_t>{1, 1, 0, 1, 1, 1}));
+  const TokenRouteArrays r = RouteTokens(experts, /*k=*/2, /*experts=*/6, /*ep=*/3);
+  EXPECT_EQ(r.counts.bad_slot, 5);
+  EXPECT_EQ(r.counts.send_rows, (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_EQ(r.counts.sent(), static_cast<int64_t>(r.row_token.size()));
+  EXPECT_EQ(r.counts.send_slots, (std::vector<int64_t>{1, 1, 0, 1, 1, 1}));
   EXPECT_EQ(r.row_token, (std::vector<int32_t>{1, 2, 1, 0}));
   EXPECT_EQ(r.row_slot, (std::vector<int32_t>{2, 3, 4, 5, 2, 3, 0, 1}));
   EXPECT_EQ(r.row_experts, (std::vector<int32_t>{0, -1, 1, -1, -1, 1, 1, 0}));
   EXPECT_EQ(r.token_row, (std::vector<int32_t>{-1, -1, 3, 0, 2, -1, 1, -1, -1}));
   EXPECT_EQ(r.slot_row, (std::vector<int32_t>{6, 7, 0, 5, 2, -1}));
-  EXPECT_EQ(r.SendCounts(10), (std::vector<int64_t>{20, 10, 10}));
+  EXPECT_EQ(r.counts.SendCounts(10), (std::vector<int64_t>{20, 10, 10}));
 }
 
 // One rank: the counts come back unchanged, per row and per expert.
@@ -168,7 +204,6 @@ TEST(TokenRoutes, OneRankReceivesWhatItSends) {
   comm::LocalCommunicator local;
   const std::vector<int32_t> experts = {2, 0, 1, 2};
   comm::TokenRoutes r = comm::CountTokensByOwner(experts, /*k=*/2, /*experts=*/3, /*ep=*/1);
-  EXPECT_TRUE(r.row_experts.empty());  // counts only
   comm::ExchangeTokenCounts(local, r);
   EXPECT_EQ(r.recv_rows, (std::vector<int64_t>{2}));
   EXPECT_EQ(r.received(), 2);
@@ -188,7 +223,7 @@ TEST(TokenRoutes, TheExchangeRepeatsOneRanksExperts) {
   struct Rank {
     Vec x, gates, dout;
     std::vector<int32_t> ids;
-    comm::TokenRoutes routes;
+    TokenRouteArrays routes;
   };
   std::vector<Rank> ranks(ep);
   std::uniform_int_distribution<int32_t> expert(0, E - 1);
@@ -197,28 +232,29 @@ TEST(TokenRoutes, TheExchangeRepeatsOneRanksExperts) {
     rank.gates = cpu::testing::random_vec(rng, tokens * k, 0.1, 1.0);
     rank.dout = cpu::testing::random_vec(rng, tokens * H);
     for (int64_t i = 0; i < tokens * k; ++i) rank.ids.push_back(expert(rng));
-    rank.routes = comm::BucketTokensByOwner(rank.ids, k, E, ep);
+    rank.routes = RouteTokens(rank.ids, k, E, ep);
   }
   // Where rank r's rows for owner p start in r's send order.
   auto first_row = [&](int64_t r, int64_t p) {
     int64_t at = 0;
-    for (int64_t q = 0; q < p; ++q) at += ranks[r].routes.send_rows[q];
+    for (int64_t q = 0; q < p; ++q) at += ranks[r].routes.counts.send_rows[q];
     return at;
   };
   // Each owner: the rows that came (x, dout, gates, local ids), its experts, the rows back.
   std::vector<Vec> back_out(ep), back_dx(ep), back_dgates(ep);
   for (int64_t r = 0; r < ep; ++r) {
-    back_out[r].assign(ranks[r].routes.sent() * H, 0.0);
-    back_dx[r].assign(ranks[r].routes.sent() * H, 0.0);
-    back_dgates[r].assign(ranks[r].routes.sent() * k, 0.0);
+    back_out[r].assign(ranks[r].routes.counts.sent() * H, 0.0);
+    back_dx[r].assign(ranks[r].routes.counts.sent() * H, 0.0);
+    back_dgates[r].assign(ranks[r].routes.counts.sent() * k, 0.0);
   }
   Vec dw_in(E * 2 * I * H), dw_out(E * H * I);
   for (int64_t p = 0; p < ep; ++p) {
     Vec x, dout, gates;
     std::vector<int32_t> ids;
     for (int64_t r = 0; r < ep; ++r) {
-      const comm::TokenRoutes& routes = ranks[r].routes;
-      for (int64_t row = first_row(r, p); row < first_row(r, p) + routes.send_rows[p]; ++row) {
+      const TokenRouteArrays& routes = ranks[r].routes;
+      for (int64_t row = first_row(r, p); row < first_row(r, p) + routes.counts.send_rows[p];
+           ++row) {
         const int64_t t = routes.row_token[row];
         x.insert(x.end(), ranks[r].x.begin() + t * H, ranks[r].x.begin() + (t + 1) * H);
         dout.insert(dout.end(), ranks[r].dout.begin() + t * H, ranks[r].dout.begin() + (t + 1) * H);
@@ -239,7 +275,7 @@ TEST(TokenRoutes, TheExchangeRepeatsOneRanksExperts) {
                                       gates.data(), ids.data(), w_in_p, w_out_p, rows, H, I, L, k);
     int64_t at = 0;  // back to each sender, in the order the rows came
     for (int64_t r = 0; r < ep; ++r) {
-      const int64_t first = first_row(r, p), count = ranks[r].routes.send_rows[p];
+      const int64_t first = first_row(r, p), count = ranks[r].routes.counts.send_rows[p];
       std::copy_n(out.begin() + at * H, count * H, back_out[r].begin() + first * H);
       std::copy_n(dx.begin() + at * H, count * H, back_dx[r].begin() + first * H);
       std::copy_n(dgates.begin() + at * k, count * k, back_dgates[r].begin() + first * k);

@@ -100,10 +100,14 @@ struct Problem {
   std::vector<int32_t> indices;
 };
 
-// crowded: every token sends a slot to expert 0 (its logit raised by 8), as an untrained or
-// collapsed router may.
+// How the slots are routed: top-k of random logits; crowded: every token sends a slot to expert
+// 0 (its logit raised by 8), as an untrained or collapsed router may; holes: random, then every
+// 5th slot's id -1 and every 7th's `experts` (slots without an expert, as expert parallelism
+// hands an owner the slots of other owners' experts).
+enum class Routing { kRandom, kCrowded, kHoles };
+
 Problem make_problem(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                     int64_t k, bool crowded = false) {
+                     int64_t k, Routing routing) {
   Problem p;
   p.tokens = tokens;
   p.hidden = hidden;
@@ -116,13 +120,17 @@ Problem make_problem(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner
   p.dout = randn(tokens * hidden, ctx.seed(), 1.f);
   // Routing as the model does it: top-k of random router logits (distinct experts per token).
   std::vector<float> logits = randn(tokens * experts, ctx.seed(), 1.f, false);
-  if (crowded) {
+  if (routing == Routing::kCrowded) {
     for (int64_t t = 0; t < tokens; t++) logits[t * experts] += 8.f;
   }
   p.gates.resize(tokens * k);
   p.indices.resize(tokens * k);
   cpu::topk_softmax_forward<float>(p.gates.data(), p.indices.data(), logits.data(), tokens, experts,
                                    k);
+  if (routing == Routing::kHoles) {
+    for (int64_t s = 0; s < tokens * k; s += 5) p.indices[s] = -1;
+    for (int64_t s = 3; s < tokens * k; s += 7) p.indices[s] = static_cast<int32_t>(experts);
+  }
   return p;
 }
 
@@ -158,13 +166,17 @@ Compact compact(const Problem& p, const std::vector<int64_t>& tokens, bool one_s
     c.dout.insert(c.dout.end(), p.dout.begin() + t * H, p.dout.begin() + (t + 1) * H);
     for (int64_t j : slots) {
       const int64_t e = p.indices[t * p.k + j];
+      c.gates.push_back(p.gates[t * p.k + j]);
+      if (e < 0 || e >= p.experts) {  // no expert: stays without one
+        c.indices.push_back(-1);
+        continue;
+      }
       auto it = std::find(c.expert_ids.begin(), c.expert_ids.end(), e);
       if (it == c.expert_ids.end()) {
         c.expert_ids.push_back(e);
         it = c.expert_ids.end() - 1;
       }
       c.indices.push_back(static_cast<int32_t>(it - c.expert_ids.begin()));
-      c.gates.push_back(p.gates[t * p.k + j]);
     }
   }
   c.experts = static_cast<int64_t>(c.expert_ids.size());
@@ -234,11 +246,14 @@ std::vector<std::pair<int64_t, int64_t>> token_slots(const std::vector<int64_t>&
 // The kernels lay the experts' rows out padded (one batched GEMM) unless one expert has far more
 // rows than the average (crowded): then compact, one GEMM per expert. Both are checked.
 void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                  int64_t k, bool big, bool crowded = false) {
+                  int64_t k, bool big, Routing routing = Routing::kRandom) {
   if (!ctx.wants("moe_experts")) return;
+  const char* routing_name = routing == Routing::kCrowded ? " crowded"
+                             : routing == Routing::kHoles ? " holes"
+                                                          : "";
   const std::string shape = shape_str({tokens, hidden, inner}) + " E" + std::to_string(experts) +
-                            " top" + std::to_string(k) + (crowded ? " crowded" : "");
-  const Problem p = make_problem(ctx, tokens, hidden, inner, experts, k, crowded);
+                            " top" + std::to_string(k) + routing_name;
+  const Problem p = make_problem(ctx, tokens, hidden, inner, experts, k, routing);
   const int64_t H = hidden, I = inner, S = tokens * k;
   Dev<bf16> x = to_device<bf16>(p.x), w_in = to_device<bf16>(p.w_in),
             w_out = to_device<bf16>(p.w_out), dout = to_device<bf16>(p.dout);
@@ -252,7 +267,9 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   // The per-expert counts as a caller that routed on the host passes them (null: the kernels
   // copy them down and wait).
   std::vector<int64_t> host_counts(experts, 0);
-  for (int32_t e : p.indices) host_counts[e]++;
+  for (int32_t e : p.indices) {
+    if (e >= 0 && e < experts) host_counts[e]++;
+  }
   const int64_t* counts = nullptr;
   auto forward = [&] {
     check(moe_experts_forward(ctx.gemm(), ctx.stream(), out.get(), x.get(), gates.get(),
@@ -341,7 +358,9 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
     // dw of the expert with the fewest slots: its slots as separate one-slot tokens, in parallel
     // pieces whose dw are summed in double.
     std::vector<int64_t> counts(experts, 0);
-    for (int32_t e : p.indices) counts[e]++;
+    for (int32_t e : p.indices) {
+      if (e >= 0 && e < experts) counts[e]++;
+    }
     const int64_t target = std::min_element(counts.begin(), counts.end()) - counts.begin();
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (int64_t s = 0; s < S; s++) {
@@ -537,7 +556,8 @@ void test_moe(Context& ctx) {
   experts_case(ctx, 37, 40, 24, 5, 2, false);
   experts_case(ctx, 3, 16, 8, 9, 2, false);  // most experts get no token: zero weight gradients
   experts_case(ctx, 64, 72, 40, 8, 3, false);
-  experts_case(ctx, 200, 72, 40, 8, 2, false, /*crowded=*/true);  // the compact layout
+  experts_case(ctx, 200, 72, 40, 8, 2, false, Routing::kCrowded);  // the compact layout
+  experts_case(ctx, 300, 72, 40, 8, 3, false, Routing::kHoles);    // 4 chunks of the plan
   exchange_case(ctx, 37, 40, 3);  // hidden not a multiple of 8: the scalar path
   exchange_case(ctx, 64, 72, 6);
   exchange_case(ctx, 1, 16, 1);
@@ -551,7 +571,7 @@ void test_moe(Context& ctx) {
   route_case<bf16>(ctx, 8192, 64, 6, true);
   route_case<float>(ctx, 8192, 72, 10, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
-  experts_case(ctx, 8192, 1536, 512, 64, 6, true, /*crowded=*/true);
+  experts_case(ctx, 8192, 1536, 512, 64, 6, true, Routing::kCrowded);
   exchange_case(ctx, 8192, 1536, 6);
   token_routes_case(ctx, 8192, 6, 64, 2);
 }

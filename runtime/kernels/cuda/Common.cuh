@@ -137,6 +137,10 @@ __device__ __forceinline__ void store8_any(T* p, const float (&v)[8], int valid,
 }
 
 // fp32 math shared with the CPU oracle's formulas.
+// x as a bf16 store and load would give it back (round to nearest even).
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
 // d/dx [x sigmoid(x)] = s (1 + x (1 - s)).
 __device__ __forceinline__ float silu_grad(float x) {

@@ -4,7 +4,7 @@
 // Expert compute, forward:
 //   plan     sort the (token, slot) pairs by expert, stably: sorted_slot[p] is the slot at
 //            permuted row p, slot_pos[s] the permuted row of slot s, offsets[e] expert e's first
-//            row (one block per expert; deterministic, no atomics on the result);
+//            row (per chunk of slots: count, scan, place; deterministic);
 //   layout   expert e's first min(count_e, capacity) rows at e * capacity + i (padded: the rows
 //            past its count are zero), the rest in an overflow region after them, expert by
 //            expert. Every expert's product is then ONE strided-batched GEMM over the padded
@@ -15,11 +15,11 @@
 //   gather   xp[p] = x[token of the slot at row p] (zero for a padding row);
 //   experts  h = xp W_in[e]^T (GEMM), u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
 //   combine  out[t] = sum_j gates[t, j] y[slot_pos[t*k + j]], fp32, slot order.
-// The backward recomputes h and u the same way (not y: its one use, dgates, has another form),
-// gathers dyp[p] = dout[t] and takes du = dyp W_out[e]; then dgates[s] = dout[t] . y[p] =
-// du[p] . u[p], and du, u are scaled by the gate; dW_out[e] = dyp^T u, dh = swiglu'(du),
-// dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j dxp[slot_pos[t*k + j]]. Without y's
-// product the backward runs 5 expert GEMMs instead of 6.
+// The backward recomputes h the same way (not y: its one use, dgates, has another form), gathers
+// dyp[p] = dout[t] and takes du = dyp W_out[e]; then, in one pass over the rows, u = swiglu(h),
+// dgates[s] = dout[t] . y[p] = du[p] . u[p], gu = gate u and dh = swiglu'(gate du);
+// dW_out[e] = dyp^T gu, dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j
+// dxp[slot_pos[t*k + j]]. Without y's product the backward runs 5 expert GEMMs instead of 6.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -37,7 +37,7 @@ constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr int kMaxRouteExperts = 256;  // 8 logits per lane
 constexpr int kMaxK = 16;
-constexpr int kMaxPlanExperts = 4096;  // the plan's shared histogram
+constexpr int kMaxPlanExperts = 4096;  // the plan's shared per-expert counts
 constexpr int kPlanThreads = 1024;
 
 // ---------------------------------------------------------------------------------------------
@@ -133,63 +133,98 @@ __global__ void route_backward_kernel(T* dlogits, const float* dgates, const flo
 }
 
 // ---------------------------------------------------------------------------------------------
-// The expert plan: one block per expert. Every block histograms all slots (shared memory), takes
-// its offset from the counts of the experts before it, then walks the slots in order and gives
-// each of its slots the next row (a block-wide stable compaction). Block 0 also writes the
-// offsets and marks slots with an index outside [0, experts) (slot_pos = -1).
-__global__ void __launch_bounds__(kPlanThreads)
-    plan_kernel(int32_t* sorted_slot, int32_t* slot_pos, int32_t* offsets, const int32_t* indices,
-                int64_t slots, int experts) {
+// The expert plan, over chunks of kPlanChunk slots (deterministic, and stable: an expert's rows
+// keep slot order):
+//   plan_count_kernel  block c counts chunk c's slots per expert: chunk_rows[e * chunks + c];
+//   plan_scan_kernel   per expert, its chunks' counts become their first rows among its rows;
+//   plan_offsets_kernel  the experts' totals become the offsets;
+//   plan_place_kernel  block c gives each of its slots the next row of its expert, the chunk's
+//                      warps one after another (a warp's slots of one expert found by
+//                      __match_any_sync).
+// Slots whose index is outside [0, experts) get slot_pos = -1. One block per expert reading every
+// slot took ~86 us for tiny's 49,152 slots; this takes ~a tenth.
+constexpr int kPlanChunk = 256;
+
+__global__ void __launch_bounds__(kPlanChunk)
+    plan_count_kernel(int32_t* chunk_rows, const int32_t* indices, int64_t slots, int64_t chunks,
+                      int experts) {
   extern __shared__ int32_t hist[];
-  __shared__ int32_t warp_counts[32];
-  __shared__ int32_t base_s;
-  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int i = threadIdx.x; i < experts; i += blockDim.x) hist[i] = 0;
+  const int64_t c = blockIdx.x, s = c * kPlanChunk + threadIdx.x;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) hist[e] = 0;
   __syncthreads();
-  for (int64_t s = threadIdx.x; s < slots; s += blockDim.x) {
-    const int32_t idx = indices[s];
-    if (idx >= 0 && idx < experts) atomicAdd(&hist[idx], 1);
+  const int32_t idx = s < slots ? indices[s] : -1;
+  if (idx >= 0 && idx < experts) atomicAdd(&hist[idx], 1);
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) chunk_rows[e * chunks + c] = hist[e];
+}
+
+// Exclusive prefix sums of values[0..n) in place, by one warp, 32 at a time; returns the total.
+__device__ int32_t warp_exclusive_scan(int32_t* values, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  int32_t running = 0;
+  for (int64_t base = 0; base < n; base += 32) {
+    const int64_t i = base + lane;
+    const int32_t v = i < n ? values[i] : 0;
+    int32_t inclusive = v;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int32_t up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += up;
+    }
+    if (i < n) values[i] = running + inclusive - v;
+    running += __shfl_sync(0xffffffffu, inclusive, 31);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t offset = 0;
-    for (int i = 0; i < experts; i++) {
-      if (e == 0) offsets[i] = offset;
-      if (i == e) base_s = offset;
-      offset += hist[i];
-    }
-    if (e == 0) offsets[experts] = offset;
+  return running;
+}
+
+// One warp per expert e: its chunks' counts become their first rows among e's rows; offsets[e]
+// takes e's total for plan_offsets_kernel.
+__global__ void plan_scan_kernel(int32_t* chunk_rows, int32_t* offsets, int64_t chunks) {
+  const int e = blockIdx.x;
+  const int32_t total = warp_exclusive_scan(chunk_rows + int64_t{e} * chunks, chunks);
+  if (threadIdx.x == 0) offsets[e] = total;
+}
+
+// One warp: the experts' totals become their first rows; offsets[experts] = every routed slot.
+__global__ void plan_offsets_kernel(int32_t* offsets, int experts) {
+  const int32_t all = warp_exclusive_scan(offsets, experts);
+  if (threadIdx.x == 0) offsets[experts] = all;
+}
+
+__global__ void __launch_bounds__(kPlanChunk)
+    plan_place_kernel(int32_t* sorted_slot, int32_t* slot_pos, const int32_t* chunk_rows,
+                      const int32_t* offsets, const int32_t* indices, int64_t slots, int64_t chunks,
+                      int experts) {
+  extern __shared__ int32_t next_row[];  // [experts]: the next row of each expert
+  const int64_t c = blockIdx.x, s = c * kPlanChunk + threadIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    next_row[e] = offsets[e] + chunk_rows[e * chunks + c];
   }
-  __syncthreads();
-  int32_t base = base_s;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  for (int64_t start = 0; start < slots; start += blockDim.x) {
-    const int64_t s = start + threadIdx.x;
-    const int32_t idx = s < slots ? indices[s] : -1;
-    if (e == 0 && s < slots && (idx < 0 || idx >= experts)) slot_pos[s] = -1;
-    const bool mine = idx == e;
-    const unsigned mask = __ballot_sync(0xffffffffu, mine);
-    if (lane == 0) warp_counts[warp] = __popc(mask);
-    __syncthreads();
-    int32_t before = 0, total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); w++) {
-      if (w < warp) before += warp_counts[w];
-      total += warp_counts[w];
+  int32_t idx = s < slots ? indices[s] : -1;
+  if (idx < 0 || idx >= experts) {
+    if (s < slots) slot_pos[s] = -1;
+    idx = -1;
+  }
+  // Lanes of one expert: the lowest takes the rows, each the one after its lower peers'.
+  const unsigned peers = __match_any_sync(0xffffffffu, idx);
+  const int rank = __popc(peers & ((1u << lane) - 1u));
+  for (int w = 0; w < kPlanChunk / 32; w++) {
+    __syncthreads();  // next_row is up to date for warp w
+    if (warp == w && idx >= 0) {
+      const int32_t row = next_row[idx] + rank;
+      __syncwarp(peers);
+      if (rank == 0) next_row[idx] += __popc(peers);
+      sorted_slot[row] = static_cast<int32_t>(s);
+      slot_pos[s] = row;
     }
-    if (mine) {
-      const int32_t pos = base + before + __popc(mask & lanes_below);
-      sorted_slot[pos] = static_cast<int32_t>(s);
-      slot_pos[s] = pos;
-    }
-    base += total;
-    __syncthreads();
   }
 }
 
 // moe_token_routes' arrays (Kernels.h), one block per owner rank p: it
 // first counts the rows of the owners before it (its first place in the send order "by owner,
 // then token"), then walks the tokens in order, placing each that reaches p by a warp ballot and
-// the block's warp counts, as plan_kernel places slots.
+// the block's warp counts.
 __global__ void __launch_bounds__(kPlanThreads)
     token_routes_kernel(int32_t* row_token, int32_t* row_slot, int32_t* row_experts,
                         int32_t* token_row, int32_t* slot_row, const int32_t* slot_experts,
@@ -343,37 +378,46 @@ __global__ void combine_kernel(bf16* out, const bf16* rows, const float* gates,
   }
 }
 
-// The gates' gradients and the gate scaling, per row p of the layout (slot s = row_slot[p], -1 for
-// padding, whose du and u are zero already): with du[p] = dout[token] W_out[e] (not yet scaled by
-// the gate) and u[p] the expert's swiglu output, dgates[s] = <dout[token], y[p]> = <du[p], u[p]>
-// (fp32), so the backward needs no y; then du[p] and u[p] are scaled by the gate in place (du for
-// the swiglu backward, u for dW_out = dout^T (gate u)). One warp per row.
-__global__ void gate_grad_kernel(bf16* du, bf16* u, float* dgates, const float* gates,
-                                 const int32_t* row_slot, int64_t rows, int64_t inner, bool vec) {
+// The rest of the backward between the two expert products, per row p of the layout (slot
+// s = row_slot[p]; -1 for padding, which gets zeros): with du[p] = dout[token] W_out[e] (not
+// scaled by the gate) and h[p] = [a | b], u = silu(a) b,
+//   dgates[s] = <dout[token], y[p]> = <du[p], u>   (so the backward needs no y),
+//   gu[p] = gate u                                  (for dW_out = dout^T (gate u)),
+//   dh[p] = swiglu'(gate du[p]).
+// u and gate du are rounded to bf16 where the separate kernels this pass replaced stored them,
+// so that it gives their results bit for bit. One warp per row.
+__global__ void expert_rows_backward_kernel(bf16* gu, bf16* dh, float* dgates, const bf16* du,
+                                            const bf16* h, const float* gates,
+                                            const int32_t* row_slot, int64_t rows, int64_t inner,
+                                            bool vec) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
   for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
        p += warps) {
     const int64_t s = row_slot[p];
-    if (s < 0) continue;
-    const float gate = gates[s];
+    const float gate = s < 0 ? 0.f : gates[s];
     float dot = 0.f;
     for (int64_t c = lane * 8; c < inner; c += 256) {
       const int valid = static_cast<int>(min(int64_t{8}, inner - c));
-      float g[8], v[8];
+      float g[8], a[8], b[8], u[8];
       load8_any(g, du + p * inner + c, valid, vec);
-      load8_any(v, u + p * inner + c, valid, vec);
+      load8_any(a, h + p * 2 * inner + c, valid, vec);
+      load8_any(b, h + p * 2 * inner + inner + c, valid, vec);
 #pragma unroll
       for (int e = 0; e < 8; e++) {
-        dot += g[e] * v[e];
-        g[e] *= gate;
-        v[e] *= gate;
+        u[e] = round_bf16(a[e] * sigmoidf(a[e]) * b[e]);
+        dot += g[e] * u[e];
+        const float scaled = round_bf16(g[e] * gate);
+        u[e] *= gate;
+        g[e] = scaled * b[e] * silu_grad(a[e]);  // da
+        b[e] = scaled * a[e] * sigmoidf(a[e]);   // db
       }
-      store8_any(du + p * inner + c, g, valid, vec);
-      store8_any(u + p * inner + c, v, valid, vec);
+      store8_any(gu + p * inner + c, u, valid, vec);
+      store8_any(dh + p * 2 * inner + c, g, valid, vec);
+      store8_any(dh + p * 2 * inner + inner + c, b, valid, vec);
     }
     dot = warp_sum(dot);
-    if (lane == 0) dgates[s] = dot;
+    if (lane == 0 && s >= 0) dgates[s] = dot;
   }
 }
 
@@ -395,6 +439,7 @@ Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int
 // The plan and the activations both passes need, carved from the workspace: R = expert_row_limit
 // rows.
 struct ExpertBuffers {
+  int32_t* chunk_rows;      // [experts, S / kPlanChunk], the plan's
   int32_t* sorted_slot;     // [S], the compact plan
   int32_t* slot_pos;        // [S]
   int32_t* offsets;         // [experts + 1]
@@ -414,6 +459,7 @@ ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int
                     int64_t experts, int64_t k, bool backward) {
   const int64_t slots = tokens * k, rows = expert_row_limit(slots, experts);
   ExpertBuffers b{};
+  b.chunk_rows = carver.take<int32_t>(experts * ceil_div(slots, kPlanChunk));
   b.sorted_slot = carver.take<int32_t>(slots);
   b.slot_pos = carver.take<int32_t>(slots);
   b.offsets = carver.take<int32_t>(experts + 1);
@@ -481,8 +527,8 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
   return gemm_group(ctx, stream, overflow);
 }
 
-// Plan, layout, gather, the expert MLPs (h, u, and y unless `with_y` is false: the backward
-// needs h and u only); returns where the rows are.
+// Plan, layout, gather and h = xp W_in[e]^T; with `with_y` also u = swiglu(h) and the expert
+// MLPs' output rows y (the backward needs h only); returns where the rows are.
 Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* name,
                            const ExpertBuffers& b, ExpertRows& layout, const bf16* x,
                            const int32_t* indices, const bf16* w_in, const bf16* w_out,
@@ -490,8 +536,14 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
                            int64_t k, const int64_t* expert_counts, bool with_y) {
   const int64_t slots = tokens * k;
   const int e_count = static_cast<int>(experts);
-  plan_kernel<<<e_count, kPlanThreads, sizeof(int32_t) * experts, stream>>>(
-      b.sorted_slot, b.slot_pos, b.offsets, indices, slots, e_count);
+  const int64_t chunks = ceil_div(slots, kPlanChunk);
+  const size_t per_expert = sizeof(int32_t) * (experts + 1);
+  plan_count_kernel<<<static_cast<unsigned>(chunks), kPlanChunk, per_expert, stream>>>(
+      b.chunk_rows, indices, slots, chunks, e_count);
+  plan_scan_kernel<<<e_count, 32, 0, stream>>>(b.chunk_rows, b.offsets, chunks);
+  plan_offsets_kernel<<<1, 32, 0, stream>>>(b.offsets, e_count);
+  plan_place_kernel<<<static_cast<unsigned>(chunks), kPlanChunk, per_expert, stream>>>(
+      b.sorted_slot, b.slot_pos, b.chunk_rows, b.offsets, indices, slots, chunks, e_count);
   if (Status s = launch_status(name); !s.ok()) return s;
   std::vector<int64_t> counts(experts);
   if (expert_counts != nullptr) {
@@ -524,14 +576,14 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, b.row_slot, rows, hidden,
                                                           static_cast<int>(k), vec);
   if (Status s = launch_status(name); !s.ok()) return s;
-  // h = xp W_in[e]^T, u = swiglu(h), y = u W_out[e]^T.
+  // h = xp W_in[e]^T, then u = swiglu(h), y = u W_out[e]^T.
   if (Status s = expert_products(ctx, stream, layout, false, true, 0, 2 * inner, hidden, b.xp,
                                  hidden, w_in, hidden, 2 * inner * hidden, b.h, 2 * inner, 0);
       !s.ok()) {
     return s;
   }
-  if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
   if (!with_y) return Status();
+  if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
   return expert_products(ctx, stream, layout, false, true, 0, hidden, inner, b.u, inner, w_out,
                          inner, hidden * inner, b.y, hidden, 0);
 }
@@ -656,8 +708,9 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
   gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.dyp, dout, b.row_slot, rows, hidden,
                                                           static_cast<int>(k), vec);
   if (Status s = launch_status(name); !s.ok()) return s;
-  // Through W_out: du = dyp W_out[e]; then dgates = <du, u> and du, u scaled by the gate
-  // (gate_grad_kernel); dW_out[e] = dyp^T (gate u) (zero for an expert without rows).
+  // Through W_out: du = dyp W_out[e]; then dgates = <du, u>, gu = gate u into u's buffer and
+  // dh = swiglu'(gate du) (expert_rows_backward_kernel); dW_out[e] = dyp^T gu (zero for an
+  // expert without rows).
   // Through W_in: dxp = dh W_in[e] (into y's buffer, unused in the backward); dW_in[e] = dh^T xp.
   bf16* dxp = b.y;
   if (Status s = expert_products(ctx, stream, layout, false, false, 0, inner, hidden, b.dyp, hidden,
@@ -665,9 +718,10 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
       !s.ok()) {
     return s;
   }
-  const bool vec_inner = inner % 8 == 0 && aligned16(b.du) && aligned16(b.u);
-  gate_grad_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.du, b.u, dgates, gates, b.row_slot,
-                                                             rows, inner, vec_inner);
+  const bool vec_inner =
+      inner % 8 == 0 && aligned16(b.du) && aligned16(b.u) && aligned16(b.h) && aligned16(b.dh);
+  expert_rows_backward_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(
+      b.u, b.dh, dgates, b.du, b.h, gates, b.row_slot, rows, inner, vec_inner);
   if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t cap = layout.capacity;
   if (Status s = expert_products(ctx, stream, layout, true, false, hidden, inner, 0, b.dyp, hidden,
@@ -675,7 +729,6 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
       !s.ok()) {
     return s;
   }
-  if (Status s = swiglu_backward(stream, b.dh, b.du, b.h, rows, inner); !s.ok()) return s;
   if (Status s = expert_products(ctx, stream, layout, false, false, 0, hidden, 2 * inner, b.dh,
                                  2 * inner, w_in, hidden, 2 * inner * hidden, dxp, hidden, 0);
       !s.ok()) {

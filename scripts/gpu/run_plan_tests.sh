@@ -20,8 +20,8 @@ LOG=${OUT:-/tmp}/plan_tests.log
 source "$ROOT/scripts/gpu/common.sh"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
-for plan in "$BUNDLE"/plans/small-*-bf16.plan; do
-  run "$BUNDLE/bin/test_plan_step" "$plan" "${plan%-bf16.plan}-f32.plan"
+for name in small-300 small-512; do  # (small-512x1 is for the training runs: no f32 twin)
+  run "$BUNDLE/bin/test_plan_step" "$BUNDLE/plans/$name-bf16.plan" "$BUNDLE/plans/$name-f32.plan"
 done
 if [ "${SKIP_FWD_BWD_BENCH:-0}" != 1 ]; then
   run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2 --profile

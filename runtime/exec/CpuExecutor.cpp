@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/CommVolume.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
@@ -315,11 +316,42 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
       comm_->SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
     }
     absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_);
+    if (auto route = routes_.find(i); status.ok() && route != routes_.end()) {
+      const plan::Step& step = plan_.steps[i];  // moe_route.forward: RouteWith checked it
+      std::span<int32_t> ids = I32Buffer(step.outs[1]);
+      std::copy(route->second.begin(), route->second.end(), ids.begin());
+      cpu::selected_softmax_forward(F32Buffer(step.outs[0]).data(), ids.data(),
+                                    F32Buffer(step.ins[0]).data(), step.ints[0], step.ints[1],
+                                    step.ints[2]);
+    }
     if (status.ok()) continue;
     if (comm_->world_size() == 1) return status;
     if (first_error.ok()) first_error = status;
   }
   return first_error;
+}
+
+absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {
+  if (step >= plan_.steps.size() || plan_.steps[step].kernel != plan::KernelId::MoeRouteForward) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RouteWith: step %d is not an MoE layer's routing (moe_route.forward)", step));
+  }
+  const plan::Step& s = plan_.steps[step];
+  const int64_t tokens = s.ints[0], count = s.ints[1], k = s.ints[2];
+  if (static_cast<int64_t>(experts.size()) != tokens * k) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RouteWith: step %d routes %d tokens to %d experts each (%d ids), not %d",
+                        step, tokens, k, tokens * k, experts.size()));
+  }
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (experts[i] < 0 || experts[i] >= count) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "RouteWith: expert id %d (token %d, slot %d) is not one of the %d experts", experts[i],
+          i / k, i % k, count));
+    }
+  }
+  routes_[step] = std::move(experts);
+  return absl::OkStatus();
 }
 
 float CpuExecutor::Loss() const { return *reinterpret_cast<const float*>(Address(plan_.loss)); }

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -129,6 +130,13 @@ class CpuExecutor {
   // collectives (which it joins with whatever its buffers hold, so nobody waits for it); at the
   // end every rank returns the same error, naming the ranks and steps that failed.
   absl::Status RunStep();
+  // From now on the MoE layer whose routing is step `step` (a moe_route.forward) takes these
+  // experts, ids [tokens, k] of this rank's tokens, instead of the top k of its logits; its gates
+  // become the softmax of its logits at those experts (cpu::selected_softmax_forward), and the
+  // backward follows. For holding a run to another whose routing differs on near ties (a bf16
+  // run: test_plan_step), so that both take the same experts. InvalidArgument names what does
+  // not fit (not a routing step, the wrong size, an id outside the experts).
+  absl::Status RouteWith(size_t step, std::vector<int32_t> experts);
   // The plan's loss buffer, as left by the last RunStep (this rank's copy: whatever the plan
   // reduced into it).
   float Loss() const;
@@ -185,6 +193,7 @@ class CpuExecutor {
   std::unique_ptr<comm::Communicator> owned_comm_;  // the LocalCommunicator of one rank
   std::array<ArenaMemory, plan::kNumArenas> arenas_;
   cpu::ArenaBases bases_{};
+  std::map<size_t, std::vector<int32_t>> routes_;  // RouteWith's, by step
 };
 
 }  // namespace hcp

@@ -69,14 +69,22 @@ T OrFail(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
-// MoE parameters (and the norm that feeds the router), on top of that: top-k routing is
-// discontinuous. Where a token's router logits
-// are nearly tied, the bf16 run may pick another expert than the f32 run, and that token's whole
-// gradient lands on a different expert (and the router's gradient changes with the choice). If a
-// fraction f of the tokens routes differently and tokens contribute comparable, uncorrelated
-// amounts, the relative RMS error of an expert-side gradient is about sqrt(2 f); the bound below
-// allows twice that (per-token contributions are not equal) and is measured, not assumed: with
-// no routing flips it is kGradientTolerance itself.
+// Top-k routing is discontinuous: where a token's router logits are nearly tied, the bf16 run may
+// pick another expert than an fp32 run, and that token's whole gradient lands on a different
+// expert (and the router's gradient changes with the choice). Against the CPU reference this
+// does not arise: the reference takes the GPU's experts (CpuExecutor::RouteWith, its gates from
+// its own logits), and every gradient is held to kGradientTolerance. Against transformers, which
+// routes on its own, MoE parameters (and the norm that feeds the router) get more: if a fraction
+// f of the tokens routes differently and tokens contribute comparable, uncorrelated amounts, the
+// relative RMS error of an expert-side gradient is about sqrt(2 f); the bound below allows twice
+// that (per-token contributions are not equal), with f measured between the GPU and the CPU's
+// own routing: with no routing flips it is kGradientTolerance itself.
+// Since the reference follows the GPU's routing, the routing itself is held apart: bf16 logits
+// differ from fp32 ones by ~1e-2 relative, so only tokens whose k-th and (k+1)-th logits are
+// about that close may flip (0.3-0.7% of the tokens in our plans); a router fed the wrong input
+// or reading the wrong weights picks other experts for nearly every token.
+constexpr double kRoutingFlipTolerance = 0.05;
+
 double MoeTolerance(double flip_fraction) {
   return kGradientTolerance + 2.0 * std::sqrt(2.0 * flip_fraction);
 }
@@ -146,19 +154,26 @@ std::vector<int32_t> GatherTokenRows(comm::Communicator& ranks, const plan::Plan
   return global;
 }
 
-// The fraction of tokens whose set of k experts differs between the f32 run on the CPU and the
-// bf16 run on the GPU(s), over all MoE layers (compared as sets: the order may differ on ties).
-// Each layer's choices are read from a run of the plans' prefixes ending at its routing step.
-// Collective over the ranks (every rank runs the CPU side too).
-double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
-                           const Weights& weights, int device, comm::NcclCommunicator* nccl,
-                           const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+// How the GPU routes, against the f32 run on the CPU: each MoE layer's expert ids on the GPU(s)
+// (global token order) by the f32 plan's routing step, and the fraction of tokens whose set of k
+// experts differs from the CPU's own choice, over all MoE layers (compared as sets: the order may
+// differ on ties). Each layer's choices are read from a run of the plans' prefixes ending at its
+// routing step. Collective over the ranks (every rank runs the CPU side too).
+struct Routing {
+  std::vector<std::pair<size_t, std::vector<int32_t>>> gpu_experts;
+  double flip_fraction = 0;
+};
+
+Routing CompareRouting(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
+                       const Weights& weights, int device, comm::NcclCommunicator* nccl,
+                       const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
   comm::Communicator* ranks = nccl == nullptr ? nullptr : &nccl->host();
   const std::vector<size_t> cpu_steps = RoutingSteps(f32_plan);
   const std::vector<size_t> gpu_steps = RoutingSteps(bf16_plan);
   if (cpu_steps.size() != gpu_steps.size()) {
     Fail(absl::InvalidArgumentError("the plans have different numbers of MoE layers"));
   }
+  Routing routing;
   int64_t flipped = 0, tokens = 0;
   for (size_t layer = 0; layer < cpu_steps.size(); ++layer) {
     const plan::Plan gpu_prefix = Prefix(bf16_plan, gpu_steps[layer]);
@@ -173,7 +188,7 @@ double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_pl
     }
     const uint32_t gpu_buffer = gpu_prefix.steps.back().outs[1];
     const size_t k = static_cast<size_t>(bf16_plan.buffers[gpu_buffer].shape.back());
-    const std::vector<int32_t> gpu_choice =
+    std::vector<int32_t> gpu_choice =
         ranks == nullptr ? OrFail(gpu->I32Buffer(gpu_buffer))
                          : GatherTokenRows(*ranks, bf16_plan, OrFail(gpu->I32Buffer(gpu_buffer)),
                                            static_cast<int64_t>(k));
@@ -192,8 +207,10 @@ double RoutingFlipFraction(const plan::Plan& f32_plan, const plan::Plan& bf16_pl
       flipped += a != b;
       ++tokens;
     }
+    routing.gpu_experts.emplace_back(cpu_steps[layer], std::move(gpu_choice));
   }
-  return tokens == 0 ? 0.0 : static_cast<double>(flipped) / tokens;
+  routing.flip_fraction = tokens == 0 ? 0.0 : static_cast<double>(flipped) / tokens;
+  return routing;
 }
 
 // A step's error without its "step N (kernel): " prefix: the two plans number their steps
@@ -349,11 +366,17 @@ int Main(int argc, char** argv) {
   weights.seed = seed;
   if (!weights_dir.empty()) weights.checkpoint = OrFail(CheckpointReader::Open(weights_dir));
 
-  // The reference.
+  // The reference, routed as the GPU routes.
+  const Routing routing =
+      CompareRouting(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
+  const double flips = routing.flip_fraction;
   CpuExecutor::Options cpu_options;
   cpu_options.poison_activations = true;
   auto cpu = OrFail(CpuExecutor::Create(f32_plan, cpu_options));
   weights.Set(*cpu);
+  for (const auto& [step, experts] : routing.gpu_experts) {
+    if (absl::Status s = cpu->RouteWith(step, experts); !s.ok()) Fail(s);
+  }
   if (absl::Status s = cpu->SetInputs(ids, targets); !s.ok()) Fail(s);
   if (absl::Status s = cpu->RunStep(); !s.ok()) Fail(s);
   const double cpu_loss = cpu->Loss();
@@ -384,13 +407,15 @@ int Main(int argc, char** argv) {
               kLossTolerance);
 
   // Gradients, parameter by parameter in the bf16 plan's order.
-  const double flips =
-      RoutingFlipFraction(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
-  std::printf(
-      "MoE routing: %.2f%% of the tokens pick other experts than the f32 run (MoE "
-      "gradient tolerance %.2e)\n",
-      100.0 * flips, MoeTolerance(flips));
-  const bool has_experts = !RoutingSteps(f32_plan).empty();
+  const bool has_experts = !routing.gpu_experts.empty();
+  if (has_experts) {
+    const bool routing_ok = flips <= kRoutingFlipTolerance;
+    ok &= routing_ok;
+    std::printf(
+        "%s MoE routing: %.2f%% of the tokens pick other experts than the f32 run would "
+        "(tolerance %.0f%%); the f32 reference takes the GPU's\n",
+        routing_ok ? "PASS" : "FAIL", 100.0 * flips, 100.0 * kRoutingFlipTolerance);
+  }
   std::vector<GradientError> errors;
   for (const plan::Parameter& p : bf16_plan.parameters) {
     const std::vector<float> g_gpu = OrFail(gpu->Gradient(p.name));
@@ -403,11 +428,10 @@ int Main(int argc, char** argv) {
     }
     const double error = RelativeRms(g_gpu, g_cpu);
     errors.push_back({p.name, static_cast<int64_t>(g_gpu.size()), error});
-    const bool moe = has_experts && UnderMoeTolerance(p.name);
-    const double tolerance = moe ? MoeTolerance(flips) : kGradientTolerance;
-    ok &= error <= tolerance;
-    std::printf("%s grad %-60s %10lld  rel rms %.2e%s\n", error <= tolerance ? "PASS" : "FAIL",
-                p.name.c_str(), static_cast<long long>(g_gpu.size()), error, moe ? "  (MoE)" : "");
+    ok &= error <= kGradientTolerance;
+    std::printf("%s grad %-60s %10lld  rel rms %.2e\n",
+                error <= kGradientTolerance ? "PASS" : "FAIL", p.name.c_str(),
+                static_cast<long long>(g_gpu.size()), error);
   }
   // The other route to the same gradients: RunStep, then SumGradientsOverRanks (what gradient
   // accumulation uses) instead of the sums overlapped with the backward. The sums themselves

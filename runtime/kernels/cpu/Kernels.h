@@ -212,6 +212,11 @@ void attention_merge(T* out, T* lse, const T* out_b, const T* lse_b, int64_t bat
 template <typename T>
 void topk_softmax_forward(T* gates, int32_t* indices, const T* logits, int64_t tokens,
                           int64_t experts, int64_t k);
+// The gates of experts chosen elsewhere: gates[t, j] = softmax over j of logits[t, indices[t, j]]
+// (topk_softmax_forward's gates for its own indices). Every index must be in [0, experts).
+template <typename T>
+void selected_softmax_forward(T* gates, const int32_t* indices, const T* logits, int64_t tokens,
+                              int64_t experts, int64_t k);
 // dlogits [tokens, experts]: softmax backward on the selected entries, zero elsewhere.
 template <typename T>
 void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const int32_t* indices,

@@ -35,6 +35,25 @@ void expert_forward(std::vector<double>& hin, std::vector<double>& u, std::vecto
 }  // namespace
 
 template <typename T>
+void selected_softmax_forward(T* gates, const int32_t* indices, const T* logits, int64_t tokens,
+                              int64_t experts, int64_t k) {
+  for (int64_t t = 0; t < tokens; t++) {
+    const T* row = logits + t * experts;
+    const int32_t* chosen = indices + t * k;
+    // Subtract the largest selected logit before exp().
+    double max_logit = static_cast<double>(row[chosen[0]]);
+    for (int64_t j = 1; j < k; j++) max_logit = std::max(max_logit, double{row[chosen[j]]});
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++)
+      sum += std::exp(static_cast<double>(row[chosen[j]]) - max_logit);
+    for (int64_t j = 0; j < k; j++) {
+      gates[t * k + j] =
+          static_cast<T>(std::exp(static_cast<double>(row[chosen[j]]) - max_logit) / sum);
+    }
+  }
+}
+
+template <typename T>
 void topk_softmax_forward(T* gates, int32_t* indices, const T* logits, int64_t tokens,
                           int64_t experts, int64_t k) {
   std::vector<int32_t> order(experts);
@@ -44,16 +63,9 @@ void topk_softmax_forward(T* gates, int32_t* indices, const T* logits, int64_t t
     // Stable sort by descending logit: equal logits keep ascending expert order.
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-    // The first selected logit is the largest: subtract it before exp().
-    const double max_logit = static_cast<double>(row[order[0]]);
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; j++) sum += std::exp(static_cast<double>(row[order[j]]) - max_logit);
-    for (int64_t j = 0; j < k; j++) {
-      indices[t * k + j] = order[j];
-      gates[t * k + j] =
-          static_cast<T>(std::exp(static_cast<double>(row[order[j]]) - max_logit) / sum);
-    }
+    std::copy_n(order.begin(), k, indices + t * k);
   }
+  selected_softmax_forward(gates, indices, logits, tokens, experts, k);
 }
 
 // Softmax backward on the selected entries: dl_j = g_j (dg_j - sum_i g_i dg_i).
@@ -155,6 +167,8 @@ void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, 
 
 #define HCP_INSTANTIATE(T)                                                                         \
   template void topk_softmax_forward<T>(T*, int32_t*, const T*, int64_t, int64_t, int64_t);        \
+  template void selected_softmax_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t,        \
+                                            int64_t);                                              \
   template void topk_softmax_backward<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, \
                                          int64_t);                                                 \
   template void moe_experts_forward<T>(T*, const T*, const T*, const int32_t*, const T*, const T*, \

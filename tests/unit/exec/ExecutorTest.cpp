@@ -385,6 +385,65 @@ TEST(CpuExecutor, UnwrittenActivationsReadAsNaN) {
   EXPECT_EQ((*zeroed)->Loss(), 0.0f);
 }
 
+// One MoE routing step: 3 tokens' router logits (a parameter) -> gates and expert ids, top 2 of
+// 4 experts.
+plan::Plan RoutingPlan() {
+  plan::PlanBuilder b;
+  b.set_shape(1, 3);
+  b.AllocateInputs();
+  const auto logits = b.AddParameter("router.logits", {3, 4}, plan::ParamInit::Normal, 1.0);
+  const uint32_t gates = b.Allocate("act.gates", plan::Arena::Activations, {3, 2});
+  const uint32_t ids = b.Allocate("act.ids", plan::Arena::Activations, {3, 2}, plan::DType::I32);
+  const uint32_t loss = b.Allocate("loss", plan::Arena::Activations, {1});
+  b.set_loss(loss);
+  b.AddStep("moe_route.forward", {logits.value}, {gates, ids}, {3, 4, 2});
+  b.AddStep("fill", {}, {loss}, {1}, {0.0});
+  absl::StatusOr<std::string> bytes = b.Finish();
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<plan::Plan> plan = plan::ParsePlan(*bytes, "routing");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+TEST(CpuExecutor, RouteWithTakesTheGivenExpertsAndTheirGates) {
+  const plan::Plan plan = RoutingPlan();
+  auto exec = MakeExecutor(plan);
+  exec->InitializeParameters(5);
+  const std::vector<float> logits = Copy(*exec->Parameter("router.logits"));
+  const uint32_t gates = plan.steps[0].outs[0], ids = plan.steps[0].outs[1];
+
+  // Its own choice first: the top 2, as the kernel picks them.
+  ASSERT_TRUE(exec->RunStep().ok());
+  std::vector<int32_t> top(6);
+  std::vector<float> top_gates(6);
+  cpu::topk_softmax_forward<float>(top_gates.data(), top.data(), logits.data(), 3, 4, 2);
+  EXPECT_EQ(std::vector<int32_t>(exec->I32Buffer(ids).begin(), exec->I32Buffer(ids).end()), top);
+
+  // Then experts chosen elsewhere: token 0 the two it did not pick, token 1 its own two in the
+  // other order. The gates are the softmax of the logits at those experts, in the given order.
+  std::vector<int32_t> chosen = top;
+  int slot = 0;
+  for (int32_t e = 0; e < 4; ++e) {
+    if (e != top[0] && e != top[1]) chosen[slot++] = e;
+  }
+  std::swap(chosen[2], chosen[3]);
+  ASSERT_TRUE(exec->RouteWith(0, chosen).ok());
+  ASSERT_TRUE(exec->RunStep().ok());
+  EXPECT_EQ(std::vector<int32_t>(exec->I32Buffer(ids).begin(), exec->I32Buffer(ids).end()), chosen);
+  for (int t = 0; t < 3; ++t) {
+    const double a = logits[t * 4 + chosen[2 * t]], b = logits[t * 4 + chosen[2 * t + 1]];
+    EXPECT_NEAR(exec->F32Buffer(gates)[2 * t], 1.0 / (1.0 + std::exp(b - a)), 1e-6) << t;
+    EXPECT_NEAR(exec->F32Buffer(gates)[2 * t + 1], 1.0 / (1.0 + std::exp(a - b)), 1e-6) << t;
+  }
+
+  // What does not fit is refused, naming it.
+  EXPECT_THAT(exec->RouteWith(1, chosen).message(), HasSubstr("step 1 is not an MoE layer's"));
+  EXPECT_THAT(exec->RouteWith(0, {0, 1}).message(), HasSubstr("(6 ids), not 2"));
+  chosen[5] = 4;
+  EXPECT_THAT(exec->RouteWith(0, chosen).message(),
+              HasSubstr("expert id 4 (token 2, slot 1) is not one of the 4 experts"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ranks.
 

@@ -59,7 +59,8 @@ LogicalResult BufferOp::verify() {
       return emitOpError() << "buffer '" << getName()
                            << "' needs at least 1 shard along a first dimension";
   }
-  if (auto offset = getOffset(); offset && *offset < 0)
+  // I64Attr's accessor reads the value unsigned: the attribute's signed value, to see a sign.
+  if (IntegerAttr offset = getOffsetAttr(); offset && offset.getInt() < 0)
     return emitOpError() << "buffer '" << getName() << "' has a negative offset";
   return success();
 }

@@ -121,7 +121,9 @@ PlanBuilder::ParameterBuffers PlanBuilder::AddParameter(std::string name,
                          .buffer = buffers.value,
                          .gradient = buffers.gradient,
                          .init = init,
-                         .std = std});
+                         .std = std,
+                         .shards = 1,
+                         .full_shape = {}});
   return buffers;
 }
 

@@ -155,7 +155,8 @@ struct TokenRouteArrays {
 
 TokenRouteArrays RouteTokens(const std::vector<int32_t>& ids, int64_t k, int64_t experts,
                              int64_t ep) {
-  TokenRouteArrays r{comm::CountTokensByOwner(ids, k, experts, ep)};
+  TokenRouteArrays r;
+  r.counts = comm::CountTokensByOwner(ids, k, experts, ep);
   const auto tokens = static_cast<int64_t>(ids.size()) / k;
   const int64_t per_rank = experts / ep;
   r.token_row.assign(tokens * ep, -1);

@@ -31,7 +31,9 @@ TEST(SsdHeadSlices, DivideTheHeadsWithinTheTargetAndTakeTheLargest) {
           ASSERT_GE(slices, 1);
           ASSERT_LE(slices, 8);
           EXPECT_EQ(per_group % slices, 0) << per_group << " heads in " << slices;
-          if (slices > 1) EXPECT_LE(blocks * slices, kSsdDbcTargetBlocks);
+          if (slices > 1) {
+            EXPECT_LE(blocks * slices, kSsdDbcTargetBlocks);
+          }
           for (int d = slices + 1; d <= 8; d++) {
             EXPECT_FALSE(per_group % d == 0 && blocks * d <= kSsdDbcTargetBlocks)
                 << d << " slices would also do";
@@ -39,7 +41,9 @@ TEST(SsdHeadSlices, DivideTheHeadsWithinTheTargetAndTakeTheLargest) {
           // The slice buffer: fp32 [slices, batch, seq, groups, 128] for any seq in the chunks.
           const int64_t bytes = 4 * ssd_dbc_slice_floats(slices, batch, chunks * 256, groups, 128);
           EXPECT_LE(bytes, int64_t{32} << 20);
-          if (slices == 1) EXPECT_EQ(bytes, 0);
+          if (slices == 1) {
+            EXPECT_EQ(bytes, 0);
+          }
         }
       }
     }

@@ -70,3 +70,12 @@ func.func @shards_on_activation() {
   %0 = exec.buffer activations "act.0" {shards = 2 : i64} : memref<4xf32>
   return
 }
+
+// -----
+
+// An activation's byte offset (from hcp-plan-memory) is never negative.
+func.func @negative_offset() {
+  // expected-error @+1 {{buffer 'act.0' has a negative offset}}
+  %0 = exec.buffer activations "act.0" offset -64 : memref<4xf32>
+  return
+}

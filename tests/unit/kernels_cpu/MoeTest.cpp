@@ -51,6 +51,32 @@ TEST(TopkSoftmax, ForwardMatchesRepeatedArgmax) {
   }
 }
 
+// Experts chosen elsewhere (the reference of test_plan_step routed as the GPU): the softmax of
+// the logits at exactly those experts, in the given order, not the top k.
+TEST(SelectedSoftmax, GatesOfTheGivenExperts) {
+  std::mt19937 rng(61);
+  const int64_t tokens = 4, experts = 6, k = 3;
+  Vec logits = testing::random_vec(rng, tokens * experts, -3.0, 3.0);
+  const std::vector<int32_t> chosen = {5, 0, 2, 1, 3, 4, 0, 1, 2, 3, 5, 4};
+  Vec gates(tokens * k);
+  selected_softmax_forward<double>(gates.data(), chosen.data(), logits.data(), tokens, experts, k);
+  for (int64_t t = 0; t < tokens; t++) {
+    double denom = 0.0;
+    for (int64_t j = 0; j < k; j++) denom += std::exp(logits[t * experts + chosen[t * k + j]]);
+    for (int64_t j = 0; j < k; j++) {
+      EXPECT_NEAR(gates[t * k + j], std::exp(logits[t * experts + chosen[t * k + j]]) / denom,
+                  1e-14)
+          << t << " " << j;
+    }
+  }
+  // At top_k's own choice it gives top_k's gates, bit for bit.
+  Vec top_gates(tokens * k), again(tokens * k);
+  std::vector<int32_t> top(tokens * k);
+  topk_softmax_forward<double>(top_gates.data(), top.data(), logits.data(), tokens, experts, k);
+  selected_softmax_forward<double>(again.data(), top.data(), logits.data(), tokens, experts, k);
+  EXPECT_EQ(again, top_gates);
+}
+
 TEST(TopkSoftmax, BackwardMatchesFiniteDifferences) {
   std::mt19937 rng(61);
   const int64_t tokens = 4, experts = 6, k = 3;

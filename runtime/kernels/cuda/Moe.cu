@@ -141,8 +141,8 @@ __global__ void route_backward_kernel(T* dlogits, const float* dgates, const flo
 //   plan_place_kernel  block c gives each of its slots the next row of its expert, the chunk's
 //                      warps one after another (a warp's slots of one expert found by
 //                      __match_any_sync).
-// Slots whose index is outside [0, experts) get slot_pos = -1. One block per expert reading every
-// slot took ~86 us for tiny's 49,152 slots; this takes ~a tenth.
+// Slots whose index is outside [0, experts) get slot_pos = -1. (One block per expert reading
+// every slot took 86 us for tiny's 49,152 slots; tiny's forward went from 0.680 to 0.608 ms.)
 constexpr int kPlanChunk = 256;
 
 __global__ void __launch_bounds__(kPlanChunk)

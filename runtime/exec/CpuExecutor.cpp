@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
@@ -91,6 +92,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
   }
 
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan, &comm));
+  exec->threads_ = cpu::Threads{std::max(1, options.threads)};
   for (int a = 0; a < plan::kNumArenas; ++a) {
     // At least one aligned block, so no base pointer is null; aligned_alloc wants a multiple of
     // the alignment.
@@ -315,7 +317,7 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
     if (plan::IsCollective(plan_.steps[i].kernel)) {
       comm_->SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
     }
-    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_);
+    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_, threads_);
     if (auto route = routes_.find(i); status.ok() && route != routes_.end()) {
       const plan::Step& step = plan_.steps[i];  // moe_route.forward: RouteWith checked it
       std::span<int32_t> ids = I32Buffer(step.outs[1]);
@@ -329,6 +331,11 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
     if (first_error.ok()) first_error = status;
   }
   return first_error;
+}
+
+int CpuExecutor::ThreadsPerRank(int ranks) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, ranks));
 }
 
 absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {

@@ -57,7 +57,14 @@ class CpuExecutor {
 #else
     bool poison_activations = true;
 #endif
+    // Threads the GEMMs, the MoE experts and the SSD scan's forward may use (the same results
+    // with any count).
+    // ThreadsPerRank says how many fit beside the other ranks on the machine.
+    int threads = 1;
   };
+  // This machine's cores shared evenly by `ranks` processes (at least 1): the ranks of a job on
+  // one machine, each running the CPU backend.
+  static int ThreadsPerRank(int ranks);
 
   // Validates `plan` (again: a Plan may have been assembled in memory), checks that `comm` has
   // the plan's mesh (cp and dp: comm::CheckRanksAgree sets it) and that the arenas fit in this
@@ -194,6 +201,7 @@ class CpuExecutor {
   std::array<ArenaMemory, plan::kNumArenas> arenas_;
   cpu::ArenaBases bases_{};
   std::map<size_t, std::vector<int32_t>> routes_;  // RouteWith's, by step
+  cpu::Threads threads_;
 };
 
 }  // namespace hcp

@@ -97,7 +97,9 @@ class Loop {
 
 absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(PrepareOptions(options_));
-  HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_));
+  CpuExecutor::Options executor_options;
+  executor_options.threads = CpuExecutor::ThreadsPerRank(comm_.world_size());
+  HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_, executor_options));
   std::vector<size_t> all(plan_.parameters.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   HCP_ASSIGN_OR_RETURN(FlatLayout layout, LayoutOf(plan_, all));

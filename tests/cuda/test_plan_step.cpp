@@ -193,7 +193,9 @@ Routing CompareRouting(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
                          : GatherTokenRows(*ranks, bf16_plan, OrFail(gpu->I32Buffer(gpu_buffer)),
                                            static_cast<int64_t>(k));
     const plan::Plan cpu_prefix = Prefix(f32_plan, cpu_steps[layer]);
-    auto cpu = OrFail(CpuExecutor::Create(cpu_prefix));
+    CpuExecutor::Options cpu_options;
+    cpu_options.threads = CpuExecutor::ThreadsPerRank(ranks == nullptr ? 1 : ranks->world_size());
+    auto cpu = OrFail(CpuExecutor::Create(cpu_prefix, cpu_options));
     weights.Set(*cpu);
     for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep()}) {
       if (!s.ok()) Fail(s);
@@ -372,6 +374,7 @@ int Main(int argc, char** argv) {
   const double flips = routing.flip_fraction;
   CpuExecutor::Options cpu_options;
   cpu_options.poison_activations = true;
+  cpu_options.threads = CpuExecutor::ThreadsPerRank(ranks.world_size());
   auto cpu = OrFail(CpuExecutor::Create(f32_plan, cpu_options));
   weights.Set(*cpu);
   for (const auto& [step, experts] : routing.gpu_experts) {

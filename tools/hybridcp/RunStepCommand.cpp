@@ -156,7 +156,10 @@ absl::Status RunStep(const Args& args) {
   comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(comm, mine.plan, mine.hash));
   const plan::Plan& plan = *mine.plan;
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor, CpuExecutor::Create(plan, comm));
+  CpuExecutor::Options options;
+  options.threads = CpuExecutor::ThreadsPerRank(comm.world_size());
+  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor,
+                       CpuExecutor::Create(plan, comm, options));
   if (std::optional<std::string> weights = args.Get("weights")) {
     absl::StatusOr<CheckpointReader> checkpoint = CheckpointReader::Open(*weights);
     HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, checkpoint.status()));

@@ -18,8 +18,8 @@ using plan::KernelId;
 class Args {
  public:
   Args(const plan::Plan& plan, const plan::Step& step, const ArenaBases& arenas,
-       comm::Communicator& comm)
-      : plan_(plan), step_(step), arenas_(arenas), comm_(comm) {}
+       comm::Communicator& comm, Threads threads)
+      : plan_(plan), step_(step), arenas_(arenas), comm_(comm), threads_(threads) {}
 
   const float* in(int i) const { return reinterpret_cast<const float*>(Address(step_.ins[i])); }
   const int32_t* in_i32(int i) const {
@@ -32,6 +32,8 @@ class Args {
   // For the collectives: the ranks, and how the sequence is laid out over them.
   comm::Communicator& comm() const { return comm_; }
   const plan::Mesh& mesh() const { return plan_.mesh; }
+  // What the kernels may split their work over.
+  Threads threads() const { return threads_; }
 
  private:
   std::byte* Address(uint32_t buffer) const {
@@ -43,6 +45,7 @@ class Args {
   const plan::Step& step_;
   const ArenaBases& arenas_;
   comm::Communicator& comm_;
+  Threads threads_;
 };
 
 // Expert indices are data (a plan may route them through any i32 buffer), so they are checked
@@ -70,7 +73,7 @@ struct GemmShape {
   // out = alpha op(a) op(b) + beta out.
   void Run(const Args& a, float beta, float* out) const {
     gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), trans_a ? m : k, a.in(1),
-                trans_b ? k : n, beta, out, n);
+                trans_b ? k : n, beta, out, n, a.threads());
   }
 };
 
@@ -268,7 +271,7 @@ SsdShape SsdShapeOf(const Args& a, bool chunked = true) {
 absl::Status RunSsdScanForward(const Args& a) {
   const bool has_init = a.i(7) != 0;
   ssd_scan_forward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), a.in(3), a.in(4), a.in(5),
-                          has_init ? a.in(6) : nullptr, SsdShapeOf(a));
+                          has_init ? a.in(6) : nullptr, SsdShapeOf(a), a.threads());
   return absl::OkStatus();
 }
 
@@ -287,7 +290,8 @@ absl::Status RunSsdScanBackward(const Args& a) {
 
 // ins: x, dt, A, B. outs: final_state. ints: batch, seq, heads, head_dim, groups, state, chunk.
 absl::Status RunSsdFinalStateForward(const Args& a) {
-  ssd_final_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), SsdShapeOf(a));
+  ssd_final_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), SsdShapeOf(a),
+                                 a.threads());
   return absl::OkStatus();
 }
 
@@ -370,7 +374,7 @@ absl::Status RunMoeExpertsForward(const Args& a) {
   const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
   if (absl::Status s = CheckExpertIndices(a.in_i32(2), tokens * k, experts); !s.ok()) return s;
   moe_experts_forward<float>(a.out(0), a.in(0), a.in(1), a.in_i32(2), a.in(3), a.in(4), tokens,
-                             a.i(1), a.i(2), experts, k);
+                             a.i(1), a.i(2), experts, k, a.threads());
   return absl::OkStatus();
 }
 
@@ -379,7 +383,8 @@ absl::Status RunMoeExpertsBackward(const Args& a) {
   const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
   if (absl::Status s = CheckExpertIndices(a.in_i32(3), tokens * k, experts); !s.ok()) return s;
   moe_experts_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
-                              a.in_i32(3), a.in(4), a.in(5), tokens, a.i(1), a.i(2), experts, k);
+                              a.in_i32(3), a.in(4), a.in(5), tokens, a.i(1), a.i(2), experts, k,
+                              a.threads());
   return absl::OkStatus();
 }
 
@@ -484,9 +489,9 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
 }  // namespace
 
 absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
-                        comm::Communicator& comm) {
+                        comm::Communicator& comm, Threads threads) {
   const plan::Step& step = plan.steps[step_index];
-  const Args args(plan, step, arenas, comm);
+  const Args args(plan, step, arenas, comm, threads);
   absl::Status status;
   // One case per table line: a kernel added to KernelTable.def without a wrapper here fails to
   // compile (RunX is not declared).

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/kernels/cpu/Parallel.h"
 #include "runtime/plan/Plan.h"
 
 namespace hcp::cpu {
@@ -25,8 +26,10 @@ using ArenaBases = std::array<std::byte*, plan::kNumArenas>;
 // InvalidArgument starting with the step: "step 3 (embedding.forward): token id ...".
 // The collectives (plan::IsCollective) communicate on `comm`, whose mesh must be the plan's
 // (cp, dp and ep); they never fail by themselves (see Communicator.h), except the expert-parallel
-// kernels on an expert index out of range, after joining every exchange.
+// kernels on an expert index out of range, after joining every exchange. The GEMMs, the MoE
+// experts and the SSD scan's forward use up to `threads` threads (the same results with any
+// count).
 absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
-                        comm::Communicator& comm);
+                        comm::Communicator& comm, Threads threads = {});
 
 }  // namespace hcp::cpu

@@ -5,7 +5,8 @@
 // of op(B) only, never on m, n or where the element falls in a block (context-parallel splits
 // change m and must not change a row's value). For speed the work goes in blocks of kRows x
 // kCols outputs: the block's slices of op(A) and op(B) are copied into contiguous panels, so the
-// inner loop streams one row of B's panel into kCols accumulators that stay in cache.
+// inner loop streams one row of B's panel into kCols accumulators that stay in cache. Threads
+// take contiguous runs of blocks of rows (each packing its own panels).
 #include <algorithm>
 #include <vector>
 
@@ -15,12 +16,14 @@ namespace hcp::cpu {
 namespace {
 
 constexpr int64_t kRows = 4, kCols = 64;
+// A thread's share is worth its start (tens of microseconds) from this many multiply-adds.
+constexpr int64_t kMinThreadWork = int64_t{1} << 22;
 
-}  // namespace
-
+// Rows [row_begin, row_end) of C.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void gemm_rows(bool trans_a, bool trans_b, int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
+               T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+               int64_t ldc) {
   std::vector<T> b_panel(static_cast<size_t>(k * kCols)), a_panel(static_cast<size_t>(k * kRows));
   double acc[kRows][kCols];
   for (int64_t j0 = 0; j0 < n; j0 += kCols) {
@@ -30,8 +33,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
         b_panel[p * kCols + jj] = trans_b ? b[(j0 + jj) * ldb + p] : b[p * ldb + j0 + jj];
       }
     }
-    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-      const int64_t rows = std::min(kRows, m - i0);
+    for (int64_t i0 = row_begin; i0 < row_end; i0 += kRows) {
+      const int64_t rows = std::min(kRows, row_end - i0);
       for (int64_t p = 0; p < k; p++) {  // a_panel[p][ii] = op(A)[i0 + ii, p]
         for (int64_t ii = 0; ii < rows; ii++) {
           a_panel[p * kRows + ii] = trans_a ? a[p * lda + i0 + ii] : a[(i0 + ii) * lda + p];
@@ -60,9 +63,20 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   }
 }
 
+}  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, Threads threads) {
+  const int64_t min_rows = kMinThreadWork / std::max<int64_t>(1, n * k) + 1;
+  parallel_for(threads, m, min_rows, kRows, [&](int64_t begin, int64_t end) {
+    gemm_rows(trans_a, trans_b, begin, end, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  });
+}
+
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
+                          const float*, int64_t, float, float*, int64_t, Threads);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t);
+                           const double*, int64_t, double, double*, int64_t, Threads);
 
 }  // namespace hcp::cpu

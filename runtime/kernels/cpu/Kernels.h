@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "runtime/kernels/cpu/Parallel.h"
 
 namespace hcp::cpu {
 
@@ -23,9 +24,10 @@ namespace hcp::cpu {
 // Matrix product. Linear layers, the vocabulary projection and their backward lower to this.
 // C[m, n] = alpha * sum_k op(A)[m, k] * op(B)[k, n] + beta * C[m, n], where op(X) is X or X^T.
 // lda/ldb/ldc are the row strides of A, B, C as stored. beta == 0 ignores C's old contents.
+// Rows of C are split over `threads` (the same results with any count).
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, Threads threads = {});
 
 // ---------------------------------------------------------------------------------------------
 // Embedding: out[t, :] = table[ids[t], :] * multiplier. ids [tokens], table [vocab, hidden].
@@ -129,10 +131,11 @@ struct SsdShape {
 };
 // x [B,S,H,P]; dt [B,S,H] (already softplus'ed); A [H] (negative); Bm, Cm [B,S,G,N]; D [H];
 // init_state [B,H,P,N] nullable. y [B,S,H,P] nullable (not wanted: then Cm and D are not read);
-// final_state [B,H,P,N] nullable.
+// final_state [B,H,P,N] nullable. The (batch row, head) pairs are split over `threads`.
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape);
+                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
+                      Threads threads = {});
 // Exact gradients of ssd_scan_forward. dfinal_state is nullable (zero); dinit_state nullable
 // (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
 // chunk's states), so it needs no saved activations and memory linear in one chunk.
@@ -145,7 +148,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 // summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].
 template <typename T>
 void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                             const SsdShape& shape);
+                             const SsdShape& shape, Threads threads = {});
 // Its exact gradients: ssd_scan_backward's with dy = 0 and no initial state (the oracle runs that
 // with zero dy and C; correctness, not speed).
 template <typename T>
@@ -225,15 +228,17 @@ void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const in
 // Expert compute: out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b), where [a | b] = W_in[e] x[t]
 // and e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden] (gate rows first);
 // w_out [E, hidden, inner]. A slot whose index is outside [0, E) contributes nothing (dgates 0).
+// Tokens (forward), then experts and tokens (backward) are split over `threads` (the same results
+// with any count).
 template <typename T>
 void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices, const T* w_in,
                          const T* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                         int64_t experts, int64_t k);
+                         int64_t experts, int64_t k, Threads threads = {});
 template <typename T>
 void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, const T* x,
                           const T* gates, const int32_t* indices, const T* w_in, const T* w_out,
-                          int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                          int64_t k);
+                          int64_t tokens, int64_t hidden, int64_t inner, int64_t experts, int64_t k,
+                          Threads threads = {});
 
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy with an ignore index. logits [tokens, vocab]; targets [tokens].

@@ -9,34 +9,41 @@ namespace hcp::cpu {
 
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape) {
+                      const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
+                      Threads threads) {
   const int64_t PN = shape.head_dim * shape.state;
-  std::vector<T> H(PN), H_next(PN);
-  for (int64_t b = 0; b < shape.batch; b++) {
-    for (int64_t h = 0; h < shape.heads; h++) {
-      detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D);
-      if (init_state != nullptr) {
-        std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN, H.begin());
-      } else {
-        std::fill(H.begin(), H.end(), T(0));
-      }
-      // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
-      for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
-        const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
-        detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
-        std::swap(H, H_next);
-      }
-      if (final_state != nullptr) std::copy(H.begin(), H.end(), final_state + hd.state_offset());
-    }
-  }
+  // Each (batch row, head) writes only its own y and final state: they go to threads whole.
+  parallel_for(threads, shape.batch * shape.heads, /*min_items=*/1, /*align=*/1,
+               [&](int64_t begin, int64_t end) {
+                 std::vector<T> H(PN), H_next(PN);
+                 for (int64_t bh = begin; bh < end; bh++) {
+                   detail::SsdHead<T> hd(shape, bh / shape.heads, bh % shape.heads, x, dt, A, Bm,
+                                         Cm, D);
+                   if (init_state != nullptr) {
+                     std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
+                               H.begin());
+                   } else {
+                     std::fill(H.begin(), H.end(), T(0));
+                   }
+                   // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
+                   for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
+                     const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
+                     detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
+                     std::swap(H, H_next);
+                   }
+                   if (final_state != nullptr) {
+                     std::copy(H.begin(), H.end(), final_state + hd.state_offset());
+                   }
+                 }
+               });
 }
 
 template <typename T>
 void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                             const SsdShape& shape) {
+                             const SsdShape& shape, Threads threads) {
   // Without y the chunk step never reads C or D.
   ssd_scan_forward<T>(/*y=*/nullptr, final_state, x, dt, A, Bm, /*Cm=*/nullptr, /*D=*/nullptr,
-                      /*init_state=*/nullptr, shape);
+                      /*init_state=*/nullptr, shape, threads);
 }
 
 template <typename T>
@@ -71,9 +78,9 @@ void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A,
 
 #define HCP_INSTANTIATE(T)                                                                        \
   template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,     \
-                                    const T*, const T*, const SsdShape&);                         \
+                                    const T*, const T*, const SsdShape&, Threads);                \
   template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,            \
-                                           const SsdShape&);                                      \
+                                           const SsdShape&, Threads);                             \
   template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);              \
   template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
                                           int64_t);

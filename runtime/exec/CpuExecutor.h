@@ -57,8 +57,8 @@ class CpuExecutor {
 #else
     bool poison_activations = true;
 #endif
-    // Threads the GEMMs, the MoE experts and the SSD scan's forward may use (the same results
-    // with any count).
+    // Threads the GEMMs, the MoE experts and the SSD scans may use (the same results with any
+    // count).
     // ThreadsPerRank says how many fit beside the other ranks on the machine.
     int threads = 1;
   };

@@ -284,7 +284,7 @@ absl::Status RunSsdScanBackward(const Args& a) {
   float* dinit_state = has_init ? a.out(6) : nullptr;
   ssd_scan_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.out(4), a.out(5), dinit_state,
                            a.in(0), dfinal_state, a.in(1), a.in(2), a.in(3), a.in(4), a.in(5),
-                           a.in(6), init_state, SsdShapeOf(a));
+                           a.in(6), init_state, SsdShapeOf(a), a.threads());
   return absl::OkStatus();
 }
 
@@ -298,7 +298,7 @@ absl::Status RunSsdFinalStateForward(const Args& a) {
 // ins: dfinal_state, x, dt, A, B. outs: dx, ddt, dA, dB.
 absl::Status RunSsdFinalStateBackward(const Args& a) {
   ssd_final_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
-                                  a.in(3), a.in(4), SsdShapeOf(a));
+                                  a.in(3), a.in(4), SsdShapeOf(a), a.threads());
   return absl::OkStatus();
 }
 

@@ -27,8 +27,7 @@ using ArenaBases = std::array<std::byte*, plan::kNumArenas>;
 // The collectives (plan::IsCollective) communicate on `comm`, whose mesh must be the plan's
 // (cp, dp and ep); they never fail by themselves (see Communicator.h), except the expert-parallel
 // kernels on an expert index out of range, after joining every exchange. The GEMMs, the MoE
-// experts and the SSD scan's forward use up to `threads` threads (the same results with any
-// count).
+// experts and the SSD scans use up to `threads` threads (the same results with any count).
 absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBases& arenas,
                         comm::Communicator& comm, Threads threads = {});
 

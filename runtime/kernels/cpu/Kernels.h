@@ -139,10 +139,12 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
 // Exact gradients of ssd_scan_forward. dfinal_state is nullable (zero); dinit_state nullable
 // (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
 // chunk's states), so it needs no saved activations and memory linear in one chunk.
+// The heads are split over `threads`.
 template <typename T>
 void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
                        const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
-                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape);
+                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
+                       Threads threads = {});
 // The final state ssd_scan_forward reaches from a zero initial state, without computing y: the
 // same chunk steps, so it equals ssd_scan_forward's final_state exactly. Context parallelism's
 // summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].
@@ -153,7 +155,8 @@ void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A
 // with zero dy and C; correctness, not speed).
 template <typename T>
 void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
-                              const T* dt, const T* A, const T* Bm, const SsdShape& shape);
+                              const T* dt, const T* A, const T* Bm, const SsdShape& shape,
+                              Threads threads = {});
 // Context parallelism's correction of a segment scanned from a zero start: the outputs its true
 // initial state adds. Per batch row b and head h (group g), with the inclusive cumulative
 // log-decay Acs_t = A_h * sum_{u<=t} dt_u from the segment's start:

@@ -114,7 +114,7 @@ TEST(ParallelKernels, MoeExpertsGiveTheSameBitsOnAnyNumberOfThreads) {
   for (int count : {2, 3, 8}) EXPECT_TRUE(run(count) == one) << count << " threads";
 }
 
-TEST(ParallelKernels, SsdScanForwardGivesTheSameBitsOnAnyNumberOfThreads) {
+TEST(ParallelKernels, SsdScanGivesTheSameBitsOnAnyNumberOfThreads) {
   std::mt19937 rng(73);
   const SsdShape shape{
       .batch = 2, .seq = 37, .heads = 4, .head_dim = 3, .groups = 2, .state = 5, .chunk = 8};
@@ -129,11 +129,20 @@ TEST(ParallelKernels, SsdScanForwardGivesTheSameBitsOnAnyNumberOfThreads) {
   const std::vector<float> C = testing::to_float(testing::random_vec(rng, bcs));
   const std::vector<float> D = testing::to_float(testing::random_vec(rng, shape.heads));
   const std::vector<float> init = testing::to_float(testing::random_vec(rng, states));
+  const std::vector<float> dy = testing::to_float(testing::random_vec(rng, xs));
+  const std::vector<float> dfinal = testing::to_float(testing::random_vec(rng, states));
+  // Forward, then backward; every output one after another.
   auto run = [&](int count) {
-    std::vector<float> y(xs), final_state(states);
+    std::vector<float> y(xs), final_state(states), dx(xs), ddt(dt.size()), dA(shape.heads), dB(bcs),
+        dC(bcs), dD(shape.heads), dinit(states);
     ssd_scan_forward<float>(y.data(), final_state.data(), x.data(), dt.data(), A.data(), B.data(),
                             C.data(), D.data(), init.data(), shape, Threads{count});
-    y.insert(y.end(), final_state.begin(), final_state.end());
+    ssd_scan_backward<float>(dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(), dD.data(),
+                             dinit.data(), dy.data(), dfinal.data(), x.data(), dt.data(), A.data(),
+                             B.data(), C.data(), D.data(), init.data(), shape, Threads{count});
+    for (const std::vector<float>* v : {&final_state, &dx, &ddt, &dA, &dB, &dC, &dD, &dinit}) {
+      y.insert(y.end(), v->begin(), v->end());
+    }
     return y;
   };
   const std::vector<float> one = run(1);

@@ -1,5 +1,6 @@
 #include "runtime/exec/CpuExecutor.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -335,7 +336,12 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
 
 int CpuExecutor::ThreadsPerRank(int ranks) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, ranks));
+  // A rank bound to fewer cores than its share (mpirun binds each of a few ranks to one core by
+  // default) gets those cores.
+  int usable = cores;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) usable = CPU_COUNT(&allowed);
+  return std::max(1, std::min(usable, cores / std::max(1, ranks)));
 }
 
 absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {

@@ -62,8 +62,8 @@ class CpuExecutor {
     // ThreadsPerRank says how many fit beside the other ranks on the machine.
     int threads = 1;
   };
-  // This machine's cores shared evenly by `ranks` processes (at least 1): the ranks of a job on
-  // one machine, each running the CPU backend.
+  // This machine's cores shared evenly by `ranks` processes (at least 1; no more than the cores
+  // this process may run on): the ranks of a job on one machine, each running the CPU backend.
   static int ThreadsPerRank(int ranks);
 
   // Validates `plan` (again: a Plan may have been assembled in memory), checks that `comm` has

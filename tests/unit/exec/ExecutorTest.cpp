@@ -1,6 +1,7 @@
 // CpuExecutor on the hand-built TinyLm plan: loss and gradients against the reference kernels
 // composed directly (in double) and against finite differences of the executor's own loss;
 // parameter initialisation and checkpoint loading; input and runtime errors.
+#include <sched.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -383,6 +385,27 @@ TEST(CpuExecutor, UnwrittenActivationsReadAsNaN) {
   ASSERT_TRUE(zeroed.ok());
   ASSERT_TRUE((*zeroed)->RunStep().ok());
   EXPECT_EQ((*zeroed)->Loss(), 0.0f);
+}
+
+TEST(CpuExecutor, ThreadsPerRankSharesTheCoresThisProcessMayUse) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_GE(CpuExecutor::ThreadsPerRank(1), 1);
+  EXPECT_LE(CpuExecutor::ThreadsPerRank(1), cores);
+  EXPECT_EQ(CpuExecutor::ThreadsPerRank(cores + 1), 1);
+  // Bound to one core (as mpirun binds a rank by default): one thread, whatever the share.
+  cpu_set_t before, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &before)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int bound = CpuExecutor::ThreadsPerRank(1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
+  EXPECT_EQ(bound, 1);
 }
 
 // One MoE routing step: 3 tokens' router logits (a parameter) -> gates and expert ids, top 2 of

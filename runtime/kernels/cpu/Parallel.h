@@ -20,11 +20,12 @@ struct Threads {
 // the first piece. Returns after every piece is done.
 template <typename F>
 void parallel_for(Threads threads, int64_t n, int64_t min_items, int64_t align, F&& fn) {
+  if (n <= 0) return;
   const int64_t units = (n + align - 1) / align;
   const int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(min_items, 1));
   const int64_t pieces = std::clamp<int64_t>(std::min<int64_t>(threads.count, most), 1, units);
   if (pieces <= 1) {
-    if (n > 0) fn(int64_t{0}, n);
+    fn(int64_t{0}, n);
     return;
   }
   auto bounds = [&](int64_t piece) { return std::min(n, units * piece / pieces * align); };
@@ -35,7 +36,7 @@ void parallel_for(Threads threads, int64_t n, int64_t min_items, int64_t align, 
       if (begin < end) fn(begin, end);
     });
   }
-  if (const int64_t end = bounds(1); end > 0) fn(int64_t{0}, end);
+  fn(int64_t{0}, bounds(1));
   for (std::thread& t : others) t.join();
 }
 

@@ -13,29 +13,25 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
                       Threads threads) {
   const int64_t PN = shape.head_dim * shape.state;
   // Each (batch row, head) writes only its own y and final state: they go to threads whole.
-  parallel_for(threads, shape.batch * shape.heads, /*min_items=*/1, /*align=*/1,
-               [&](int64_t begin, int64_t end) {
-                 std::vector<T> H(PN), H_next(PN);
-                 for (int64_t bh = begin; bh < end; bh++) {
-                   detail::SsdHead<T> hd(shape, bh / shape.heads, bh % shape.heads, x, dt, A, Bm,
-                                         Cm, D);
-                   if (init_state != nullptr) {
-                     std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
-                               H.begin());
-                   } else {
-                     std::fill(H.begin(), H.end(), T(0));
-                   }
-                   // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
-                   for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
-                     const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
-                     detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
-                     std::swap(H, H_next);
-                   }
-                   if (final_state != nullptr) {
-                     std::copy(H.begin(), H.end(), final_state + hd.state_offset());
-                   }
-                 }
-               });
+  auto scan_heads = [&](int64_t begin, int64_t end) {
+    std::vector<T> H(PN), H_next(PN);
+    for (int64_t bh = begin; bh < end; bh++) {
+      detail::SsdHead<T> hd(shape, bh / shape.heads, bh % shape.heads, x, dt, A, Bm, Cm, D);
+      if (init_state != nullptr) {
+        std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN, H.begin());
+      } else {
+        std::fill(H.begin(), H.end(), T(0));
+      }
+      // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
+      for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
+        const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
+        detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
+        std::swap(H, H_next);
+      }
+      if (final_state != nullptr) std::copy(H.begin(), H.end(), final_state + hd.state_offset());
+    }
+  };
+  parallel_for(threads, shape.batch * shape.heads, /*min_items=*/1, /*align=*/1, scan_heads);
 }
 
 template <typename T>

@@ -33,110 +33,109 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
   std::vector<double> dB_terms(shape.heads * rows * N), dC_terms(dB_terms.size());
   std::vector<double> dA_acc(shape.heads, 0.0), dD_acc(shape.heads, 0.0);
 
-  parallel_for(
-      threads, shape.heads, /*min_items=*/1, /*align=*/1, [&](int64_t h_begin, int64_t h_end) {
-        std::vector<T> chunk_start((num_chunks + 1) * PN);
-        std::vector<double> S((shape.chunk + 1) * PN);  // S[l] = state before chunk position l
-        std::vector<double> G(PN);                      // a_{t+1} G_{t+1}, then G_t
+  // Heads [h_begin, h_end), every batch row of each.
+  auto backward_heads = [&](int64_t h_begin, int64_t h_end) {
+    std::vector<T> chunk_start((num_chunks + 1) * PN);
+    std::vector<double> S((shape.chunk + 1) * PN);  // S[l] = state before chunk position l
+    std::vector<double> G(PN);                      // a_{t+1} G_{t+1}, then G_t
 
-        for (int64_t h = h_begin; h < h_end; h++) {
-          for (int64_t b = 0; b < shape.batch; b++) {
-            detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D);
-            double* dB_h = dB_terms.data() + (h * rows + b * shape.seq) * N;
-            double* dC_h = dC_terms.data() + (h * rows + b * shape.seq) * N;
-            const double a_h = static_cast<double>(hd.A), d_h = static_cast<double>(hd.D);
+    for (int64_t h = h_begin; h < h_end; h++) {
+      for (int64_t b = 0; b < shape.batch; b++) {
+        detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D);
+        double* dB_h = dB_terms.data() + (h * rows + b * shape.seq) * N;
+        double* dC_h = dC_terms.data() + (h * rows + b * shape.seq) * N;
+        const double a_h = static_cast<double>(hd.A), d_h = static_cast<double>(hd.D);
 
-            // Chunk-start states H_0 .. H_{num_chunks}, exactly as the forward computes them.
-            if (init_state != nullptr) {
-              std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
-                        chunk_start.begin());
-            } else {
-              std::fill(chunk_start.begin(), chunk_start.begin() + PN, T(0));
-            }
-            for (int64_t c = 0; c < num_chunks; c++) {
-              const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
-              detail::ssd_chunk_forward<T>(nullptr, chunk_start.data() + (c + 1) * PN,
-                                           chunk_start.data() + c * PN, hd, t0, t1);
-            }
+        // Chunk-start states H_0 .. H_{num_chunks}, exactly as the forward computes them.
+        if (init_state != nullptr) {
+          std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
+                    chunk_start.begin());
+        } else {
+          std::fill(chunk_start.begin(), chunk_start.begin() + PN, T(0));
+        }
+        for (int64_t c = 0; c < num_chunks; c++) {
+          const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
+          detail::ssd_chunk_forward<T>(nullptr, chunk_start.data() + (c + 1) * PN,
+                                       chunk_start.data() + c * PN, hd, t0, t1);
+        }
 
-            for (int64_t i = 0; i < PN; i++) {
-              G[i] = dfinal_state != nullptr
-                         ? static_cast<double>(dfinal_state[hd.state_offset() + i])
-                         : 0.0;
-            }
+        for (int64_t i = 0; i < PN; i++) {
+          G[i] = dfinal_state != nullptr ? static_cast<double>(dfinal_state[hd.state_offset() + i])
+                                         : 0.0;
+        }
 
-            for (int64_t c = num_chunks - 1; c >= 0; c--) {
-              const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
-              const int64_t L = t1 - t0;
-              // Per-position states of this chunk by the plain recurrence from its start state.
-              for (int64_t i = 0; i < PN; i++) S[i] = static_cast<double>(chunk_start[c * PN + i]);
-              for (int64_t l = 0; l < L; l++) {
-                const int64_t t = t0 + l;
-                const double dt_t = static_cast<double>(dt[hd.dti(t)]);
-                const double a_t = std::exp(dt_t * a_h);
-                for (int64_t p = 0; p < P; p++) {
-                  const double xdt = dt_t * static_cast<double>(x[hd.xi(t, p)]);
-                  for (int64_t n = 0; n < N; n++) {
-                    S[(l + 1) * PN + p * N + n] =
-                        a_t * S[l * PN + p * N + n] + xdt * static_cast<double>(Bm[hd.bci(t, n)]);
-                  }
-                }
+        for (int64_t c = num_chunks - 1; c >= 0; c--) {
+          const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
+          const int64_t L = t1 - t0;
+          // Per-position states of this chunk by the plain recurrence from its start state.
+          for (int64_t i = 0; i < PN; i++) S[i] = static_cast<double>(chunk_start[c * PN + i]);
+          for (int64_t l = 0; l < L; l++) {
+            const int64_t t = t0 + l;
+            const double dt_t = static_cast<double>(dt[hd.dti(t)]);
+            const double a_t = std::exp(dt_t * a_h);
+            for (int64_t p = 0; p < P; p++) {
+              const double xdt = dt_t * static_cast<double>(x[hd.xi(t, p)]);
+              for (int64_t n = 0; n < N; n++) {
+                S[(l + 1) * PN + p * N + n] =
+                    a_t * S[l * PN + p * N + n] + xdt * static_cast<double>(Bm[hd.bci(t, n)]);
               }
-
-              // Reverse recurrence over the chunk.
-              for (int64_t l = L - 1; l >= 0; l--) {
-                const int64_t t = t0 + l;
-                const double dt_t = static_cast<double>(dt[hd.dti(t)]);
-                const double a_t = std::exp(dt_t * a_h);
-                const double* S_t = S.data() + (l + 1) * PN;
-                const double* S_prev = S.data() + l * PN;
-
-                for (int64_t p = 0; p < P; p++) {
-                  const double dy_p = static_cast<double>(dy[hd.xi(t, p)]);
-                  for (int64_t n = 0; n < N; n++) {
-                    G[p * N + n] += dy_p * static_cast<double>(Cm[hd.bci(t, n)]);
-                  }
-                }
-
-                double dot_dy_x = 0.0, g_xb = 0.0, g_s = 0.0;
-                for (int64_t p = 0; p < P; p++) {
-                  const double dy_p = static_cast<double>(dy[hd.xi(t, p)]);
-                  const double x_p = static_cast<double>(x[hd.xi(t, p)]);
-                  dot_dy_x += dy_p * x_p;
-                  double g_b = 0.0;  // (G_t B_t)[p]
-                  for (int64_t n = 0; n < N; n++) {
-                    const double g = G[p * N + n];
-                    g_b += g * static_cast<double>(Bm[hd.bci(t, n)]);
-                    g_s += g * S_prev[p * N + n];
-                  }
-                  g_xb += g_b * x_p;
-                  dx[hd.xi(t, p)] = static_cast<T>(d_h * dy_p + dt_t * g_b);
-                }
-                for (int64_t n = 0; n < N; n++) {
-                  double dc = 0.0, db = 0.0;
-                  for (int64_t p = 0; p < P; p++) {
-                    dc += static_cast<double>(dy[hd.xi(t, p)]) * S_t[p * N + n];
-                    db += G[p * N + n] * static_cast<double>(x[hd.xi(t, p)]);
-                  }
-                  dC_h[t * N + n] = dc;
-                  dB_h[t * N + n] = dt_t * db;
-                }
-                ddt[hd.dti(t)] = static_cast<T>(g_xb + a_h * a_t * g_s);
-                dA_acc[h] += dt_t * a_t * g_s;
-                dD_acc[h] += dot_dy_x;
-
-                for (int64_t i = 0; i < PN; i++)
-                  G[i] *= a_t;  // now a_t G_t, the gradient of S_{t-1}
-              }
-            }
-
-            if (dinit_state != nullptr) {
-              for (int64_t i = 0; i < PN; i++)
-                dinit_state[hd.state_offset() + i] = static_cast<T>(G[i]);
             }
           }
+
+          // Reverse recurrence over the chunk.
+          for (int64_t l = L - 1; l >= 0; l--) {
+            const int64_t t = t0 + l;
+            const double dt_t = static_cast<double>(dt[hd.dti(t)]);
+            const double a_t = std::exp(dt_t * a_h);
+            const double* S_t = S.data() + (l + 1) * PN;
+            const double* S_prev = S.data() + l * PN;
+
+            for (int64_t p = 0; p < P; p++) {
+              const double dy_p = static_cast<double>(dy[hd.xi(t, p)]);
+              for (int64_t n = 0; n < N; n++) {
+                G[p * N + n] += dy_p * static_cast<double>(Cm[hd.bci(t, n)]);
+              }
+            }
+
+            double dot_dy_x = 0.0, g_xb = 0.0, g_s = 0.0;
+            for (int64_t p = 0; p < P; p++) {
+              const double dy_p = static_cast<double>(dy[hd.xi(t, p)]);
+              const double x_p = static_cast<double>(x[hd.xi(t, p)]);
+              dot_dy_x += dy_p * x_p;
+              double g_b = 0.0;  // (G_t B_t)[p]
+              for (int64_t n = 0; n < N; n++) {
+                const double g = G[p * N + n];
+                g_b += g * static_cast<double>(Bm[hd.bci(t, n)]);
+                g_s += g * S_prev[p * N + n];
+              }
+              g_xb += g_b * x_p;
+              dx[hd.xi(t, p)] = static_cast<T>(d_h * dy_p + dt_t * g_b);
+            }
+            for (int64_t n = 0; n < N; n++) {
+              double dc = 0.0, db = 0.0;
+              for (int64_t p = 0; p < P; p++) {
+                dc += static_cast<double>(dy[hd.xi(t, p)]) * S_t[p * N + n];
+                db += G[p * N + n] * static_cast<double>(x[hd.xi(t, p)]);
+              }
+              dC_h[t * N + n] = dc;
+              dB_h[t * N + n] = dt_t * db;
+            }
+            ddt[hd.dti(t)] = static_cast<T>(g_xb + a_h * a_t * g_s);
+            dA_acc[h] += dt_t * a_t * g_s;
+            dD_acc[h] += dot_dy_x;
+
+            for (int64_t i = 0; i < PN; i++) G[i] *= a_t;  // now a_t G_t, the gradient of S_{t-1}
+          }
         }
-      });
+
+        if (dinit_state != nullptr) {
+          for (int64_t i = 0; i < PN; i++)
+            dinit_state[hd.state_offset() + i] = static_cast<T>(G[i]);
+        }
+      }
+    }
+  };
+  parallel_for(threads, shape.heads, /*min_items=*/1, /*align=*/1, backward_heads);
 
   const int64_t per_group = shape.heads / shape.groups;
   for (int64_t r = 0; r < rows; r++) {

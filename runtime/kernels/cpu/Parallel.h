@@ -32,9 +32,8 @@ void parallel_for(Threads threads, int64_t n, int64_t min_items, int64_t align, 
   std::vector<std::thread> others;
   others.reserve(pieces - 1);
   for (int64_t piece = 1; piece < pieces; ++piece) {
-    others.emplace_back([&fn, begin = bounds(piece), end = bounds(piece + 1)] {
-      if (begin < end) fn(begin, end);
-    });
+    // pieces <= units: every piece has at least one unit.
+    others.emplace_back([&fn, begin = bounds(piece), end = bounds(piece + 1)] { fn(begin, end); });
   }
   fn(int64_t{0}, bounds(1));
   for (std::thread& t : others) t.join();

@@ -109,11 +109,11 @@ done
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
-# With activation recomputation: the same step, and a sequence 8 times longer on one GPU.
+# With activation recomputation: the same step, and sequences 8 and 16 times longer on one GPU.
 # cp=4 over 4 GPUs at s = 32768: 8192 tokens per GPU, as one GPU at s = 8192.
 "$HCP" compile --model granite-4.0-h-tiny --seq 32768 --micro-batch 1 --dtype bf16 --cp 4 \
   --layout zigzag -o "$BUNDLE/plans/tiny-32768-bf16-cp4.plan"
-for seq in 8192 65536; do
+for seq in 8192 65536 131072; do
   "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
     -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"
 done

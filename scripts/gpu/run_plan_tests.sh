@@ -28,7 +28,7 @@ if [ "${SKIP_FWD_BWD_BENCH:-0}" != 1 ]; then
 fi
 run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-8192-bf16.plan" --data "$BUNDLE/text.bin" \
   --steps 20 --warmup 0 --optimizer --lr 3e-4
-for seq in 8192 65536; do
+for seq in 8192 65536 131072; do
   run "$BUNDLE/bin/hybridcp" bench "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan" --steps 3 --warmup 1
 done
 exit $status

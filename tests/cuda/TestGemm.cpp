@@ -165,7 +165,7 @@ void group_case(Context& ctx, const std::vector<int64_t>& rows, int64_t n, int64
   };
   const std::vector<GemmProblem> grouped = problems(grouped_out.get(), grouped_grad.get());
   const std::vector<GemmProblem> single = problems(single_out.get(), single_grad.get());
-  auto launch = [&] { check(gemm_group(ctx.gemm(), ctx.stream(), grouped)); };
+  auto launch = [&] { check(gemm_group<bf16>(ctx.gemm(), ctx.stream(), grouped)); };
   launch();
   for (const GemmProblem& p : single) {
     check(gemm<bf16>(ctx.gemm(), ctx.stream(), p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, p.a,

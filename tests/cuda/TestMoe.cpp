@@ -244,15 +244,19 @@ std::vector<std::pair<int64_t, int64_t>> token_slots(const std::vector<int64_t>&
 }
 
 // The kernels lay the experts' rows out padded (one batched GEMM) unless one expert has far more
-// rows than the average (crowded): then compact, one GEMM per expert. Both are checked.
+// rows than the average (crowded): then compact, one GEMM per expert. Both are checked. The
+// tokens run in chunks of at most `token_chunk` (the weight gradients summed over them).
 void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                  int64_t k, bool big, Routing routing = Routing::kRandom) {
+                  int64_t k, bool big, Routing routing = Routing::kRandom,
+                  int64_t token_chunk = kExpertTokenChunk) {
   if (!ctx.wants("moe_experts")) return;
   const char* routing_name = routing == Routing::kCrowded ? " crowded"
                              : routing == Routing::kHoles ? " holes"
                                                           : "";
-  const std::string shape = shape_str({tokens, hidden, inner}) + " E" + std::to_string(experts) +
-                            " top" + std::to_string(k) + routing_name;
+  const int64_t chunks = (tokens + token_chunk - 1) / token_chunk;
+  std::string shape = shape_str({tokens, hidden, inner}) + " E" + std::to_string(experts) + " top" +
+                      std::to_string(k) + routing_name;
+  if (chunks > 1) shape.append(" ").append(std::to_string(chunks)).append(" chunks");
   const Problem p = make_problem(ctx, tokens, hidden, inner, experts, k, routing);
   const int64_t H = hidden, I = inner, S = tokens * k;
   Dev<bf16> x = to_device<bf16>(p.x), w_in = to_device<bf16>(p.w_in),
@@ -261,26 +265,28 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   Dev<int32_t> indices = to_device_i32(p.indices);
   Dev<bf16> out(tokens * H), dx(tokens * H), dw_in(experts * 2 * I * H), dw_out(experts * H * I);
   Dev<float> dgates(S);
-  Dev<uint8_t> ws_f = scratch(moe_experts_forward_workspace_bytes(tokens, H, I, experts, k));
-  Dev<uint8_t> ws_b = scratch(moe_experts_backward_workspace_bytes(tokens, H, I, experts, k));
+  Dev<uint8_t> ws_f =
+      scratch(moe_experts_forward_workspace_bytes(tokens, H, I, experts, k, token_chunk));
+  Dev<uint8_t> ws_b =
+      scratch(moe_experts_backward_workspace_bytes(tokens, H, I, experts, k, token_chunk));
 
-  // The per-expert counts as a caller that routed on the host passes them (null: the kernels
-  // copy them down and wait).
+  // The routing as callers pass it: none (the kernels count each chunk on the device and wait),
+  // the host's copy of the indices, and for a call of one chunk the per-expert counts alone.
   std::vector<int64_t> host_counts(experts, 0);
   for (int32_t e : p.indices) {
     if (e >= 0 && e < experts) host_counts[e]++;
   }
-  const int64_t* counts = nullptr;
+  ExpertRoutingOnHost on_host;
   auto forward = [&] {
     check(moe_experts_forward(ctx.gemm(), ctx.stream(), out.get(), x.get(), gates.get(),
                               indices.get(), w_in.get(), w_out.get(), tokens, H, I, experts, k,
-                              ws_f.workspace(), counts));
+                              ws_f.workspace(), on_host, token_chunk));
   };
   auto backward = [&] {
     check(moe_experts_backward(ctx.gemm(), ctx.stream(), dx.get(), dgates.get(), dw_in.get(),
                                dw_out.get(), dout.get(), x.get(), gates.get(), indices.get(),
                                w_in.get(), w_out.get(), tokens, H, I, experts, k, ws_b.workspace(),
-                               counts));
+                               on_host, token_chunk));
   };
   auto run_both = [&] {
     for (Dev<bf16>* d : {&out, &dx, &dw_in, &dw_out}) d->poison();
@@ -293,16 +299,20 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
                                            dw_in.download(), dw_out.download()};
   };
   const std::vector<std::vector<float>> counted = run_both();
-  counts = host_counts.data();
+  on_host = {.expert_counts = host_counts.data()};
+  const std::vector<std::vector<float>> counts_given = run_both();
+  on_host = {.indices = p.indices.data()};
   const std::vector<std::vector<float>> given = run_both();
   const std::vector<float>&out_h = given[0], &dx_h = given[1], &dg_h = given[2], &dwi_h = given[3],
         &dwo_h = given[4];
-  // Counts given or counted on the device: the same launches, so the same bits.
+  // However the counts come: the same launches, so the same bits.
   double counts_differ = 0.0;  // the largest |difference|; NaN anywhere counts as infinite
-  for (size_t i = 0; i < given.size(); i++) {
-    for (size_t j = 0; j < given[i].size(); j++) {
-      const double d = std::fabs(double{given[i][j]} - double{counted[i][j]});
-      counts_differ = std::max(counts_differ, std::isnan(d) ? INFINITY : d);
+  for (const std::vector<std::vector<float>>* other : {&counted, &counts_given}) {
+    for (size_t i = 0; i < given.size(); i++) {
+      for (size_t j = 0; j < given[i].size(); j++) {
+        const double d = std::fabs(double{given[i][j]} - double{(*other)[i][j]});
+        counts_differ = std::max(counts_differ, std::isnan(d) ? INFINITY : d);
+      }
     }
   }
 
@@ -397,7 +407,7 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
         {"dw_in", std::max(rel_rms(dwi_got, dwi_ref), nonfinite(dwi_h)), kTolExperts},
         {"dw_out", std::max(rel_rms(dwo_got, dwo_ref), nonfinite(dwo_h)), kTolExperts}};
   }
-  fwd.push_back({"all, counts given vs counted", counts_differ, 0.0});
+  fwd.push_back({"all, routing on the host or counted", counts_differ, 0.0});
   const double flops = 6.0 * S * H * I;  // forward: two GEMMs, 2 * S * (2I*H + H*I)
   const double ms_f = big ? ctx.time_ms(forward) : -1;
   ctx.report("moe_experts.forward", shape, fwd, ms_f, big ? tflops(flops, ms_f) : "");
@@ -558,6 +568,10 @@ void test_moe(Context& ctx) {
   experts_case(ctx, 64, 72, 40, 8, 3, false);
   experts_case(ctx, 200, 72, 40, 8, 2, false, Routing::kCrowded);  // the compact layout
   experts_case(ctx, 300, 72, 40, 8, 3, false, Routing::kHoles);    // 4 chunks of the plan
+  // Chunks of tokens: 5 (the last one short), and chunks where an expert gets no row.
+  experts_case(ctx, 300, 72, 40, 8, 3, false, Routing::kRandom, 64);
+  experts_case(ctx, 200, 72, 40, 8, 2, false, Routing::kCrowded, 50);
+  experts_case(ctx, 90, 16, 8, 40, 1, false, Routing::kHoles, 7);
   exchange_case(ctx, 37, 40, 3);  // hidden not a multiple of 8: the scalar path
   exchange_case(ctx, 64, 72, 6);
   exchange_case(ctx, 1, 16, 1);
@@ -572,6 +586,7 @@ void test_moe(Context& ctx) {
   route_case<float>(ctx, 8192, 72, 10, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true, Routing::kCrowded);
+  experts_case(ctx, 2 * kExpertTokenChunk, 1536, 512, 64, 6, true);  // 2 chunks
   exchange_case(ctx, 8192, 1536, 6);
   token_routes_case(ctx, 8192, 6, 64, 2);
 }

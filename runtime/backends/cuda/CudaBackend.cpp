@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/backends/cuda/StepArgs.h"
-#include "runtime/comm/ExpertRoutes.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/support/Status.h"
 
@@ -241,29 +240,29 @@ absl::Status RunMoeRouteBackward(const Args& a) {
   });
 }
 
-// The slots per expert (cuBLASLt takes the experts' row counts on the host), from the host copy
-// of the ids. ints: tokens, hidden, inner, experts, k.
-absl::StatusOr<std::vector<int64_t>> ExpertSlotCounts(const Args& a) {
+// The routing on the host (cuBLASLt takes the experts' row counts there): the host copy of the
+// expert ids. ints: tokens, hidden, inner, experts, k.
+absl::StatusOr<cuda::ExpertRoutingOnHost> RoutingOnHost(const Args& a) {
   HCP_ASSIGN_OR_RETURN(std::span<const int32_t> ids, a.host_expert_ids(a.i(0) * a.i(4)));
-  return comm::CountTokensByOwner(ids, a.i(4), a.i(3), /*ep=*/1).send_slots;
+  return cuda::ExpertRoutingOnHost{.indices = ids.data()};
 }
 
 // ins: x, gates, experts (i32), w_in, w_out. outs: out. ints: tokens, hidden, inner, experts, k.
 absl::Status RunMoeExpertsForward(const Args& a) {
-  HCP_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, ExpertSlotCounts(a));
+  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
   return Done(cuda::moe_experts_forward(a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0),
                                         a.in<float>(1), a.in_i32(2), a.in<bf16>(3), a.in<bf16>(4),
                                         a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(),
-                                        counts.data()));
+                                        on_host));
 }
 
 // ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
-  HCP_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, ExpertSlotCounts(a));
+  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
   return Done(cuda::moe_experts_backward(
       a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1), a.out<bf16>(2), a.out<bf16>(3),
       a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4), a.in<bf16>(5),
-      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), counts.data()));
+      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host));
 }
 
 // ins: logits (T), targets (i32). outs: loss_sum, valid_count (f32). ints: tokens, vocab,

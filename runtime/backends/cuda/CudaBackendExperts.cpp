@@ -143,7 +143,8 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
   // This rank's experts on every row that arrived: rows = the gated sums over this rank's slots.
   HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_forward(
       a.gemm(), stream, w.rows, w.recv_x, w.recv_gates, w.recv_ids, a.in<bf16>(3), a.in<bf16>(4),
-      route.received(), H, s.inner, s.local_experts(), k, w.experts, route.recv_slots.data())));
+      route.received(), H, s.inner, s.local_experts(), k, w.experts,
+      cuda::ExpertRoutingOnHost{.expert_counts = route.recv_slots.data()})));
 
   // Back in the order they came, into send_x; then each token's owners' rows added.
   nccl.AllToAllV(w.rows, route.RecvCounts(H), w.send_x, route.SendCounts(H), ncclBfloat16,
@@ -188,7 +189,8 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_backward(
       a.gemm(), stream, w.rows, w.row_dgates, a.out<bf16>(2), a.out<bf16>(3), w.recv_dout, w.recv_x,
       w.recv_gates, w.recv_ids, a.in<bf16>(4), a.in<bf16>(5), route.received(), H, s.inner,
-      s.local_experts(), k, w.experts, route.recv_slots.data())));
+      s.local_experts(), k, w.experts,
+      cuda::ExpertRoutingOnHost{.expert_counts = route.recv_slots.data()})));
 
   // Back: the dx shares into send_x, the dgates into send_gates; dx adds each token's owners'
   // shares, and each slot takes its dgate from the row that went to its expert's owner.

@@ -396,7 +396,8 @@ Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_
                    b, ldb, 1.f, out, ldc, Batch{}, c);
 }
 
-Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblem& p,
+template <typename TC>
+Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblemOf<TC>& p,
                             int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   const char* where = "gemm_strided_batched";
   if (ctx == nullptr) return Status(where, "no GemmContext");
@@ -407,13 +408,15 @@ Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmPro
                    Batch{batch, stride_a, stride_b, stride_c});
 }
 
-Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems) {
+template <typename TC>
+Status gemm_group(GemmContext* ctx, cudaStream_t stream,
+                  std::span<const GemmProblemOf<TC>> problems) {
   const char* where = "gemm_group";
   if (ctx == nullptr) return Status(where, "no GemmContext");
   if (ctx->lanes.empty()) {
-    for (const GemmProblem& p : problems) {
-      if (Status s = gemm(ctx, stream, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda,
-                          p.b, p.ldb, p.beta, p.c, p.ldc);
+    for (const GemmProblemOf<TC>& p : problems) {
+      if (Status s = gemm<TC>(ctx, stream, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, p.a, p.lda,
+                              p.b, p.ldb, p.beta, p.c, p.ldc);
           !s.ok()) {
         return s;
       }
@@ -433,7 +436,7 @@ Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmPro
   }
   Status status;
   for (size_t i = 0; i < problems.size() && status.ok(); ++i) {
-    const GemmProblem& p = problems[i];
+    const GemmProblemOf<TC>& p = problems[i];
     const GemmLane& lane = ctx->lanes[i % used];
     status =
         gemm_with(ctx, lane.stream, Target{lane.workspace, ctx->lane_sm_count}, p.trans_a,
@@ -460,5 +463,13 @@ template Status gemm_add<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, 
 template Status gemm_add<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
                                 float, const bf16*, int64_t, const bf16*, int64_t, const float*,
                                 float*, int64_t);
+
+template Status gemm_group<bf16>(GemmContext*, cudaStream_t, std::span<const GemmProblemOf<bf16>>);
+template Status gemm_group<float>(GemmContext*, cudaStream_t,
+                                  std::span<const GemmProblemOf<float>>);
+template Status gemm_strided_batched<bf16>(GemmContext*, cudaStream_t, const GemmProblemOf<bf16>&,
+                                           int64_t, int64_t, int64_t, int64_t);
+template Status gemm_strided_batched<float>(GemmContext*, cudaStream_t, const GemmProblemOf<float>&,
+                                            int64_t, int64_t, int64_t, int64_t);
 
 }  // namespace hcp::cuda

@@ -90,14 +90,15 @@ Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_
                 int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
                 int64_t ldb, const TC* c, TC* out, int64_t ldc);
 
-// Independent products with bf16 C (no problem's C overlaps another's A, B or C), with the
-// results of running them one after another on `stream`: products too small to fill the GPU
+// Independent products (no problem's C overlaps another's A, B or C; C bf16 or fp32, TC), with
+// the results of running them one after another on `stream`: products too small to fill the GPU
 // alone (one MoE expert's rows: a few dozen output tiles each) run side by side on the context's
 // lanes, which start after the work queued on `stream` so far and which `stream` waits for
 // before anything queued after. Each lane's products are planned for its share of the SMs
 // (cuBLASLt's SM count target), so a product may run another algorithm than gemm() would: the
 // same result up to the order of its fp32 sums.
-struct GemmProblem {
+template <typename TC>
+struct GemmProblemOf {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1.f;
@@ -106,14 +107,18 @@ struct GemmProblem {
   const bf16* b = nullptr;
   int64_t ldb = 0;
   float beta = 0.f;
-  bf16* c = nullptr;
+  TC* c = nullptr;
   int64_t ldc = 0;
 };
-Status gemm_group(GemmContext* ctx, cudaStream_t stream, std::span<const GemmProblem> problems);
+using GemmProblem = GemmProblemOf<bf16>;
+template <typename TC>
+Status gemm_group(GemmContext* ctx, cudaStream_t stream,
+                  std::span<const GemmProblemOf<TC>> problems);
 // `batch` products of p's shape in one cuBLASLt launch (strided batched): the i-th reads
 // p.a + i * stride_a and p.b + i * stride_b and writes p.c + i * stride_c (elements), with p's row
 // strides. The same result as `batch` gemm() calls up to the order of the fp32 sums.
-Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblem& p,
+template <typename TC>
+Status gemm_strided_batched(GemmContext* ctx, cudaStream_t stream, const GemmProblemOf<TC>& p,
                             int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
 // ---------------------------------------------------------------------------------------------
@@ -249,26 +254,39 @@ Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, 
 // cuBLASLt GEMMs on its rows; the products and SwiGLU are rounded to bf16 between the GEMMs (as
 // a bf16 model does); the gate-weighted sum over a token's slots is fp32 in slot order.
 // Slots whose index is outside [0, experts) contribute nothing (and get dgates 0).
-// cuBLASLt takes the GEMMs' row counts on the host: a caller that knows how many slots each
-// expert gets (expert_counts [experts], from the same indices on the host) passes them, and the
-// call returns without waiting; without them it copies the counts down and waits for the stream.
+// The experts run over the tokens in chunks of at most `token_chunk` tokens, one after another,
+// each with its own sort, layout and GEMMs: the workspace holds one chunk's rows, however long
+// the sequence (the weight gradients sum the chunks in fp32 and are rounded once). A call of
+// one chunk is the whole computation at once.
+// cuBLASLt takes the GEMMs' row counts on the host. A caller that has the routing there passes
+// it (ExpertRoutingOnHost) and the call returns without waiting; for a chunk it cannot count
+// from that, the call copies the chunk's counts down and waits for the stream.
+inline constexpr int64_t kExpertTokenChunk = 16384;
+struct ExpertRoutingOnHost {
+  const int32_t* indices = nullptr;        // [tokens, k], the same as `indices`: every chunk
+  const int64_t* expert_counts = nullptr;  // [experts], the whole call's: a call of one chunk
+};
 size_t moe_experts_forward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
-                                           int64_t experts, int64_t k);
+                                           int64_t experts, int64_t k,
+                                           int64_t token_chunk = kExpertTokenChunk);
 Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, const bf16* x,
                            const float* gates, const int32_t* indices, const bf16* w_in,
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k, Workspace workspace,
-                           const int64_t* expert_counts = nullptr);
+                           ExpertRoutingOnHost on_host = {},
+                           int64_t token_chunk = kExpertTokenChunk);
 // Recomputes the expert activations (no saved state). dw_in, dw_out are every expert's full
 // gradient (zero for an expert no token reached).
 size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
-                                            int64_t experts, int64_t k);
+                                            int64_t experts, int64_t k,
+                                            int64_t token_chunk = kExpertTokenChunk);
 Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, float* dgates,
                             bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
                             const float* gates, const int32_t* indices, const bf16* w_in,
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace,
-                            const int64_t* expert_counts = nullptr);
+                            ExpertRoutingOnHost on_host = {},
+                            int64_t token_chunk = kExpertTokenChunk);
 
 // The pieces of expert parallelism's exchange (the CUDA backend's moe_experts_ep), which runs
 // the experts above on rows that other GPUs send: the same gather and combine they use inside.

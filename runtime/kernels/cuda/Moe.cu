@@ -20,6 +20,9 @@
 // dgates[s] = dout[t] . y[p] = du[p] . u[p], gu = gate u and dh = swiglu'(gate du);
 // dW_out[e] = dyp^T gu, dxp = dh W_in[e], dW_in[e] = dh^T xp, and dx[t] = sum_j
 // dxp[slot_pos[t*k + j]]. Without y's product the backward runs 5 expert GEMMs instead of 6.
+// All of this runs per chunk of at most token_chunk tokens (Kernels.h), so that the workspace
+// holds one chunk's rows; with several chunks the weight gradients add up in fp32 buffers there
+// and are rounded to bf16 at the end.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -423,15 +426,16 @@ __global__ void expert_rows_backward_kernel(bf16* gu, bf16* dh, float* dgates, c
 
 unsigned warp_grid(int64_t items) { return grid_for(items, kWarpsPerBlock); }
 
-Status check_experts_shape(const char* name, int64_t tokens, int64_t hidden, int64_t inner,
+// chunk_tokens: the tokens of the call's largest chunk.
+Status check_experts_shape(const char* name, int64_t chunk_tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k) {
-  if (tokens < 0 || hidden <= 0 || inner <= 0 || experts <= 0 || k <= 0) {
+  if (chunk_tokens < 0 || hidden <= 0 || inner <= 0 || experts <= 0 || k <= 0) {
     return Status(name, "bad shape");
   }
   if (experts > kMaxPlanExperts) return Status(name, "more than 4096 experts");
   if (k > kMaxK) return Status(name, "k above 16");
-  // Row indices are int32, the padded layout's too.
-  if (expert_row_limit(tokens * k, experts) > INT32_MAX)
+  // Row indices within a chunk are int32, the padded layout's too.
+  if (expert_row_limit(chunk_tokens * k, experts) > INT32_MAX)
     return Status(name, "too many (token, slot) pairs");
   return Status();
 }
@@ -453,11 +457,20 @@ struct ExpertBuffers {
   bf16* dyp;  // [R, hidden]
   bf16* du;   // [R, inner]
   bf16* dh;   // [R, 2*inner]
+  // Backward over several chunks: the weight gradients' fp32 sums.
+  float* dw_in_sum;   // [experts, 2*inner, hidden]
+  float* dw_out_sum;  // [experts, hidden, inner]
 };
 
+int64_t chunk_count(int64_t tokens, int64_t token_chunk) {
+  return std::max<int64_t>(1, ceil_div(tokens, token_chunk));
+}
+
+// For a call over `tokens` tokens: the buffers of its largest chunk.
 ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int64_t inner,
-                    int64_t experts, int64_t k, bool backward) {
-  const int64_t slots = tokens * k, rows = expert_row_limit(slots, experts);
+                    int64_t experts, int64_t k, bool backward, int64_t token_chunk) {
+  const int64_t chunks = chunk_count(tokens, token_chunk);
+  const int64_t slots = std::min(tokens, token_chunk) * k, rows = expert_row_limit(slots, experts);
   ExpertBuffers b{};
   b.chunk_rows = carver.take<int32_t>(experts * ceil_div(slots, kPlanChunk));
   b.sorted_slot = carver.take<int32_t>(slots);
@@ -474,30 +487,55 @@ ExpertBuffers carve(WorkspaceCarver& carver, int64_t tokens, int64_t hidden, int
     b.du = carver.take<bf16>(rows * inner);
     b.dh = carver.take<bf16>(rows * 2 * inner);
   }
+  if (backward && chunks > 1) {
+    b.dw_in_sum = carver.take<float>(experts * 2 * inner * hidden);
+    b.dw_out_sum = carver.take<float>(experts * hidden * inner);
+  }
   return b;
+}
+
+// Chunk [t0, t0 + n)'s slots per expert, on the host: from the host's copy of the indices, or
+// the whole call's counts when the chunk is the whole call; empty when neither gives them
+// (expert_forward_pass then counts on the device and waits).
+std::vector<int64_t> host_chunk_counts(const ExpertRoutingOnHost& on_host, int64_t t0, int64_t n,
+                                       int64_t tokens, int64_t experts, int64_t k) {
+  std::vector<int64_t> counts;
+  if (on_host.indices != nullptr) {
+    counts.assign(experts, 0);
+    for (int64_t s = t0 * k; s < (t0 + n) * k; s++) {
+      const int32_t e = on_host.indices[s];
+      if (e >= 0 && e < experts) counts[e]++;
+    }
+  } else if (on_host.expert_counts != nullptr && n == tokens) {
+    counts.assign(on_host.expert_counts, on_host.expert_counts + experts);
+  }
+  return counts;
 }
 
 // The same product for every expert e, on its rows of `a` and `c` (row strides lda, ldc) and its
 // matrix of `b` (stride b_stride): one batched GEMM over the padded rows, then one GEMM per
 // expert that overflows. With `rows_are_k` the rows are the reduction (a weight gradient:
 // op(A) = A^T, and `b` is the other operand's rows, not a weight): the overflow then adds to what
-// the batched GEMM wrote (beta 1), and an expert without rows gets C = 0.
+// the batched GEMM wrote (beta 1), and an expert without rows gets C = 0, or keeps its C when
+// `accumulate` (the batched GEMM adds onto C as well: the sum over chunks).
+template <typename TC>
 Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& layout,
                        bool rows_are_k, bool trans_b, int64_t m, int64_t n, int64_t k,
                        const bf16* a, int64_t lda, const bf16* b, int64_t ldb, int64_t b_stride,
-                       bf16* c, int64_t ldc, int64_t c_stride) {
+                       TC* c, int64_t ldc, int64_t c_stride, bool accumulate = false) {
   const int64_t cap = layout.capacity, experts = static_cast<int64_t>(layout.counts.size());
-  const GemmProblem padded{.trans_a = rows_are_k,
-                           .trans_b = trans_b,
-                           .m = rows_are_k ? m : cap,
-                           .n = n,
-                           .k = rows_are_k ? cap : k,
-                           .a = a,
-                           .lda = lda,
-                           .b = b,
-                           .ldb = ldb,
-                           .c = c,
-                           .ldc = ldc};
+  const GemmProblemOf<TC> padded{.trans_a = rows_are_k,
+                                 .trans_b = trans_b,
+                                 .m = rows_are_k ? m : cap,
+                                 .n = n,
+                                 .k = rows_are_k ? cap : k,
+                                 .a = a,
+                                 .lda = lda,
+                                 .b = b,
+                                 .ldb = ldb,
+                                 .beta = accumulate ? 1.f : 0.f,
+                                 .c = c,
+                                 .ldc = ldc};
   // Per expert: a's rows move by cap rows; c by cap rows, or by a whole matrix for a weight
   // gradient; b by b_stride (a weight, or the other operand's cap rows).
   if (Status s = gemm_strided_batched(ctx, stream, padded, experts, cap * lda, b_stride,
@@ -505,7 +543,7 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
       !s.ok()) {
     return s;
   }
-  std::vector<GemmProblem> overflow;
+  std::vector<GemmProblemOf<TC>> overflow;
   for (int64_t e = 0; e < experts; e++) {
     const int64_t r0 = layout.overflow[e], rows = layout.counts[e] - cap;
     if (rows <= 0) continue;
@@ -524,7 +562,7 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
                         .c = rows_are_k ? c + e * c_stride : c + r0 * ldc,
                         .ldc = ldc});
   }
-  return gemm_group(ctx, stream, overflow);
+  return gemm_group<TC>(ctx, stream, overflow);
 }
 
 // Plan, layout, gather and h = xp W_in[e]^T; with `with_y` also u = swiglu(h) and the expert
@@ -633,16 +671,16 @@ template Status moe_route_backward<bf16>(cudaStream_t, bf16*, const float*, cons
                                          const int32_t*, int64_t, int64_t, int64_t);
 
 size_t moe_experts_forward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
-                                           int64_t experts, int64_t k) {
+                                           int64_t experts, int64_t k, int64_t token_chunk) {
   WorkspaceCarver carver(Workspace{});
-  carve(carver, tokens, hidden, inner, experts, k, false);
+  carve(carver, tokens, hidden, inner, experts, k, false, std::max<int64_t>(1, token_chunk));
   return carver.used();
 }
 
 size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
-                                            int64_t experts, int64_t k) {
+                                            int64_t experts, int64_t k, int64_t token_chunk) {
   WorkspaceCarver carver(Workspace{});
-  carve(carver, tokens, hidden, inner, experts, k, true);
+  carve(carver, tokens, hidden, inner, experts, k, true, std::max<int64_t>(1, token_chunk));
   return carver.used();
 }
 
@@ -650,58 +688,68 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
                            const float* gates, const int32_t* indices, const bf16* w_in,
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k, Workspace workspace,
-                           const int64_t* expert_counts) {
+                           ExpertRoutingOnHost on_host, int64_t token_chunk) {
   const char* name = "moe_experts.forward";
-  if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
-  if (tokens == 0) return Status();
-  WorkspaceCarver carver(workspace);
-  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, false);
-  if (!carver.fits()) return Status(name, "workspace too small");
-  ExpertRows layout;
-  if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
-                                     hidden, inner, experts, k, expert_counts,
-                                     /*with_y=*/true);
+  if (token_chunk <= 0) return Status(name, "token_chunk must be positive");
+  if (Status s =
+          check_experts_shape(name, std::min(tokens, token_chunk), hidden, inner, experts, k);
       !s.ok()) {
     return s;
   }
+  if (tokens == 0) return Status();
+  WorkspaceCarver carver(workspace);
+  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, false, token_chunk);
+  if (!carver.fits()) return Status(name, "workspace too small");
   const bool vec = hidden % 8 == 0 && aligned16(out);
-  combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
-      out, b.y, gates, b.slot_pos, nullptr, tokens, hidden, static_cast<int>(k), vec);
-  return launch_status(name);
+  for (int64_t t0 = 0; t0 < tokens; t0 += token_chunk) {
+    const int64_t n = std::min(token_chunk, tokens - t0);
+    const std::vector<int64_t> counts = host_chunk_counts(on_host, t0, n, tokens, experts, k);
+    ExpertRows layout;
+    if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x + t0 * hidden,
+                                       indices + t0 * k, w_in, w_out, n, hidden, inner, experts, k,
+                                       counts.empty() ? nullptr : counts.data(),
+                                       /*with_y=*/true);
+        !s.ok()) {
+      return s;
+    }
+    combine_kernel<<<warp_grid(n), kThreads, 0, stream>>>(out + t0 * hidden, b.y, gates + t0 * k,
+                                                          b.slot_pos, nullptr, n, hidden,
+                                                          static_cast<int>(k), vec);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  return Status();
 }
 
-Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, float* dgates,
-                            bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
-                            const float* gates, const int32_t* indices, const bf16* w_in,
-                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                            int64_t experts, int64_t k, Workspace workspace,
-                            const int64_t* expert_counts) {
-  const char* name = "moe_experts.backward";
-  if (Status s = check_experts_shape(name, tokens, hidden, inner, experts, k); !s.ok()) return s;
-  if (tokens == 0) {
-    if (Status s = fill(stream, dw_in, 0.f, experts * 2 * inner * hidden); !s.ok()) return s;
-    return fill(stream, dw_out, 0.f, experts * hidden * inner);
-  }
-  WorkspaceCarver carver(workspace);
-  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, true);
-  if (!carver.fits()) return Status(name, "workspace too small");
+namespace {
+
+// The backward over one chunk of n tokens (dx, dgates, dout, x, gates and indices start at the
+// chunk's first token): dx and dgates for its tokens; its weight gradients into dw_in / dw_out,
+// or added onto them with `accumulate`.
+template <typename TW>
+Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* name,
+                             const ExpertBuffers& b, bf16* dx, float* dgates, TW* dw_in, TW* dw_out,
+                             const bf16* dout, const bf16* x, const float* gates,
+                             const int32_t* indices, const bf16* w_in, const bf16* w_out, int64_t n,
+                             int64_t hidden, int64_t inner, int64_t experts, int64_t k,
+                             const int64_t* expert_counts, bool accumulate) {
   ExpertRows layout;
-  if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, tokens,
-                                     hidden, inner, experts, k, expert_counts,
-                                     /*with_y=*/false);
+  if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, n,
+                                     hidden, inner, experts, k, expert_counts, /*with_y=*/false);
       !s.ok()) {
     return s;
   }
   const int64_t rows = layout.rows;
   const bool vec = hidden % 8 == 0 && aligned16(dout) && aligned16(dx);
   auto combine_dx = [&](const bf16* dxp) {  // also zeroes the dgates of slots without an expert
-    combine_kernel<<<warp_grid(tokens), kThreads, 0, stream>>>(
-        dx, dxp, nullptr, b.slot_pos, dgates, tokens, hidden, static_cast<int>(k), vec);
+    combine_kernel<<<warp_grid(n), kThreads, 0, stream>>>(dx, dxp, nullptr, b.slot_pos, dgates, n,
+                                                          hidden, static_cast<int>(k), vec);
     return launch_status(name);
   };
   if (rows == 0) {  // no slot has an expert: dx = 0, dgates = 0, no weight gradient
-    if (Status s = fill(stream, dw_in, 0.f, experts * 2 * inner * hidden); !s.ok()) return s;
-    if (Status s = fill(stream, dw_out, 0.f, experts * hidden * inner); !s.ok()) return s;
+    if (!accumulate) {
+      if (Status s = fill(stream, dw_in, 0.f, experts * 2 * inner * hidden); !s.ok()) return s;
+      if (Status s = fill(stream, dw_out, 0.f, experts * hidden * inner); !s.ok()) return s;
+    }
     return combine_dx(b.y);
   }
   // dyp = the rows' dout, not scaled by the gate (zero for padding).
@@ -724,8 +772,9 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
       b.u, b.dh, dgates, b.du, b.h, gates, b.row_slot, rows, inner, vec_inner);
   if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t cap = layout.capacity;
-  if (Status s = expert_products(ctx, stream, layout, true, false, hidden, inner, 0, b.dyp, hidden,
-                                 b.u, inner, cap * inner, dw_out, inner, hidden * inner);
+  if (Status s =
+          expert_products(ctx, stream, layout, true, false, hidden, inner, 0, b.dyp, hidden, b.u,
+                          inner, cap * inner, dw_out, inner, hidden * inner, accumulate);
       !s.ok()) {
     return s;
   }
@@ -734,13 +783,62 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
       !s.ok()) {
     return s;
   }
-  if (Status s =
-          expert_products(ctx, stream, layout, true, false, 2 * inner, hidden, 0, b.dh, 2 * inner,
-                          b.xp, hidden, cap * hidden, dw_in, hidden, 2 * inner * hidden);
+  if (Status s = expert_products(ctx, stream, layout, true, false, 2 * inner, hidden, 0, b.dh,
+                                 2 * inner, b.xp, hidden, cap * hidden, dw_in, hidden,
+                                 2 * inner * hidden, accumulate);
       !s.ok()) {
     return s;
   }
   return combine_dx(dxp);
+}
+
+}  // namespace
+
+Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, float* dgates,
+                            bf16* dw_in, bf16* dw_out, const bf16* dout, const bf16* x,
+                            const float* gates, const int32_t* indices, const bf16* w_in,
+                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
+                            int64_t experts, int64_t k, Workspace workspace,
+                            ExpertRoutingOnHost on_host, int64_t token_chunk) {
+  const char* name = "moe_experts.backward";
+  if (token_chunk <= 0) return Status(name, "token_chunk must be positive");
+  if (Status s =
+          check_experts_shape(name, std::min(tokens, token_chunk), hidden, inner, experts, k);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t dw_in_size = experts * 2 * inner * hidden, dw_out_size = experts * hidden * inner;
+  if (tokens == 0) {
+    if (Status s = fill(stream, dw_in, 0.f, dw_in_size); !s.ok()) return s;
+    return fill(stream, dw_out, 0.f, dw_out_size);
+  }
+  WorkspaceCarver carver(workspace);
+  const ExpertBuffers b = carve(carver, tokens, hidden, inner, experts, k, true, token_chunk);
+  if (!carver.fits()) return Status(name, "workspace too small");
+  const int64_t chunks = chunk_count(tokens, token_chunk);
+  if (chunks == 1) {
+    const std::vector<int64_t> counts = host_chunk_counts(on_host, 0, tokens, tokens, experts, k);
+    return expert_backward_chunk(ctx, stream, name, b, dx, dgates, dw_in, dw_out, dout, x, gates,
+                                 indices, w_in, w_out, tokens, hidden, inner, experts, k,
+                                 counts.empty() ? nullptr : counts.data(), /*accumulate=*/false);
+  }
+  // Several chunks: every chunk adds its weight gradients onto the fp32 sums, rounded at the end.
+  if (Status s = fill(stream, b.dw_in_sum, 0.f, dw_in_size); !s.ok()) return s;
+  if (Status s = fill(stream, b.dw_out_sum, 0.f, dw_out_size); !s.ok()) return s;
+  for (int64_t t0 = 0; t0 < tokens; t0 += token_chunk) {
+    const int64_t n = std::min(token_chunk, tokens - t0);
+    const std::vector<int64_t> counts = host_chunk_counts(on_host, t0, n, tokens, experts, k);
+    if (Status s = expert_backward_chunk(
+            ctx, stream, name, b, dx + t0 * hidden, dgates + t0 * k, b.dw_in_sum, b.dw_out_sum,
+            dout + t0 * hidden, x + t0 * hidden, gates + t0 * k, indices + t0 * k, w_in, w_out, n,
+            hidden, inner, experts, k, counts.empty() ? nullptr : counts.data(),
+            /*accumulate=*/true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = cast(stream, dw_in, b.dw_in_sum, dw_in_size); !s.ok()) return s;
+  return cast(stream, dw_out, b.dw_out_sum, dw_out_size);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "dialects/exec/ExecOps.h"
-#include "llvm/ADT/DenseMap.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "passes/lowering/ExecBuffers.h"
@@ -20,86 +19,6 @@ namespace {
 using namespace mlir;
 
 int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
-
-// Who touches each buffer, in step order: the launches (and results) that read or write it
-// directly or through a view.
-class Accesses {
- public:
-  explicit Accesses(func::FuncOp func) {
-    int64_t index = 0;
-    for (Operation& op : func.getBody().front()) {
-      if (isa<exec::BufferOp, exec::ViewOp>(op)) continue;
-      position_[&op] = index;
-      auto note = [&](Value value, bool write) {
-        if (exec::BufferOp root = rootOf(value)) touches_[root].push_back({index, write, &op});
-      };
-      if (auto launch = dyn_cast<exec::LaunchOp>(op)) {
-        for (Value in : launch.getIns()) note(in, false);
-        for (Value out : launch.getOuts()) note(out, true);
-      } else {
-        for (Value operand : op.getOperands()) note(operand, false);
-      }
-      ++index;
-    }
-  }
-
-  int64_t position(Operation* op) const { return position_.lookup(op); }
-
-  // The one launch other than `writer` that touches `value`'s buffer, if it only reads it, comes
-  // after `writer`, and no other op touches it (nor does `writer` read it).
-  exec::LaunchOp soleReader(Value value, exec::LaunchOp writer) const {
-    exec::BufferOp root = rootOf(value);
-    if (!root || root.getArena() != exec::Arena::Activations) return {};
-    auto it = touches_.find(root);
-    if (it == touches_.end() || it->second.size() != 2) return {};
-    const Touch& first = it->second[0];
-    const Touch& second = it->second[1];
-    if (first.op != writer.getOperation() || !first.write || second.write) return {};
-    return dyn_cast<exec::LaunchOp>(second.op);
-  }
-
-  // Every op after `writer` that touches `value`'s activation buffer, if `writer` is the first
-  // to touch it, all the others only read it, and there is at least one.
-  std::vector<exec::LaunchOp> onlyReaders(Value value, exec::LaunchOp writer) const {
-    exec::BufferOp root = rootOf(value);
-    if (!root || root.getArena() != exec::Arena::Activations) return {};
-    auto it = touches_.find(root);
-    if (it == touches_.end() || it->second.size() < 2) return {};
-    if (it->second[0].op != writer.getOperation() || !it->second[0].write) return {};
-    std::vector<exec::LaunchOp> readers;
-    for (const Touch& t : llvm::drop_begin(it->second)) {
-      auto launch = dyn_cast<exec::LaunchOp>(t.op);
-      if (t.write || !launch) return {};
-      readers.push_back(launch);
-    }
-    return readers;
-  }
-
-  // Whether any op in positions [from, to) writes `value`'s buffer (reads too when `any`).
-  bool touchedBetween(Value value, int64_t from, int64_t to, bool any) const {
-    exec::BufferOp root = rootOf(value);
-    if (!root) return true;
-    auto it = touches_.find(root);
-    if (it == touches_.end()) return false;
-    for (const Touch& t : it->second) {
-      if (t.index >= from && t.index < to && (any || t.write)) return true;
-    }
-    return false;
-  }
-
- private:
-  struct Touch {
-    int64_t index;
-    bool write;
-    Operation* op;
-  };
-  DenseMap<Operation*, int64_t> position_;
-  DenseMap<Operation*, std::vector<Touch>> touches_;
-};
-
-bool isKernel(exec::LaunchOp launch, StringRef kernel) {
-  return launch && launch.getKernel() == kernel;
-}
 
 // One chain to fold: the GEMM, its optional scale, the add, and what the fused launch takes.
 struct Chain {
@@ -180,29 +99,6 @@ bool foldScaleIntoReaders(exec::LaunchOp scale, const Accesses& accesses) {
   }
   scale.erase();
   return true;
-}
-
-// Moves the buffer and views that define `value` before `op` where they come after it (where
-// a buffer is declared does not matter: hcp-plan-memory places it by the launches touching it).
-void defineBefore(Value value, Operation* op) {
-  Operation* def = value.getDefiningOp();
-  if (def == nullptr || def->isBeforeInBlock(op)) return;
-  if (auto view = dyn_cast<exec::ViewOp>(def)) defineBefore(view.getSource(), op);
-  def->moveBefore(op);
-}
-
-// Erases views and buffers nothing uses any more.
-void eraseDeadBuffers(func::FuncOp func) {
-  bool erased = true;
-  while (erased) {
-    erased = false;
-    for (Operation& op : llvm::make_early_inc_range(func.getBody().front())) {
-      if (isa<exec::BufferOp, exec::ViewOp>(op) && op.use_empty()) {
-        op.erase();
-        erased = true;
-      }
-    }
-  }
 }
 
 struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {

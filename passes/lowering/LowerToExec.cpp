@@ -273,13 +273,14 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
         offset += lastDim(piece);
       }
     };
-    // ints: batch, seq, channels, width, has_halo (the halo is the last operand when present).
+    // ints: batch, seq, channels, width, has_halo (the halo is the last operand when present),
+    // silu (0 here: hcp-fuse-conv-silu folds the SiLU that follows).
     auto conv = [](StringRef kernel, unsigned xIndex) {
       return [kernel, xIndex](Lowering& l, Operation* op) {
         Value x = op->getOperand(xIndex), w = op->getOperand(xIndex + 1);
         ArrayRef<int64_t> s = shapeOf(x);
         int64_t hasHalo = op->getNumOperands() == 4;  // x, w, bias | dy, x, w; then the halo
-        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(w)[2], hasHalo});
+        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(w)[2], hasHalo, 0});
       };
     };
     r["model.causal_conv1d"] = conv("causal_conv1d.forward", 0);

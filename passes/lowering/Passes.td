@@ -41,6 +41,26 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseConvSilu : Pass<"hcp-fuse-conv-silu", "mlir::ModuleOp"> {
+  let summary = "fold the SiLU after each causal conv1d into the conv's kernels";
+  let description = [{
+    Mamba's causal conv1d is always followed by a SiLU. Where a `causal_conv1d.forward` writes an
+    activation that only `silu.forward` and `silu.backward` read, and the `silu.backward`'s
+    result only feeds the `causal_conv1d.backward` of the same input, weight and halo, the conv
+    kernels take the SiLU in (their `silu` flag): the forward writes silu(conv) where the
+    `silu.forward` wrote, and the backward takes the SiLU output's gradient and recomputes the
+    conv output from its input and the bias (an input more). The conv output and its gradient
+    are then neither stored nor read back. The conv output is rounded to the storage type
+    before the SiLU, as the separate steps do, so the results are theirs. A forward whose SiLU
+    has no backward (the first forward of a recomputed layer) folds alone. Nothing folds when
+    the buffers involved are touched in between by anything else.
+  }];
+  let statistics = [
+    Statistic<"fusedForwards", "fused-forwards", "SiLU forwards folded into a conv">,
+    Statistic<"fusedBackwards", "fused-backwards", "SiLU backwards folded into a conv's">
+  ];
+}
+
 def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
   let summary = "order the launches around halo exchanges and state scans so compute overlaps them";
   let description = [{

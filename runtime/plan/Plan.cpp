@@ -93,8 +93,8 @@ Arity ExpectedArity(const Step& step) {
   switch (step.kernel) {
     case KernelId::CausalConv1dForward:  // x, w, bias [, halo]
       return {3 + flag(4), info.outs};
-    case KernelId::CausalConv1dBackward:  // dy, x, w [, halo] -> dx, dw, dbias [, dhalo]
-      return {3 + flag(4), 3 + flag(4)};
+    case KernelId::CausalConv1dBackward:  // dy, x, w [, halo] [, bias] -> dx, dw, dbias [, dhalo]
+      return {3 + flag(4) + flag(5), 3 + flag(4)};
     case KernelId::SsdScanForward:  // x, dt, A, B, C, D [, init_state]
       return {6 + flag(7), info.outs};
     case KernelId::SsdScanBackward:  // dy, x, dt, A, B, C, D [, init_state] [, dfinal_state]

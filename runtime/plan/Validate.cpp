@@ -723,9 +723,9 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.SameDType();
       return;
     case KernelId::CausalConv1dForward:
-      c.Ints({"batch", "seq", "channels", "width", "has_halo"});
+      c.Ints({"batch", "seq", "channels", "width", "has_halo", "silu"});
       c.Sizes({"batch", "seq", "channels", "width"});
-      c.Flags({"has_halo"});
+      c.Flags({"has_halo", "silu"});
       c.In(0, {"batch", "seq", "channels"});
       c.In(1, {"channels", "width"});
       c.In(2, {"channels"});
@@ -733,13 +733,14 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       c.Out(0, {"batch", "seq", "channels"});
       return;
     case KernelId::CausalConv1dBackward:
-      c.Ints({"batch", "seq", "channels", "width", "has_halo"});
+      c.Ints({"batch", "seq", "channels", "width", "has_halo", "silu"});
       c.Sizes({"batch", "seq", "channels", "width"});
-      c.Flags({"has_halo"});
+      c.Flags({"has_halo", "silu"});
       c.In(0, {"batch", "seq", "channels"});
       c.In(1, {"batch", "seq", "channels"});
       c.In(2, {"channels", "width"});
       if (c.Int("has_halo") == 1) c.In(3, {"batch", {"width", -1}, "channels"});
+      if (c.Int("silu") == 1) c.In(3 + c.Int("has_halo"), {"channels"});
       c.Out(0, {"batch", "seq", "channels"});
       c.Out(1, {"channels", "width"});
       c.Out(2, {"channels"});

@@ -236,20 +236,35 @@ absl::Status RunCopy(const Args& a) {
 // ins: x. outs: y. ints: n. CPU plans are f32 throughout (CpuExecutor refuses others): a copy.
 absl::Status RunCast(const Args& a) { return RunCopy(a); }
 
-// ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo. Without a
-// halo every sequence starts at position 0 (zeros before it).
+// ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo, silu. Without a
+// halo every sequence starts at position 0 (zeros before it). With silu, y = silu(conv): the
+// two kernels one after the other, so the same values as the separate silu.forward step.
 absl::Status RunCausalConv1dForward(const Args& a) {
   const float* halo = a.i(4) != 0 ? a.in(3) : nullptr;
   causal_conv1d_forward<float>(a.out(0), a.in(0), halo, a.in(1), a.in(2), a.i(0), a.i(1), a.i(2),
                                a.i(3));
+  if (a.i(5) != 0) silu_forward<float>(a.out(0), a.out(0), a.i(0) * a.i(1) * a.i(2));
   return absl::OkStatus();
 }
-// ins: dy, x, w[, halo]. outs: dx, dw, dbias[, dhalo].
+// ins: dy, x, w[, halo][, bias]. outs: dx, dw, dbias[, dhalo]. With silu, dy is the gradient
+// of silu's output: the conv's output is recomputed and silu.backward taken first (the same
+// values as the separate steps).
 absl::Status RunCausalConv1dBackward(const Args& a) {
-  const bool has_halo = a.i(4) != 0;
-  causal_conv1d_backward<float>(a.out(0), has_halo ? a.out(3) : nullptr, a.out(1), a.out(2),
-                                a.in(0), a.in(1), has_halo ? a.in(3) : nullptr, a.in(2), a.i(0),
-                                a.i(1), a.i(2), a.i(3));
+  const bool has_halo = a.i(4) != 0, silu = a.i(5) != 0;
+  const float* halo = has_halo ? a.in(3) : nullptr;
+  const float* dy = a.in(0);
+  std::vector<float> dconv;
+  if (silu) {
+    const int64_t n = a.i(0) * a.i(1) * a.i(2);
+    std::vector<float> conv(n);
+    causal_conv1d_forward<float>(conv.data(), a.in(1), halo, a.in(2), a.in(3 + has_halo), a.i(0),
+                                 a.i(1), a.i(2), a.i(3));
+    dconv.resize(n);
+    silu_backward<float>(dconv.data(), dy, conv.data(), n);
+    dy = dconv.data();
+  }
+  causal_conv1d_backward<float>(a.out(0), has_halo ? a.out(3) : nullptr, a.out(1), a.out(2), dy,
+                                a.in(1), halo, a.in(2), a.i(0), a.i(1), a.i(2), a.i(3));
   return absl::OkStatus();
 }
 

@@ -50,13 +50,13 @@ TEST_P(HaloExchange, ConvWithHaloEqualsConvOnTheWholeSequence) {
                  bdy = p.Input("dy", {R, len, C}, Shard(dy, B, seq, C, mesh, r));
   const uint32_t halo = p.Buffer("halo", {R, W - 1, C}), y = p.Buffer("y", {R, len, C});
   p.Step("halo_exchange.forward", {bx}, {halo}, {B, segs, len, C, W - 1});
-  p.Step("causal_conv1d.forward", {bx, bw, bb, halo}, {y}, {R, len, C, W, 1});
+  p.Step("causal_conv1d.forward", {bx, bw, bb, halo}, {y}, {R, len, C, W, 1, 0});
   const uint32_t dx_local = p.Buffer("dx_local", {R, len, C}), dw_local = p.Buffer("dw_l", {C, W}),
                  db_local = p.Buffer("db_l", {C}), dhalo = p.Buffer("dhalo", {R, W - 1, C});
   const uint32_t dx_halo = p.Buffer("dx_halo", {R, len, C}), dx = p.Buffer("dx", {R, len, C}),
                  dw = p.Buffer("dw", {C, W}), db = p.Buffer("db", {C});
   p.Step("causal_conv1d.backward", {bdy, bx, bw, halo}, {dx_local, dw_local, db_local, dhalo},
-         {R, len, C, W, 1});
+         {R, len, C, W, 1, 0});
   p.Step("halo_exchange.backward", {dhalo}, {dx_halo}, {B, segs, len, C, W - 1});
   p.Step("add", {dx_local, dx_halo}, {dx}, {R * len * C, R * len * C});
   p.Step("all_reduce", {dw_local}, {dw}, {C * W, 1});

@@ -416,7 +416,7 @@ TEST(CpuBackend, CausalConv1d) {
     const uint32_t halo = has_halo ? s.In({batch, width - 1, channels}) : 0;
     if (has_halo) ins.push_back(halo);
     const uint32_t y = s.Out({batch, seq, channels});
-    ASSERT_RUNS(s, "causal_conv1d.forward", ins, {y}, {batch, seq, channels, width, has_halo});
+    ASSERT_RUNS(s, "causal_conv1d.forward", ins, {y}, {batch, seq, channels, width, has_halo, 0});
     std::vector<float> want = s.Like(y);
     cpu::causal_conv1d_forward<float>(want.data(), s.p(x), has_halo ? s.p(halo) : nullptr, s.p(w),
                                       s.p(bias), batch, seq, channels, width);
@@ -433,7 +433,8 @@ TEST(CpuBackend, CausalConv1d) {
     std::vector<uint32_t> outs = {dx, dw, dbias};
     const uint32_t dhalo = has_halo ? g.Out({batch, width - 1, channels}) : 0;
     if (has_halo) outs.push_back(dhalo);
-    ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs, {batch, seq, channels, width, has_halo});
+    ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs,
+                {batch, seq, channels, width, has_halo, 0});
     std::vector<float> dx_w = g.Like(dx), dw_w = g.Like(dw), db_w = g.Like(dbias);
     std::vector<float> dhalo_w = has_halo ? g.Like(dhalo) : std::vector<float>();
     cpu::causal_conv1d_backward<float>(
@@ -454,7 +455,7 @@ TEST(CpuBackend, CausalConv1d) {
                  bias = whole.In({channels});
   const uint32_t yy = whole.Out({1, halo_rows + seq, channels});
   ASSERT_RUNS(whole, "causal_conv1d.forward", {xx, w, bias}, {yy},
-              {1, halo_rows + seq, channels, width, 0});
+              {1, halo_rows + seq, channels, width, 0, 0});
   OneStep split;
   const std::vector<float>& all = whole.f32(xx);
   const uint32_t halo =
@@ -464,10 +465,63 @@ TEST(CpuBackend, CausalConv1d) {
   const uint32_t sw = split.InValues({channels, width}, whole.f32(w)),
                  sb = split.InValues({channels}, whole.f32(bias));
   const uint32_t y = split.Out({1, seq, channels});
-  ASSERT_RUNS(split, "causal_conv1d.forward", {x, sw, sb, halo}, {y}, {1, seq, channels, width, 1});
+  ASSERT_RUNS(split, "causal_conv1d.forward", {x, sw, sb, halo}, {y},
+              {1, seq, channels, width, 1, 0});
   const std::vector<float>& y_whole = whole.f32(yy);
   EXPECT_EQ(split.f32(y),
             std::vector<float>(y_whole.begin() + halo_rows * channels, y_whole.end()));
+}
+
+// With silu = 1 the conv's output goes through SiLU (hcp-fuse-conv-silu): the same values as
+// the conv step and a silu.forward step; the backward recomputes the conv output from x and the
+// bias (after the halo in its inputs) and gives what silu.backward then the conv backward give.
+TEST(CpuBackend, CausalConv1dWithSilu) {
+  const int64_t batch = 2, seq = 5, channels = 3, width = 4, n = batch * seq * channels;
+  for (int has_halo = 0; has_halo < 2; ++has_halo) {
+    OneStep fused;
+    const uint32_t x = fused.In({batch, seq, channels}), w = fused.In({channels, width}),
+                   bias = fused.In({channels});
+    const uint32_t halo = has_halo ? fused.In({batch, width - 1, channels}) : 0;
+    std::vector<uint32_t> ins = {x, w, bias};
+    if (has_halo) ins.push_back(halo);
+    const uint32_t y = fused.Out({batch, seq, channels});
+    ASSERT_RUNS(fused, "causal_conv1d.forward", ins, {y},
+                {batch, seq, channels, width, has_halo, 1});
+    const float* halo_p = has_halo ? fused.p(halo) : nullptr;
+    std::vector<float> conv(n), want(n);
+    cpu::causal_conv1d_forward<float>(conv.data(), fused.p(x), halo_p, fused.p(w), fused.p(bias),
+                                      batch, seq, channels, width);
+    cpu::silu_forward<float>(want.data(), conv.data(), n);
+    EXPECT_EQ(fused.f32(y), want) << has_halo;
+
+    OneStep g;
+    const uint32_t dy = g.In({batch, seq, channels});
+    const uint32_t gx = g.InValues({batch, seq, channels}, fused.f32(x)),
+                   gw = g.InValues({channels, width}, fused.f32(w)),
+                   gbias = g.InValues({channels}, fused.f32(bias));
+    std::vector<uint32_t> gins = {dy, gx, gw};
+    if (has_halo) gins.push_back(g.InValues({batch, width - 1, channels}, fused.f32(halo)));
+    gins.push_back(gbias);
+    const uint32_t dx = g.Out({batch, seq, channels}), dw = g.Out({channels, width}),
+                   dbias = g.Out({channels});
+    std::vector<uint32_t> outs = {dx, dw, dbias};
+    const uint32_t dhalo = has_halo ? g.Out({batch, width - 1, channels}) : 0;
+    if (has_halo) outs.push_back(dhalo);
+    ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs,
+                {batch, seq, channels, width, has_halo, 1});
+    std::vector<float> dconv(n), dx_w(n), dw_w(channels * width), db_w(channels),
+        dhalo_w(batch * (width - 1) * channels);
+    cpu::silu_backward<float>(dconv.data(), g.p(dy), conv.data(), n);
+    cpu::causal_conv1d_backward<float>(dx_w.data(), has_halo ? dhalo_w.data() : nullptr,
+                                       dw_w.data(), db_w.data(), dconv.data(), fused.p(x), halo_p,
+                                       fused.p(w), batch, seq, channels, width);
+    EXPECT_EQ(g.f32(dx), dx_w) << has_halo;
+    EXPECT_EQ(g.f32(dw), dw_w) << has_halo;
+    EXPECT_EQ(g.f32(dbias), db_w) << has_halo;
+    if (has_halo) {
+      EXPECT_EQ(g.f32(dhalo), dhalo_w);
+    }
+  }
 }
 
 TEST(CpuBackend, SsdLogDecay) {

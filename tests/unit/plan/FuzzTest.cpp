@@ -174,12 +174,16 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("copy", {x}, {A({T, H})}, {T * H});
   b.AddStep("cast", {x}, {A({T, H})}, {T * H});
   const uint32_t conv_w = P({H, 3}), halo = P({1, 2, H});
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w}, {A({1, T, H}), A({H, 3}), A({H})},
-            {1, T, H, 3, 0});
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w, halo}, {A({1, T, H})}, {1, T, H, 3, 1});
+            {1, T, H, 3, 0, 0});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w, halo}, {A({1, T, H})}, {1, T, H, 3, 1, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w, halo},
-            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1});
+            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 0});
+  // With the SiLU folded in: the backward takes the bias too (after the halo).
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 1});
+  b.AddStep("causal_conv1d.backward", {dy, x, conv_w, halo, w},
+            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 1});
   // SSD: batch 1, seq T, 2 heads of dim 2, 1 group, state 2, chunk 3.
   const uint32_t sx = P({1, T, 2, 2}), sdt = P({1, T, 2}), sa = P({2}), sb = P({1, T, 1, 2}),
                  sc = P({1, T, 1, 2}), sd = P({2}), sinit = P({1, 2, 2, 2});

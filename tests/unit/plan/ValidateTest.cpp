@@ -483,7 +483,7 @@ TEST(Validate, ConvHaloFollowsFlag) {
     OneStepPlan p;
     std::vector<uint32_t> ins = {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})};
     if (give_halo) ins.push_back(p.Act({B, halo_rows, C}));
-    p.b.AddStep("causal_conv1d.forward", ins, {p.Act({B, S, C})}, {B, S, C, W, has_halo});
+    p.b.AddStep("causal_conv1d.forward", ins, {p.Act({B, S, C})}, {B, S, C, W, has_halo, 0});
     return p.Error();
   };
   EXPECT_EQ(build(0, false, 0), "(loaded)");
@@ -497,8 +497,26 @@ TEST(Validate, ConvHaloFollowsFlag) {
   OneStepPlan p;
   p.b.AddStep("causal_conv1d.backward",
               {p.Act({B, S, C}), p.Act({B, S, C}), p.Act({C, W}), p.Act({B, W - 1, C})},
-              {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})}, {B, S, C, W, 1});
+              {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})}, {B, S, C, W, 1, 0});
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (causal_conv1d.backward): takes 4 outputs, got 3"));
+  // With silu the backward recomputes the conv: it takes the bias, after the halo.
+  auto backward = [&](int64_t has_halo, int64_t silu, bool give_bias) {
+    OneStepPlan q;
+    std::vector<uint32_t> ins = {q.Act({B, S, C}), q.Act({B, S, C}), q.Act({C, W})};
+    std::vector<uint32_t> outs = {q.Act({B, S, C}), q.Act({C, W}), q.Act({C})};
+    if (has_halo) {
+      ins.push_back(q.Act({B, W - 1, C}));
+      outs.push_back(q.Act({B, W - 1, C}));
+    }
+    if (give_bias) ins.push_back(q.Act({C}));
+    q.b.AddStep("causal_conv1d.backward", ins, outs, {B, S, C, W, has_halo, silu});
+    return q.Error();
+  };
+  EXPECT_EQ(backward(0, 1, true), "(loaded)");
+  EXPECT_EQ(backward(1, 1, true), "(loaded)");
+  EXPECT_THAT(backward(1, 1, false), HasSubstr("takes 5 inputs, got 4"));
+  EXPECT_THAT(backward(0, 0, true), HasSubstr("takes 3 inputs, got 4"));
+  EXPECT_THAT(backward(0, 2, true), HasSubstr("int 5 (silu) is 2, expected 0 or 1"));
 }
 
 TEST(Validate, HaloExchange) {

@@ -85,6 +85,13 @@ void test_conv(Context& ctx) {
   conv_case(ctx, 1, 300, 40, 3, true, false);  // several slabs, another width
   conv_case(ctx, 2, 70, 24, 1, false, false);  // width 1: no halo rows
   conv_case(ctx, 1, 100, 8, 8, true, false);   // the widest supported
+  // The backward's partition: several blocks of channels and of time, ends inside a block's
+  // last sub-slab and inside a batch of loads; channels a multiple of 4 but not 8, not of 4.
+  conv_case(ctx, 2, 1001, 136, 4, true, false);
+  conv_case(ctx, 1, 515, 260, 4, true, false);
+  conv_case(ctx, 2, 333, 130, 4, false, false);
+  conv_case(ctx, 1, 700, 24, 8, true, false);
+  conv_case(ctx, 1, 50000, 8, 4, true, false);  // long: more steps per sub-slab
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny's conv: conv_dim 3328 (d_in 3072 + 2 x 128), width 4, 8192 tokens.
   conv_case(ctx, 1, 8192, 3328, 4, false, true);

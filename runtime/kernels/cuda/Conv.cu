@@ -1,11 +1,11 @@
 // Causal depthwise conv1d (Mamba2's, width 4) with an optional halo, forward and backward.
 //
-// Thread layout: each thread owns 8 consecutive channels of one batch row and a slab of
-// consecutive time steps, which it walks in order with a sliding window of the last `W` input
-// rows held in registers, so every input row is read once. A warp covers 256 consecutive
-// channels (coalesced 16-byte accesses). The slab partition depends only on the shape, so the
-// backward's weight and bias sums (fp32 per slab, then the slabs summed in order) are the same
-// on every GPU.
+// Thread layout: each thread owns a few consecutive channels of one batch row (8 in the
+// forward, 4 in the backward) and a slab of consecutive time steps, which it walks in order with
+// a sliding window of `W` rows held in registers, so every row is read once. A warp's accesses
+// to a row are consecutive (coalesced 16- or 8-byte accesses). The partition depends only on the
+// shape, so the backward's weight and bias sums (fp32 per block of slabs, then the blocks summed
+// in order) are the same on every GPU.
 #include "runtime/kernels/cuda/Common.cuh"
 
 namespace hcp::cuda {
@@ -15,8 +15,8 @@ using namespace detail;
 
 constexpr int kThreads = 64;
 constexpr int kMaxWidth = 8;
-// Slabs of kSlab time steps (more for long sequences, so that the backward's per-slab partial
-// sums stay at most kMaxSlabsPerRow per batch row).
+// The forward's slabs: kSlab time steps (more for long sequences, at most kMaxSlabsPerRow
+// slabs per batch row).
 constexpr int64_t kSlab = 32;
 constexpr int64_t kMaxSlabsPerRow = 256;
 
@@ -94,89 +94,265 @@ __global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, co
   }
 }
 
-// dx[p] = sum_j w[j] dy[p + (W-1) - j]; dw[j] += dy[p] x[p - (W-1) + j]; dbias += dy[p].
-// Windows: g[j] = dy[p + j] (zero past the end), in[j] = input row p - (W-1) + j.
-template <int W>
-__global__ void conv_backward_kernel(bf16* dx, float* partial_w, float* partial_b, const bf16* dy,
-                                     const bf16* x, const bf16* halo, const bf16* w, int64_t seq,
-                                     int64_t channels, int64_t slab_length, bool vec) {
-  const int64_t c = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 8;
-  if (c >= channels) return;
-  const int valid = static_cast<int>(min(int64_t{8}, channels - c));
-  const int64_t b = blockIdx.z;
-  const int64_t t0 = blockIdx.y * slab_length, t1 = min(seq, t0 + slab_length);
-  float wv[W][8], g[W][8], in[W][8], acc_w[W][8] = {}, acc_b[8] = {};
-  load_weights<W>(wv, w, c, valid);
-#pragma unroll
-  for (int j = 0; j < W; j++) {
-    if (t0 + j < seq) {
-      load8_any(g[j], dy + (b * seq + t0 + j) * channels + c, valid, vec);
+// The backward: one pass over dy and x per time step, dx stored and the dw, dbias terms summed.
+//
+// Written with q the INPUT row: dx[q] = sum_j w[j] dy[q + (W-1) - j] and dw[j] += x[q] dy[q +
+// (W-1) - j], so both read the same window g[k] = dy[q + k], k < W (zero outside [0, seq)), and
+// the input row is used once (no window of x). The input rows before the sequence (q < 0: the
+// halo, or zeros) take the same step: their dx is dhalo[q + W-1] and their terms go into dw.
+//
+// Block: kBackwardLanes x kBackwardWarps threads. A lane owns kBackwardV = 4 consecutive
+// channels (a warp reads 256 consecutive bytes of a row); the warps of a block split the block's
+// time span into consecutive sub-slabs, each walked in order, its rows loaded kBackwardAhead at a
+// time (all those loads in flight at once). Measured on an H200 at tiny's shape (8192 x 3328,
+// docs/performance.md, 2026-12-01 eighth session): 8 channels per thread need 185-200 registers
+// (too few warps per SM); 4 with 8 rows ahead fit in 128 (4 blocks of 4 warps per SM) and were
+// the fastest; 4 rows ahead, sub-slabs of 16 or 64, or blocks of 8 warps were slower, blocks of
+// 2 warps as fast with twice the partial sums. The warps then add their dw, dbias sums in shared
+// memory (warp order), so there is one partial sum per block in global memory (4 MB at tiny's
+// shape, summed by a second small kernel).
+// Every size here depends only on the shape: the sums are the same on every GPU.
+constexpr int kBackwardLanes = 32;
+constexpr int kBackwardWarps = 4;
+constexpr int kBackwardThreads = kBackwardLanes * kBackwardWarps;
+// 4 caps the registers at 128 (width 4: no spills); wider windows get up to 255, not spills.
+constexpr int backward_min_blocks_per_sm(int width) { return width <= 4 ? 4 : 2; }
+constexpr int kBackwardV = 4;
+constexpr int kBackwardAhead = 8;
+// Time steps per warp (more for long sequences, keeping at most kMaxChunksPerRow blocks, hence
+// partial sums, per batch row).
+constexpr int64_t kBackwardSub = 32;
+constexpr int64_t kMaxChunksPerRow = 256;
+
+struct BackwardChunks {
+  int64_t sub;    // time steps per warp
+  int64_t count;  // blocks (chunks of kBackwardWarps * sub steps) per batch row
+};
+BackwardChunks backward_chunks(int64_t seq) {
+  const int64_t sub = std::max(kBackwardSub, ceil_div(seq, kMaxChunksPerRow * kBackwardWarps));
+  return {sub, ceil_div(seq, sub * kBackwardWarps)};
+}
+
+// V (4 or 8) consecutive bf16 as they lie in memory, two per word: the loads stay packed until
+// used (half the registers of fp32).
+template <int V>
+struct Packed {
+  static_assert(V == 4 || V == 8, "one 8- or 16-byte access");
+  uint32_t word[V / 2];
+};
+
+// The first `valid` of p[0, V), zeros after; one 8- or 16-byte access when `vec` and all valid.
+template <int V>
+__device__ __forceinline__ Packed<V> load_packed(const bf16* p, int valid, bool vec) {
+  Packed<V> r;
+  if (vec && valid == V) {
+    if constexpr (V == 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      r.word[0] = u.x, r.word[1] = u.y, r.word[2] = u.z, r.word[3] = u.w;
     } else {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      r.word[0] = u.x, r.word[1] = u.y;
+    }
+  } else {
 #pragma unroll
-      for (int e = 0; e < 8; e++) g[j][e] = 0.f;
+    for (int k = 0; k < V / 2; k++) {
+      const uint32_t lo = 2 * k < valid ? __bfloat16_as_ushort(p[2 * k]) : 0u;
+      const uint32_t hi = 2 * k + 1 < valid ? __bfloat16_as_ushort(p[2 * k + 1]) : 0u;
+      r.word[k] = lo | (hi << 16);
     }
   }
+  return r;
+}
+template <int V>
+__device__ __forceinline__ Packed<V> zero_packed() {
+  Packed<V> r;
 #pragma unroll
-  for (int j = 0; j < W - 1; j++) {
-    input_row(in[j], x, halo, b, t0 - (W - 1) + j, c, valid, seq, channels, W, vec);
+  for (int k = 0; k < V / 2; k++) r.word[k] = 0u;
+  return r;
+}
+// bf16 -> fp32 is exact: the bits moved to the top half.
+template <int V>
+__device__ __forceinline__ void unpack(float (&v)[V], const Packed<V>& r) {
+#pragma unroll
+  for (int k = 0; k < V / 2; k++) {
+    v[2 * k] = __uint_as_float(r.word[k] << 16);
+    v[2 * k + 1] = __uint_as_float(r.word[k] & 0xffff0000u);
   }
-  for (int64_t p = t0; p < t1; p++) {
-    load8_any(in[W - 1], x + (b * seq + p) * channels + c, valid, vec);
-    float out[8];
+}
+// v rounded to bf16 into p[0, valid).
+template <int V>
+__device__ __forceinline__ void store_rounded(bf16* p, const float (&v)[V], int valid, bool vec) {
+  if (vec && valid == V) {
+    uint32_t word[V / 2];
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-      float acc = 0.f;
-#pragma unroll
-      for (int j = 0; j < W; j++) {
-        acc += wv[j][e] * g[W - 1 - j][e];
-        acc_w[j][e] += g[0][e] * in[j][e];
-      }
-      acc_b[e] += g[0][e];
-      out[e] = acc;
+    for (int k = 0; k < V / 2; k++) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+      word[k] = *reinterpret_cast<const uint32_t*>(&pair);
     }
-    store8_any(dx + (b * seq + p) * channels + c, out, valid, vec);
-#pragma unroll
-    for (int j = 0; j < W - 1; j++) {
-#pragma unroll
-      for (int e = 0; e < 8; e++) {
-        g[j][e] = g[j + 1][e];
-        in[j][e] = in[j + 1][e];
-      }
-    }
-    if (p + W < seq) {
-      load8_any(g[W - 1], dy + (b * seq + p + W) * channels + c, valid, vec);
+    if constexpr (V == 8) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(word[0], word[1], word[2], word[3]);
     } else {
-#pragma unroll
-      for (int e = 0; e < 8; e++) g[W - 1][e] = 0.f;
+      *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
     }
-  }
-  const int64_t chunk = b * gridDim.y + blockIdx.y;
-  float* pw = partial_w + chunk * channels * W + c * W;
+  } else {
 #pragma unroll
-  for (int e = 0; e < 8; e++) {
-    if (e >= valid) continue;
-#pragma unroll
-    for (int j = 0; j < W; j++) pw[e * W + j] = acc_w[j][e];
-    partial_b[chunk * channels + c + e] = acc_b[e];
+    for (int e = 0; e < V; e++) {
+      if (e < valid) p[e] = __float2bfloat16_rn(v[e]);
+    }
   }
 }
 
-// dhalo[b, h, c] = sum_j w[c, j] dy[b, h - j, c] over 0 <= h - j < seq.
-__global__ void conv_dhalo_kernel(bf16* dhalo, const bf16* dy, const bf16* w, int64_t batch,
-                                  int64_t seq, int64_t channels, int width) {
-  const int64_t total = batch * (width - 1) * channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i % channels, h = (i / channels) % (width - 1),
-                  b = i / (channels * (width - 1));
-    float acc = 0.f;
-    for (int j = 0; j < width; j++) {
-      const int64_t t = h - j;
-      if (t < 0 || t >= seq) continue;
-      acc +=
-          __bfloat162float(w[c * width + j]) * __bfloat162float(dy[(b * seq + t) * channels + c]);
+// Partials [chunk][W + 1][channels]: row j < W is dw's column j, row W dbias.
+template <int W, int V>
+__global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W))
+    conv_backward_kernel(bf16* __restrict__ dx, bf16* __restrict__ dhalo,
+                         float* __restrict__ partials, const bf16* __restrict__ dy,
+                         const bf16* __restrict__ x, const bf16* __restrict__ halo,
+                         const bf16* __restrict__ w, int64_t seq, int64_t channels,
+                         int64_t sub_length, bool vec) {
+  // One dw (or dbias) column of every warp but the first, [warp - 1][channel][lane].
+  __shared__ float others[kBackwardWarps - 1][V][kBackwardLanes];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int64_t c = (blockIdx.x * int64_t{kBackwardLanes} + lane) * V;
+  const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{V}, channels - c)));
+  const int64_t b = blockIdx.z;
+  const int64_t t0 = (blockIdx.y * int64_t{kBackwardWarps} + warp) * sub_length;
+  const int64_t t1 = min(seq, t0 + sub_length);
+  // The first sub-slab of a row also takes the W-1 input rows before it (dw terms, dhalo).
+  const int64_t q0 = t0 == 0 && W > 1 && (halo != nullptr || dhalo != nullptr) ? -(W - 1) : t0;
+  float acc_w[W][V] = {}, acc_b[V] = {};
+  if (valid > 0 && q0 < t1) {
+    float wv[W][V];
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+#pragma unroll
+      for (int j = 0; j < W; j++) wv[j][e] = e < valid ? __bfloat162float(w[(c + e) * W + j]) : 0.f;
     }
-    dhalo[i] = __float2bfloat16_rn(acc);
+    const bf16* dy_b = dy + b * seq * channels + c;
+    const bf16* x_b = x + b * seq * channels + c;
+    // dy row r of this batch row, zeros outside the sequence.
+    auto dy_row = [&](int64_t r) {
+      return r >= 0 && r < seq ? load_packed<V>(dy_b + r * channels, valid, vec) : zero_packed<V>();
+    };
+    // Input row r: x, or before the sequence the halo (zeros without one).
+    auto input_packed = [&](int64_t r) {
+      if (r >= 0) return load_packed<V>(x_b + r * channels, valid, vec);
+      if (halo == nullptr) return zero_packed<V>();
+      return load_packed<V>(halo + (b * (W - 1) + (W - 1) + r) * channels + c, valid, vec);
+    };
+    float g[W][V];  // g[k] = dy row q + k
+#pragma unroll
+    for (int k = 0; k < W - 1; k++) unpack<V>(g[k], dy_row(q0 + k));
+    // One step: dx (or dhalo) row `dst` (nullptr: not wanted) and the sums, then the window moves.
+    auto step = [&](const Packed<V>& dy_new, const Packed<V>& x_row, bf16* dst) {
+      float in[V], out[V];
+      unpack<V>(g[W - 1], dy_new);
+      unpack<V>(in, x_row);
+#pragma unroll
+      for (int e = 0; e < V; e++) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+          acc += wv[j][e] * g[W - 1 - j][e];
+          acc_w[j][e] += in[e] * g[W - 1 - j][e];
+        }
+        acc_b[e] += g[0][e];  // zero before the sequence
+        out[e] = acc;
+      }
+      if (dst != nullptr) store_rounded<V>(dst, out, valid, vec);
+#pragma unroll
+      for (int k = 0; k < W - 1; k++) {
+#pragma unroll
+        for (int e = 0; e < V; e++) g[k][e] = g[k + 1][e];
+      }
+    };
+    for (int64_t q = q0; q < t1; q += kBackwardAhead) {
+      // The rows of the next kBackwardAhead steps, all loads issued before any is used.
+      Packed<V> dy_next[kBackwardAhead], x_next[kBackwardAhead];
+      if (q >= 0 && q + kBackwardAhead <= t1 && q + kBackwardAhead + W - 1 <= seq) {
+        // All rows inside the sequence (every batch of steps but a sub-slab's ends): no bounds,
+        // and the addresses advance by one row (few registers for them).
+        const bf16* dy_p = dy_b + (q + W - 1) * channels;
+        const bf16* x_p = x_b + q * channels;
+#pragma unroll
+        for (int u = 0; u < kBackwardAhead; u++, dy_p += channels, x_p += channels) {
+          dy_next[u] = load_packed<V>(dy_p, valid, vec);
+          x_next[u] = load_packed<V>(x_p, valid, vec);
+        }
+        bf16* dx_p = dx + (b * seq + q) * channels + c;
+#pragma unroll
+        for (int u = 0; u < kBackwardAhead; u++, dx_p += channels) {
+          step(dy_next[u], x_next[u], dx_p);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kBackwardAhead; u++) {
+          if (q + u < t1) {
+            dy_next[u] = dy_row(q + u + W - 1);
+            x_next[u] = input_packed(q + u);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBackwardAhead; u++) {
+          const int64_t r = q + u;
+          if (r >= t1) break;
+          bf16* dst = r >= 0             ? dx + (b * seq + r) * channels + c
+                      : dhalo != nullptr ? dhalo + (b * (W - 1) + (W - 1) + r) * channels + c
+                                         : nullptr;
+          step(dy_next[u], x_next[u], dst);
+        }
+      }
+    }
+  }
+  // The block's sums, column by column: warp 0 adds the other warps' in warp order and writes.
+  float* out = partials + (b * gridDim.y + blockIdx.y) * (W + 1) * channels + c;
+#pragma unroll
+  for (int j = 0; j <= W; j++) {
+    float(&acc)[V] = j < W ? acc_w[j] : acc_b;
+    if (warp > 0) {
+#pragma unroll
+      for (int e = 0; e < V; e++) others[warp - 1][e][lane] = acc[e];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int e = 0; e < V; e++) {
+        float s = acc[e];
+#pragma unroll
+        for (int k = 0; k < kBackwardWarps - 1; k++) s += others[k][e][lane];
+        if (e < valid) out[j * channels + e] = s;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// dw [channels, W] and dbias from the partials [chunks][W + 1][channels], each column summed
+// over the chunks in a fixed order: row lane y takes chunks y, y + 8, ..., then the 8 lane sums
+// are added in order (as sum_partials, one launch for both outputs).
+constexpr int kFinishRowLanes = 8;
+template <int W>
+__global__ void conv_backward_finish_kernel(bf16* dw, bf16* dbias, const float* partials,
+                                            int64_t chunks, int64_t channels) {
+  __shared__ float lanes[kFinishRowLanes][33];
+  const int64_t cols = (W + 1) * channels;
+  const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  float s = 0.f;
+  if (col < cols) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kFinishRowLanes) s += partials[k * cols + col];
+  }
+  lanes[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int l = 0; l < kFinishRowLanes; l++) total += lanes[l][threadIdx.x];
+    const int64_t j = col / channels, c = col % channels;
+    if (j < W) {
+      dw[c * W + j] = __float2bfloat16_rn(total);
+    } else {
+      dbias[c] = __float2bfloat16_rn(total);
+    }
   }
 }
 
@@ -189,11 +365,20 @@ void launch_forward(cudaStream_t stream, dim3 grid, bf16* y, const bf16* x, cons
 }
 
 template <int W>
-void launch_backward(cudaStream_t stream, dim3 grid, bf16* dx, float* partial_w, float* partial_b,
+void launch_backward(cudaStream_t stream, dim3 grid, bf16* dx, bf16* dhalo, float* partials,
                      const bf16* dy, const bf16* x, const bf16* halo, const bf16* w, int64_t seq,
-                     int64_t channels, int64_t slab_length, bool vec) {
-  conv_backward_kernel<W><<<grid, kThreads, 0, stream>>>(dx, partial_w, partial_b, dy, x, halo, w,
-                                                         seq, channels, slab_length, vec);
+                     int64_t channels, int64_t sub_length, bool vec) {
+  conv_backward_kernel<W, kBackwardV><<<grid, dim3(kBackwardLanes, kBackwardWarps), 0, stream>>>(
+      dx, dhalo, partials, dy, x, halo, w, seq, channels, sub_length, vec);
+}
+
+template <int W>
+void launch_backward_finish(cudaStream_t stream, bf16* dw, bf16* dbias, const float* partials,
+                            int64_t chunks, int64_t channels) {
+  const int64_t cols = (W + 1) * channels;
+  conv_backward_finish_kernel<W>
+      <<<static_cast<unsigned>(ceil_div(cols, 32)), dim3(32, kFinishRowLanes), 0, stream>>>(
+          dw, dbias, partials, chunks, channels);
 }
 
 Status check_shape(const char* name, int64_t batch, int64_t seq, int64_t channels, int64_t width) {
@@ -229,10 +414,10 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
 
 size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
                                               int64_t width) {
-  const int64_t chunks = std::max<int64_t>(batch, 0) * slabs_for(std::max<int64_t>(seq, 0)).count;
+  const int64_t chunks =
+      std::max<int64_t>(batch, 0) * backward_chunks(std::max<int64_t>(seq, 0)).count;
   WorkspaceCarver carver(Workspace{});
-  carver.take<float>(chunks * channels * width);
-  carver.take<float>(chunks * channels);
+  carver.take<float>(chunks * (width + 1) * channels);
   return carver.used();
 }
 
@@ -243,38 +428,34 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
   const char* name = "causal_conv1d.backward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (channels == 0) return Status();
-  if (dhalo != nullptr && batch > 0 && width > 1) {
-    const int64_t total = batch * (width - 1) * channels;
-    conv_dhalo_kernel<<<grid_for(total, 256), 256, 0, stream>>>(dhalo, dy, w, batch, seq, channels,
-                                                                static_cast<int>(width));
-    if (Status s = launch_status(name); !s.ok()) return s;
-  }
   if (batch == 0 || seq == 0) {
+    // No dy: dhalo (the kernel's steps before the sequence) is zero too.
+    if (dhalo != nullptr && width > 1) {
+      if (Status s = fill(stream, dhalo, 0.f, batch * (width - 1) * channels); !s.ok()) return s;
+    }
     if (Status s = fill(stream, dw, 0.f, channels * width); !s.ok()) return s;
     return fill(stream, dbias, 0.f, channels);
   }
-  const Slabs slabs = slabs_for(seq);
-  const int64_t chunks = batch * slabs.count;
+  const BackwardChunks chunks = backward_chunks(seq);
   WorkspaceCarver carver(workspace);
-  float* partial_w = carver.take<float>(chunks * channels * width);
-  float* partial_b = carver.take<float>(chunks * channels);
+  float* partials = carver.take<float>(batch * chunks.count * (width + 1) * channels);
   if (!carver.fits()) return Status(name, "workspace too small");
-  const bool vec = channels % 8 == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) &&
-                   (halo == nullptr || aligned16(halo));
-  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
-                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
+  const bool vec = channels % kBackwardV == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) &&
+                   (halo == nullptr || aligned16(halo)) && (dhalo == nullptr || aligned16(dhalo));
+  const dim3 grid(static_cast<unsigned>(ceil_div(channels, kBackwardLanes * kBackwardV)),
+                  static_cast<unsigned>(chunks.count), static_cast<unsigned>(batch));
   switch (width) {
-#define HCP_CASE(W)                                                                           \
-  case W:                                                                                     \
-    launch_backward<W>(stream, grid, dx, partial_w, partial_b, dy, x, halo, w, seq, channels, \
-                       slabs.length, vec);                                                    \
+#define HCP_CASE(W)                                                                         \
+  case W:                                                                                   \
+    launch_backward<W>(stream, grid, dx, dhalo, partials, dy, x, halo, w, seq, channels,    \
+                       chunks.sub, vec);                                                    \
+    if (Status s = launch_status(name); !s.ok()) return s;                                  \
+    launch_backward_finish<W>(stream, dw, dbias, partials, batch * chunks.count, channels); \
     break;
     HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
 #undef HCP_CASE
   }
-  if (Status s = launch_status(name); !s.ok()) return s;
-  if (Status s = sum_partials(stream, dw, partial_w, chunks, channels * width); !s.ok()) return s;
-  return sum_partials(stream, dbias, partial_b, chunks, channels);
+  return launch_status(name);
 }
 
 }  // namespace hcp::cuda

@@ -6,7 +6,6 @@
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/kernels/cuda/SequenceKernels.h"
-#include "runtime/support/Status.h"
 
 namespace hcp::cuda_backend::detail {
 
@@ -39,62 +38,23 @@ cuda::AttentionShape AttentionShapeOf(const plan::Step& step) {
 }
 
 // ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo, silu. Without
-// a halo every sequence starts at position 0 (zeros before it). silu: y = silu(conv), the conv
-// rounded to bf16 first (as a stored conv output), so the separate steps' values.
+// a halo every sequence starts at position 0 (zeros before it). silu: y = silu(conv).
 absl::Status RunCausalConv1dForward(const Args& a) {
   const bf16* halo = a.i(4) != 0 ? a.in<bf16>(3) : nullptr;
-  HCP_RETURN_IF_ERROR(Done(cuda::causal_conv1d_forward(a.stream(), a.out<bf16>(0), a.in<bf16>(0),
-                                                       halo, a.in<bf16>(1), a.in<bf16>(2), a.i(0),
-                                                       a.i(1), a.i(2), a.i(3))));
-  if (a.i(5) == 0) return absl::OkStatus();
-  return Done(cuda::silu_forward<bf16>(a.stream(), a.out<bf16>(0), a.out<bf16>(0),
-                                       a.i(0) * a.i(1) * a.i(2)));
-}
-
-// The backward's workspace: with silu first the recomputed conv output (then its gradient), then
-// the conv backward's own.
-struct ConvBackwardScratch {
-  bf16* dconv = nullptr;
-  cuda::Workspace conv;
-  size_t bytes = 0;
-
-  static ConvBackwardScratch Carve(cuda::Workspace workspace, const std::vector<int64_t>& v) {
-    Carver carver(workspace);
-    ConvBackwardScratch s;
-    if (v[5] != 0) s.dconv = carver.take<bf16>(v[0] * v[1] * v[2]);
-    s.conv = carver.rest();
-    s.bytes = carver.used() + cuda::causal_conv1d_backward_workspace_bytes(v[0], v[1], v[2], v[3]);
-    return s;
-  }
-};
-
-size_t CausalConv1dBackwardWorkspaceBytes(const plan::Step& step) {
-  return ConvBackwardScratch::Carve(cuda::Workspace{}, step.ints).bytes;
+  return Done(cuda::causal_conv1d_forward(a.stream(), a.out<bf16>(0), a.in<bf16>(0), halo,
+                                          a.in<bf16>(1), a.in<bf16>(2), a.i(0), a.i(1), a.i(2),
+                                          a.i(3), a.i(5) != 0));
 }
 
 // ins: dy, x, w[, halo][, bias]. outs: dx, dw, dbias[, dhalo]. With silu, dy is the gradient of
-// silu's output: the conv output is recomputed and silu.backward taken first, in bf16 as the
-// separate steps store them.
+// silu's output (the conv output recomputed from x and the bias).
 absl::Status RunCausalConv1dBackward(const Args& a) {
   const bool has_halo = a.i(4) != 0, silu = a.i(5) != 0;
-  const bf16* halo = has_halo ? a.in<bf16>(3) : nullptr;
-  const ConvBackwardScratch scratch = ConvBackwardScratch::Carve(a.workspace(), a.step().ints);
-  if (a.workspace().bytes < scratch.bytes)
-    return absl::InternalError("workspace too small (a bug)");
-  const bf16* dy = a.in<bf16>(0);
-  if (silu) {
-    const int64_t n = a.i(0) * a.i(1) * a.i(2);
-    HCP_RETURN_IF_ERROR(Done(
-        cuda::causal_conv1d_forward(a.stream(), scratch.dconv, a.in<bf16>(1), halo, a.in<bf16>(2),
-                                    a.in<bf16>(3 + has_halo), a.i(0), a.i(1), a.i(2), a.i(3))));
-    HCP_RETURN_IF_ERROR(
-        Done(cuda::silu_backward<bf16>(a.stream(), scratch.dconv, dy, scratch.dconv, n)));
-    dy = scratch.dconv;
-  }
-  return Done(cuda::causal_conv1d_backward(a.stream(), a.out<bf16>(0),
-                                           has_halo ? a.out<bf16>(3) : nullptr, a.out<bf16>(1),
-                                           a.out<bf16>(2), dy, a.in<bf16>(1), halo, a.in<bf16>(2),
-                                           a.i(0), a.i(1), a.i(2), a.i(3), scratch.conv));
+  return Done(cuda::causal_conv1d_backward(
+      a.stream(), a.out<bf16>(0), has_halo ? a.out<bf16>(3) : nullptr, a.out<bf16>(1),
+      a.out<bf16>(2), a.in<bf16>(0), a.in<bf16>(1), has_halo ? a.in<bf16>(3) : nullptr,
+      a.in<bf16>(2), silu ? a.in<bf16>(3 + has_halo) : nullptr, a.i(0), a.i(1), a.i(2), a.i(3),
+      silu, a.workspace()));
 }
 
 // ins: x, dt, A, B, C, D[, init_state]. outs: y, final_state.

@@ -130,7 +130,6 @@ CrossEntropyScratch CarveCrossEntropyScratch(cuda::Workspace workspace, int64_t 
 // The sequence-mixing wrappers (CudaBackendSequence.cpp), in KernelTable.def's order.
 absl::Status RunCausalConv1dForward(const Args& a);
 absl::Status RunCausalConv1dBackward(const Args& a);
-size_t CausalConv1dBackwardWorkspaceBytes(const plan::Step& step);
 absl::Status RunSsdScanForward(const Args& a);
 absl::Status RunSsdScanBackward(const Args& a);
 absl::Status RunSsdFinalStateForward(const Args& a);

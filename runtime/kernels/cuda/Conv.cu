@@ -55,10 +55,16 @@ __device__ __forceinline__ void load_weights(float (&wv)[W][8], const bf16* w, i
   }
 }
 
-// y[t] = bias + sum_j w[j] x[t - (W-1) + j].
-template <int W>
+// What the forward stores of the conv output v: v itself, silu(v), or the gradient reaching v
+// through the SiLU, dy silu'(v) (the backward's first pass when the SiLU is folded in). With the
+// SiLU, v is rounded to bf16 first and the result computed as silu.forward / silu.backward
+// compute it from a stored v: the separate steps' values, bit for bit.
+enum class ConvOutput { kConv, kSilu, kSiluGrad };
+
+// y[t] = out(bias + sum_j w[j] x[t - (W-1) + j]) (see ConvOutput; dy is read for kSiluGrad).
+template <int W, ConvOutput kOut>
 __global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, const bf16* w,
-                                    const bf16* bias, int64_t seq, int64_t channels,
+                                    const bf16* bias, const bf16* dy, int64_t seq, int64_t channels,
                                     int64_t slab_length, bool vec) {
   const int64_t c = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 8;
   if (c >= channels) return;
@@ -77,13 +83,23 @@ __global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, co
 #pragma unroll 4
   for (int64_t t = t0; t < t1; t++) {
     load8_any(win[W - 1], x + (b * seq + t) * channels + c, valid, vec);
-    float out[8];
+    float out[8], g[8];
+    if constexpr (kOut == ConvOutput::kSiluGrad) {
+      load8_any(g, dy + (b * seq + t) * channels + c, valid, vec);
+    }
 #pragma unroll
     for (int e = 0; e < 8; e++) {
       float acc = bv[e];
 #pragma unroll
       for (int j = 0; j < W; j++) acc += wv[j][e] * win[j][e];
-      out[e] = acc;
+      if constexpr (kOut == ConvOutput::kSilu) {
+        const float v = round_bf16(acc);
+        out[e] = v * sigmoidf(v);
+      } else if constexpr (kOut == ConvOutput::kSiluGrad) {
+        out[e] = g[e] * silu_grad(round_bf16(acc));
+      } else {
+        out[e] = acc;
+      }
     }
     store8_any(y + (b * seq + t) * channels + c, out, valid, vec);
 #pragma unroll
@@ -357,11 +373,43 @@ __global__ void conv_backward_finish_kernel(bf16* dw, bf16* dbias, const float* 
 }
 
 template <int W>
-void launch_forward(cudaStream_t stream, dim3 grid, bf16* y, const bf16* x, const bf16* halo,
-                    const bf16* w, const bf16* bias, int64_t seq, int64_t channels,
-                    int64_t slab_length, bool vec) {
-  conv_forward_kernel<W>
-      <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, seq, channels, slab_length, vec);
+void launch_forward(cudaStream_t stream, dim3 grid, ConvOutput kind, bf16* y, const bf16* x,
+                    const bf16* halo, const bf16* w, const bf16* bias, const bf16* dy, int64_t seq,
+                    int64_t channels, int64_t slab_length, bool vec) {
+  switch (kind) {
+    case ConvOutput::kConv:
+      conv_forward_kernel<W, ConvOutput::kConv>
+          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
+      break;
+    case ConvOutput::kSilu:
+      conv_forward_kernel<W, ConvOutput::kSilu>
+          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
+      break;
+    case ConvOutput::kSiluGrad:
+      conv_forward_kernel<W, ConvOutput::kSiluGrad>
+          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
+      break;
+  }
+}
+
+// The forward kernel over the whole shape (batch, seq, channels > 0).
+void run_forward(cudaStream_t stream, ConvOutput kind, bf16* y, const bf16* x, const bf16* halo,
+                 const bf16* w, const bf16* bias, const bf16* dy, int64_t batch, int64_t seq,
+                 int64_t channels, int64_t width) {
+  const bool vec = channels % 8 == 0 && aligned16(y) && aligned16(x) &&
+                   (halo == nullptr || aligned16(halo)) && (dy == nullptr || aligned16(dy));
+  const Slabs slabs = slabs_for(seq);
+  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
+                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
+  switch (width) {
+#define HCP_CASE(W)                                                                             \
+  case W:                                                                                       \
+    launch_forward<W>(stream, grid, kind, y, x, halo, w, bias, dy, seq, channels, slabs.length, \
+                      vec);                                                                     \
+    break;
+    HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
+#undef HCP_CASE
+  }
 }
 
 template <int W>
@@ -392,41 +440,49 @@ Status check_shape(const char* name, int64_t batch, int64_t seq, int64_t channel
 
 Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const bf16* halo,
                              const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
-                             int64_t channels, int64_t width) {
+                             int64_t channels, int64_t width, bool silu) {
   const char* name = "causal_conv1d.forward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (batch == 0 || seq == 0 || channels == 0) return Status();
-  const bool vec =
-      channels % 8 == 0 && aligned16(y) && aligned16(x) && (halo == nullptr || aligned16(halo));
-  const Slabs slabs = slabs_for(seq);
-  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
-                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
-  switch (width) {
-#define HCP_CASE(W)                                                                         \
-  case W:                                                                                   \
-    launch_forward<W>(stream, grid, y, x, halo, w, bias, seq, channels, slabs.length, vec); \
-    break;
-    HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
-#undef HCP_CASE
-  }
+  run_forward(stream, silu ? ConvOutput::kSilu : ConvOutput::kConv, y, x, halo, w, bias, nullptr,
+              batch, seq, channels, width);
   return launch_status(name);
 }
 
-size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
-                                              int64_t width) {
+namespace {
+
+// The backward's workspace: the per-block partial sums, then with the SiLU the conv output's
+// gradient.
+struct BackwardScratch {
+  float* partials;
+  bf16* dconv;
+};
+BackwardScratch carve_backward(WorkspaceCarver& carver, int64_t batch, int64_t seq,
+                               int64_t channels, int64_t width, bool silu) {
   const int64_t chunks =
       std::max<int64_t>(batch, 0) * backward_chunks(std::max<int64_t>(seq, 0)).count;
+  BackwardScratch s{};
+  s.partials = carver.take<float>(chunks * (width + 1) * channels);
+  if (silu) s.dconv = carver.take<bf16>(std::max<int64_t>(batch * seq * channels, 0));
+  return s;
+}
+
+}  // namespace
+
+size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
+                                              int64_t width, bool silu) {
   WorkspaceCarver carver(Workspace{});
-  carver.take<float>(chunks * (width + 1) * channels);
+  carve_backward(carver, batch, seq, channels, width, silu);
   return carver.used();
 }
 
 Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
                               const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t width,
-                              Workspace workspace) {
+                              const bf16* bias, int64_t batch, int64_t seq, int64_t channels,
+                              int64_t width, bool silu, Workspace workspace) {
   const char* name = "causal_conv1d.backward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
+  if (silu && bias == nullptr) return Status(name, "the SiLU's backward needs the bias");
   if (channels == 0) return Status();
   if (batch == 0 || seq == 0) {
     // No dy: dhalo (the kernel's steps before the sequence) is zero too.
@@ -438,8 +494,16 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
   }
   const BackwardChunks chunks = backward_chunks(seq);
   WorkspaceCarver carver(workspace);
-  float* partials = carver.take<float>(batch * chunks.count * (width + 1) * channels);
+  const BackwardScratch scratch = carve_backward(carver, batch, seq, channels, width, silu);
   if (!carver.fits()) return Status(name, "workspace too small");
+  float* partials = scratch.partials;
+  if (silu) {
+    // First the gradient reaching the conv output through the SiLU (the output recomputed).
+    run_forward(stream, ConvOutput::kSiluGrad, scratch.dconv, x, halo, w, bias, dy, batch, seq,
+                channels, width);
+    if (Status s = launch_status(name); !s.ok()) return s;
+    dy = scratch.dconv;
+  }
   const bool vec = channels % kBackwardV == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) &&
                    (halo == nullptr || aligned16(halo)) && (dhalo == nullptr || aligned16(dhalo));
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kBackwardLanes * kBackwardV)),

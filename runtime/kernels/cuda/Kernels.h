@@ -211,17 +211,20 @@ Status embedding_backward(cudaStream_t stream, bf16* dtable, const bf16* dout, c
 // ---------------------------------------------------------------------------------------------
 // Causal depthwise conv1d with bias (Conv.cu), 1 <= width <= 8. x, y [batch, seq, channels];
 // w [channels, width]; bias [channels] (nullable: zero); halo [batch, width-1, channels] nullable
-// (zeros): the rows that precede each sequence (context parallelism).
+// (zeros): the rows that precede each sequence (context parallelism). With `silu`, y =
+// silu(conv) with the conv rounded to bf16 first: what a silu_forward of the stored conv gives.
 Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const bf16* halo,
                              const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
-                             int64_t channels, int64_t width);
-// dhalo nullable (not wanted). dw, dbias sum over batch and sequence in fp32 (fixed slabs).
+                             int64_t channels, int64_t width, bool silu = false);
+// dhalo nullable (not wanted). dw, dbias sum over batch and sequence in fp32 (fixed slabs). With
+// `silu`, dy is the gradient of silu(conv): the conv is recomputed from x, w, halo and bias
+// (needed then) and dy taken through the SiLU as silu_backward would, then the conv backward.
 size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
-                                              int64_t width);
+                                              int64_t width, bool silu = false);
 Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
                               const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t width,
-                              Workspace workspace);
+                              const bf16* bias, int64_t batch, int64_t seq, int64_t channels,
+                              int64_t width, bool silu, Workspace workspace);
 
 // ---------------------------------------------------------------------------------------------
 // A Mamba segment's total log-decay (SsdLogDecay.cu), for state passing between sequence shards.

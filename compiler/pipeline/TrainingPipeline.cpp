@@ -56,7 +56,7 @@ void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOption
   if (options.recompute) pm.addNestedPass<mlir::func::FuncOp>(createRecompute());
   pm.addPass(createLowerToExec());
   pm.addPass(createFuseGemmEpilogue());
-  pm.addPass(createFuseConvSilu());
+  if (options.fuseConvSilu) pm.addPass(createFuseConvSilu());
   pm.addPass(createOverlapCollectives());
   pm.addPass(createPlanMemory());
 }

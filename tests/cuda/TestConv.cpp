@@ -94,8 +94,7 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
   const double ms_f = big ? ctx.time_ms(forward) : -1;
   ctx.report("causal_conv1d.forward", shape, forward_outputs, ms_f, big ? tbps(4.0 * n, ms_f) : "");
 
-  Dev<uint8_t> ws =
-      scratch(causal_conv1d_backward_workspace_bytes(batch, seq, channels, width, silu));
+  Dev<uint8_t> ws = scratch(causal_conv1d_backward_workspace_bytes(batch, seq, channels, width));
   auto backward_into = [&](bf16* dx_out, bf16* dhalo_out, bf16* dw_out, bf16* dbias_out,
                            const bf16* grad, bool fused) {
     check(causal_conv1d_backward(ctx.stream(), dx_out, with_halo ? dhalo_out : nullptr, dw_out,

@@ -332,7 +332,7 @@ size_t StepWorkspaceBytes(const plan::Step& step) {
     case KernelId::SumLeading:
       return cuda::column_sum_workspace_bytes(v[0], v[1]);
     case KernelId::CausalConv1dBackward:
-      return cuda::causal_conv1d_backward_workspace_bytes(v[0], v[1], v[2], v[3], v[5] != 0);
+      return cuda::causal_conv1d_backward_workspace_bytes(v[0], v[1], v[2], v[3]);
     case KernelId::SsdScanForward:
       return cuda::ssd_scan_forward_workspace_bytes(detail::SsdShapeOf(step));
     case KernelId::SsdScanBackward:

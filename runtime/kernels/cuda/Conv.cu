@@ -55,16 +55,11 @@ __device__ __forceinline__ void load_weights(float (&wv)[W][8], const bf16* w, i
   }
 }
 
-// What the forward stores of the conv output v: v itself, silu(v), or the gradient reaching v
-// through the SiLU, dy silu'(v) (the backward's first pass when the SiLU is folded in). With the
-// SiLU, v is rounded to bf16 first and the result computed as silu.forward / silu.backward
-// compute it from a stored v: the separate steps' values, bit for bit.
-enum class ConvOutput { kConv, kSilu, kSiluGrad };
-
-// y[t] = out(bias + sum_j w[j] x[t - (W-1) + j]) (see ConvOutput; dy is read for kSiluGrad).
-template <int W, ConvOutput kOut>
+// y[t] = bias + sum_j w[j] x[t - (W-1) + j], or with kSilu silu of that rounded to bf16 first,
+// as silu.forward computes it from a stored conv output (the separate steps' values).
+template <int W, bool kSilu>
 __global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, const bf16* w,
-                                    const bf16* bias, const bf16* dy, int64_t seq, int64_t channels,
+                                    const bf16* bias, int64_t seq, int64_t channels,
                                     int64_t slab_length, bool vec) {
   const int64_t c = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 8;
   if (c >= channels) return;
@@ -83,20 +78,15 @@ __global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, co
 #pragma unroll 4
   for (int64_t t = t0; t < t1; t++) {
     load8_any(win[W - 1], x + (b * seq + t) * channels + c, valid, vec);
-    float out[8], g[8];
-    if constexpr (kOut == ConvOutput::kSiluGrad) {
-      load8_any(g, dy + (b * seq + t) * channels + c, valid, vec);
-    }
+    float out[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) {
       float acc = bv[e];
 #pragma unroll
       for (int j = 0; j < W; j++) acc += wv[j][e] * win[j][e];
-      if constexpr (kOut == ConvOutput::kSilu) {
+      if constexpr (kSilu) {
         const float v = round_bf16(acc);
         out[e] = v * sigmoidf(v);
-      } else if constexpr (kOut == ConvOutput::kSiluGrad) {
-        out[e] = g[e] * silu_grad(round_bf16(acc));
       } else {
         out[e] = acc;
       }
@@ -132,7 +122,10 @@ constexpr int kBackwardLanes = 32;
 constexpr int kBackwardWarps = 4;
 constexpr int kBackwardThreads = kBackwardLanes * kBackwardWarps;
 // 4 caps the registers at 128 (width 4: no spills); wider windows get up to 255, not spills.
-constexpr int backward_min_blocks_per_sm(int width) { return width <= 4 ? 4 : 2; }
+// With the SiLU folded in (a window of x too) 3, 168 registers, for width 4.
+constexpr int backward_min_blocks_per_sm(int width, bool silu) {
+  return width <= 4 ? (silu ? 3 : 4) : 2;
+}
 constexpr int kBackwardV = 4;
 constexpr int kBackwardAhead = 8;
 // Time steps per warp (more for long sequences, keeping at most kMaxChunksPerRow blocks, hence
@@ -219,13 +212,19 @@ __device__ __forceinline__ void store_rounded(bf16* p, const float (&v)[V], int 
 }
 
 // Partials [chunk][W + 1][channels]: row j < W is dw's column j, row W dbias.
-template <int W, int V>
-__global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W))
+//
+// kSilu: dy is the gradient of silu(conv). The window then holds the conv output's gradient
+// dconv[r] = dy[r] silu'(conv[r]), with conv[r] = bias + sum_j w[j] x[r - (W-1) + j] rounded to
+// bf16 and dconv[r] rounded to bf16 as the separate silu.backward step stores it: each new dy
+// row r = q + W-1 needs the input rows q .. q + W-1, so x is read W-1 rows ahead of the input
+// row and kept in a window of its own (xw[k] = x[q + k]).
+template <int W, int V, bool kSilu>
+__global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W, kSilu))
     conv_backward_kernel(bf16* __restrict__ dx, bf16* __restrict__ dhalo,
                          float* __restrict__ partials, const bf16* __restrict__ dy,
                          const bf16* __restrict__ x, const bf16* __restrict__ halo,
-                         const bf16* __restrict__ w, int64_t seq, int64_t channels,
-                         int64_t sub_length, bool vec) {
+                         const bf16* __restrict__ w, const bf16* __restrict__ bias, int64_t seq,
+                         int64_t channels, int64_t sub_length, bool vec) {
   // One dw (or dbias) column of every warp but the first, [warp - 1][channel][lane].
   __shared__ float others[kBackwardWarps - 1][V][kBackwardLanes];
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -244,26 +243,73 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
 #pragma unroll
       for (int j = 0; j < W; j++) wv[j][e] = e < valid ? __bfloat162float(w[(c + e) * W + j]) : 0.f;
     }
+    float bv[V] = {};
+    if constexpr (kSilu) {
+#pragma unroll
+      for (int e = 0; e < V; e++) bv[e] = e < valid ? __bfloat162float(bias[c + e]) : 0.f;
+    }
     const bf16* dy_b = dy + b * seq * channels + c;
     const bf16* x_b = x + b * seq * channels + c;
     // dy row r of this batch row, zeros outside the sequence.
     auto dy_row = [&](int64_t r) {
       return r >= 0 && r < seq ? load_packed<V>(dy_b + r * channels, valid, vec) : zero_packed<V>();
     };
-    // Input row r: x, or before the sequence the halo (zeros without one).
+    // Input row r: x, or before the sequence the halo (zeros without one), zeros after it.
     auto input_packed = [&](int64_t r) {
+      if (r >= seq || r < -(W - 1)) return zero_packed<V>();
       if (r >= 0) return load_packed<V>(x_b + r * channels, valid, vec);
       if (halo == nullptr) return zero_packed<V>();
       return load_packed<V>(halo + (b * (W - 1) + (W - 1) + r) * channels + c, valid, vec);
     };
-    float g[W][V];  // g[k] = dy row q + k
+    // With kSilu, x is read this many rows ahead of the input row.
+    constexpr int kAheadX = kSilu ? W - 1 : 0;
+    Packed<V> xw[W];  // kSilu: xw[k] = input row q + k
+    // The window's entry for dy row r, given dy[r] and (kSilu) xw = input rows r-(W-1) .. r.
+    auto window_entry = [&](float(&dst)[V], const Packed<V>& dy_r) {
+      unpack<V>(dst, dy_r);
+      if constexpr (kSilu) {
+        float xv[W][V];
 #pragma unroll
-    for (int k = 0; k < W - 1; k++) unpack<V>(g[k], dy_row(q0 + k));
+        for (int j = 0; j < W; j++) unpack<V>(xv[j], xw[j]);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+          float acc = bv[e];
+#pragma unroll
+          for (int j = 0; j < W; j++) acc += wv[j][e] * xv[j][e];
+          dst[e] = round_bf16(dst[e] * silu_grad(round_bf16(acc)));
+        }
+      }
+    };
+    float g[W][V];  // g[k] = dy row q + k (kSilu: the conv output's gradient there)
+    if constexpr (kSilu) {
+      // The windows for the first step: input rows q0 - (W-1) .. q0 + W-2 pass through xw.
+#pragma unroll
+      for (int k = 0; k < W - 1; k++) xw[k + 1] = input_packed(q0 - (W - 1) + k);
+#pragma unroll
+      for (int k = 0; k < W - 1; k++) {
+#pragma unroll
+        for (int j = 0; j < W - 1; j++) xw[j] = xw[j + 1];
+        xw[W - 1] = input_packed(q0 + k);
+        window_entry(g[k], dy_row(q0 + k));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < W - 1; k++) unpack<V>(g[k], dy_row(q0 + k));
+    }
     // One step: dx (or dhalo) row `dst` (nullptr: not wanted) and the sums, then the window moves.
-    auto step = [&](const Packed<V>& dy_new, const Packed<V>& x_row, bf16* dst) {
+    // x_new is the input row q (kSilu: q + W-1, the input row q is then xw[0] after the shift).
+    auto step = [&](const Packed<V>& dy_new, const Packed<V>& x_new, bf16* dst) {
       float in[V], out[V];
-      unpack<V>(g[W - 1], dy_new);
-      unpack<V>(in, x_row);
+      if constexpr (kSilu) {
+#pragma unroll
+        for (int j = 0; j < W - 1; j++) xw[j] = xw[j + 1];
+        xw[W - 1] = x_new;
+        window_entry(g[W - 1], dy_new);
+        unpack<V>(in, xw[0]);
+      } else {
+        unpack<V>(g[W - 1], dy_new);
+        unpack<V>(in, x_new);
+      }
 #pragma unroll
       for (int e = 0; e < V; e++) {
         float acc = 0.f;
@@ -289,7 +335,7 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
         // All rows inside the sequence (every batch of steps but a sub-slab's ends): no bounds,
         // and the addresses advance by one row (few registers for them).
         const bf16* dy_p = dy_b + (q + W - 1) * channels;
-        const bf16* x_p = x_b + q * channels;
+        const bf16* x_p = x_b + (q + kAheadX) * channels;
 #pragma unroll
         for (int u = 0; u < kBackwardAhead; u++, dy_p += channels, x_p += channels) {
           dy_next[u] = load_packed<V>(dy_p, valid, vec);
@@ -305,7 +351,7 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
         for (int u = 0; u < kBackwardAhead; u++) {
           if (q + u < t1) {
             dy_next[u] = dy_row(q + u + W - 1);
-            x_next[u] = input_packed(q + u);
+            x_next[u] = input_packed(q + u + kAheadX);
           }
         }
 #pragma unroll
@@ -373,51 +419,31 @@ __global__ void conv_backward_finish_kernel(bf16* dw, bf16* dbias, const float* 
 }
 
 template <int W>
-void launch_forward(cudaStream_t stream, dim3 grid, ConvOutput kind, bf16* y, const bf16* x,
-                    const bf16* halo, const bf16* w, const bf16* bias, const bf16* dy, int64_t seq,
+void launch_forward(cudaStream_t stream, dim3 grid, bool silu, bf16* y, const bf16* x,
+                    const bf16* halo, const bf16* w, const bf16* bias, int64_t seq,
                     int64_t channels, int64_t slab_length, bool vec) {
-  switch (kind) {
-    case ConvOutput::kConv:
-      conv_forward_kernel<W, ConvOutput::kConv>
-          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
-      break;
-    case ConvOutput::kSilu:
-      conv_forward_kernel<W, ConvOutput::kSilu>
-          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
-      break;
-    case ConvOutput::kSiluGrad:
-      conv_forward_kernel<W, ConvOutput::kSiluGrad>
-          <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, dy, seq, channels, slab_length, vec);
-      break;
-  }
-}
-
-// The forward kernel over the whole shape (batch, seq, channels > 0).
-void run_forward(cudaStream_t stream, ConvOutput kind, bf16* y, const bf16* x, const bf16* halo,
-                 const bf16* w, const bf16* bias, const bf16* dy, int64_t batch, int64_t seq,
-                 int64_t channels, int64_t width) {
-  const bool vec = channels % 8 == 0 && aligned16(y) && aligned16(x) &&
-                   (halo == nullptr || aligned16(halo)) && (dy == nullptr || aligned16(dy));
-  const Slabs slabs = slabs_for(seq);
-  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
-                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
-  switch (width) {
-#define HCP_CASE(W)                                                                             \
-  case W:                                                                                       \
-    launch_forward<W>(stream, grid, kind, y, x, halo, w, bias, dy, seq, channels, slabs.length, \
-                      vec);                                                                     \
-    break;
-    HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
-#undef HCP_CASE
+  if (silu) {
+    conv_forward_kernel<W, true>
+        <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, seq, channels, slab_length, vec);
+  } else {
+    conv_forward_kernel<W, false>
+        <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, seq, channels, slab_length, vec);
   }
 }
 
 template <int W>
-void launch_backward(cudaStream_t stream, dim3 grid, bf16* dx, bf16* dhalo, float* partials,
-                     const bf16* dy, const bf16* x, const bf16* halo, const bf16* w, int64_t seq,
-                     int64_t channels, int64_t sub_length, bool vec) {
-  conv_backward_kernel<W, kBackwardV><<<grid, dim3(kBackwardLanes, kBackwardWarps), 0, stream>>>(
-      dx, dhalo, partials, dy, x, halo, w, seq, channels, sub_length, vec);
+void launch_backward(cudaStream_t stream, dim3 grid, bool silu, bf16* dx, bf16* dhalo,
+                     float* partials, const bf16* dy, const bf16* x, const bf16* halo,
+                     const bf16* w, const bf16* bias, int64_t seq, int64_t channels,
+                     int64_t sub_length, bool vec) {
+  const dim3 block(kBackwardLanes, kBackwardWarps);
+  if (silu) {
+    conv_backward_kernel<W, kBackwardV, true><<<grid, block, 0, stream>>>(
+        dx, dhalo, partials, dy, x, halo, w, bias, seq, channels, sub_length, vec);
+  } else {
+    conv_backward_kernel<W, kBackwardV, false><<<grid, block, 0, stream>>>(
+        dx, dhalo, partials, dy, x, halo, w, bias, seq, channels, sub_length, vec);
+  }
 }
 
 template <int W>
@@ -444,35 +470,28 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
   const char* name = "causal_conv1d.forward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (batch == 0 || seq == 0 || channels == 0) return Status();
-  run_forward(stream, silu ? ConvOutput::kSilu : ConvOutput::kConv, y, x, halo, w, bias, nullptr,
-              batch, seq, channels, width);
+  const bool vec =
+      channels % 8 == 0 && aligned16(y) && aligned16(x) && (halo == nullptr || aligned16(halo));
+  const Slabs slabs = slabs_for(seq);
+  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
+                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
+  switch (width) {
+#define HCP_CASE(W)                                                                               \
+  case W:                                                                                         \
+    launch_forward<W>(stream, grid, silu, y, x, halo, w, bias, seq, channels, slabs.length, vec); \
+    break;
+    HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
+#undef HCP_CASE
+  }
   return launch_status(name);
 }
 
-namespace {
-
-// The backward's workspace: the per-block partial sums, then with the SiLU the conv output's
-// gradient.
-struct BackwardScratch {
-  float* partials;
-  bf16* dconv;
-};
-BackwardScratch carve_backward(WorkspaceCarver& carver, int64_t batch, int64_t seq,
-                               int64_t channels, int64_t width, bool silu) {
+size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
+                                              int64_t width) {
   const int64_t chunks =
       std::max<int64_t>(batch, 0) * backward_chunks(std::max<int64_t>(seq, 0)).count;
-  BackwardScratch s{};
-  s.partials = carver.take<float>(chunks * (width + 1) * channels);
-  if (silu) s.dconv = carver.take<bf16>(std::max<int64_t>(batch * seq * channels, 0));
-  return s;
-}
-
-}  // namespace
-
-size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
-                                              int64_t width, bool silu) {
   WorkspaceCarver carver(Workspace{});
-  carve_backward(carver, batch, seq, channels, width, silu);
+  carver.take<float>(chunks * (width + 1) * channels);
   return carver.used();
 }
 
@@ -494,16 +513,8 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
   }
   const BackwardChunks chunks = backward_chunks(seq);
   WorkspaceCarver carver(workspace);
-  const BackwardScratch scratch = carve_backward(carver, batch, seq, channels, width, silu);
+  float* partials = carver.take<float>(batch * chunks.count * (width + 1) * channels);
   if (!carver.fits()) return Status(name, "workspace too small");
-  float* partials = scratch.partials;
-  if (silu) {
-    // First the gradient reaching the conv output through the SiLU (the output recomputed).
-    run_forward(stream, ConvOutput::kSiluGrad, scratch.dconv, x, halo, w, bias, dy, batch, seq,
-                channels, width);
-    if (Status s = launch_status(name); !s.ok()) return s;
-    dy = scratch.dconv;
-  }
   const bool vec = channels % kBackwardV == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) &&
                    (halo == nullptr || aligned16(halo)) && (dhalo == nullptr || aligned16(dhalo));
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kBackwardLanes * kBackwardV)),
@@ -511,8 +522,8 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
   switch (width) {
 #define HCP_CASE(W)                                                                         \
   case W:                                                                                   \
-    launch_backward<W>(stream, grid, dx, dhalo, partials, dy, x, halo, w, seq, channels,    \
-                       chunks.sub, vec);                                                    \
+    launch_backward<W>(stream, grid, silu, dx, dhalo, partials, dy, x, halo, w, bias, seq,  \
+                       channels, chunks.sub, vec);                                          \
     if (Status s = launch_status(name); !s.ok()) return s;                                  \
     launch_backward_finish<W>(stream, dw, dbias, partials, batch * chunks.count, channels); \
     break;

@@ -217,10 +217,10 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
                              const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
                              int64_t channels, int64_t width, bool silu = false);
 // dhalo nullable (not wanted). dw, dbias sum over batch and sequence in fp32 (fixed slabs). With
-// `silu`, dy is the gradient of silu(conv): the conv is recomputed from x, w, halo and bias
-// (needed then) and dy taken through the SiLU as silu_backward would, then the conv backward.
+// `silu`, dy is the gradient of silu(conv): the kernel recomputes the conv from x, w, halo and
+// bias (needed then) and takes dy through the SiLU as silu_backward would (rounded to bf16).
 size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_t channels,
-                                              int64_t width, bool silu = false);
+                                              int64_t width);
 Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
                               const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
                               const bf16* bias, int64_t batch, int64_t seq, int64_t channels,

@@ -86,4 +86,20 @@ void eraseDeadBuffers(func::FuncOp func) {
   }
 }
 
+void foldUntilDone(func::FuncOp func,
+                   llvm::function_ref<bool(exec::LaunchOp, const Accesses&)> tryFold) {
+  bool folded = true;
+  while (folded) {
+    folded = false;
+    Accesses accesses(func);
+    for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {
+      if (tryFold(launch, accesses)) {
+        folded = true;
+        break;
+      }
+    }
+  }
+  eraseDeadBuffers(func);
+}
+
 }  // namespace hcp

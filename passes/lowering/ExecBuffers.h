@@ -6,6 +6,7 @@
 
 #include "dialects/exec/ExecOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace hcp {
@@ -59,5 +60,12 @@ void defineBefore(mlir::Value value, mlir::Operation* op);
 
 // Erases views and buffers nothing uses any more.
 void eraseDeadBuffers(mlir::func::FuncOp func);
+
+// Offers every launch of `func`, in order, to `tryFold`, which returns whether it rewrote
+// something there; after each rewrite the accesses are taken again and the offers start over,
+// until nothing folds (a rewrite must remove a launch, so this ends). Then the buffers nothing
+// uses any more are erased.
+void foldUntilDone(mlir::func::FuncOp func,
+                   llvm::function_ref<bool(exec::LaunchOp, const Accesses&)> tryFold);
 
 }  // namespace hcp

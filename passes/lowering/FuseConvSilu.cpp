@@ -118,22 +118,12 @@ struct FuseConvSiluPass : impl::FuseConvSiluBase<FuseConvSiluPass> {
   }
 
   void fuseFunction(func::FuncOp func) {
-    // Each fold changes who touches what: look again from the start until nothing folds. Every
-    // fold removes a launch, so this ends.
-    bool folded = true;
-    while (folded) {
-      folded = false;
-      Accesses accesses(func);
-      for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {
-        if (!isKernel(launch, "causal_conv1d.forward")) continue;
-        if (std::optional<Fold> fold = foldFrom(launch, accesses)) {
-          apply(*fold);
-          folded = true;
-          break;
-        }
-      }
-    }
-    eraseDeadBuffers(func);
+    foldUntilDone(func, [&](exec::LaunchOp launch, const Accesses& accesses) {
+      if (!isKernel(launch, "causal_conv1d.forward")) return false;
+      std::optional<Fold> fold = foldFrom(launch, accesses);
+      if (fold) apply(*fold);
+      return fold.has_value();
+    });
   }
 
   void apply(Fold fold) {

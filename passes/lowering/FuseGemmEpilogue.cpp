@@ -107,27 +107,18 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
   }
 
   void fuseFunction(func::FuncOp func) {
-    // Each fold changes who touches what: look again from the start until nothing folds. Every
-    // fold removes a launch, so this ends.
-    bool folded = true;
-    while (folded) {
-      folded = false;
-      Accesses accesses(func);
-      for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {
-        if (launch.getKernel() == "gemm") {
-          if (std::optional<Chain> chain = chainFrom(launch, accesses)) {
-            fold(*chain);
-            folded = true;
-            break;
-          }
-        } else if (launch.getKernel() == "scale" && foldScaleIntoReaders(launch, accesses)) {
-          ++fusedScales;
-          folded = true;
-          break;
-        }
+    foldUntilDone(func, [&](exec::LaunchOp launch, const Accesses& accesses) {
+      if (launch.getKernel() == "gemm") {
+        std::optional<Chain> chain = chainFrom(launch, accesses);
+        if (chain) fold(*chain);
+        return chain.has_value();
       }
-    }
-    eraseDeadBuffers(func);
+      if (launch.getKernel() == "scale" && foldScaleIntoReaders(launch, accesses)) {
+        ++fusedScales;
+        return true;
+      }
+      return false;
+    });
   }
 
   void fold(Chain chain) {

@@ -1,11 +1,12 @@
 // Causal depthwise conv1d (Mamba2's, width 4) with an optional halo, forward and backward.
 //
-// Thread layout: each thread owns a few consecutive channels of one batch row (8 in the
-// forward, 4 in the backward) and a slab of consecutive time steps, which it walks in order with
-// a sliding window of `W` rows held in registers, so every row is read once. A warp's accesses
-// to a row are consecutive (coalesced 16- or 8-byte accesses). The partition depends only on the
-// shape, so the backward's weight and bias sums (fp32 per block of slabs, then the blocks summed
-// in order) are the same on every GPU.
+// Thread layout (both kernels): each thread owns 4 consecutive channels of one batch row (a warp
+// reads 256 consecutive bytes of a row, 8-byte accesses) and a sub-slab of consecutive time
+// steps; the warps of a block take consecutive sub-slabs. A thread walks its sub-slab in order,
+// loading several rows at once (all in flight before any is used) and keeping the rows it still
+// needs in registers, so every row is read once (plus a few rows at each sub-slab's edge). The
+// partition depends only on the shape, so the backward's weight and bias sums (fp32 per block,
+// then the blocks summed in order) are the same on every GPU.
 #include "runtime/kernels/cuda/Common.cuh"
 
 namespace hcp::cuda {
@@ -13,134 +14,10 @@ namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 64;
 constexpr int kMaxWidth = 8;
-// The forward's slabs: kSlab time steps (more for long sequences, at most kMaxSlabsPerRow
-// slabs per batch row).
-constexpr int64_t kSlab = 32;
-constexpr int64_t kMaxSlabsPerRow = 256;
 
-// Time steps per slab and slabs per batch row (shape-only).
-struct Slabs {
-  int64_t length;
-  int64_t count;
-};
-Slabs slabs_for(int64_t seq) {
-  const int64_t length = std::max(kSlab, ceil_div(seq, kMaxSlabsPerRow));
-  return {length, ceil_div(seq, length)};
-}
-
-// Input row p of batch b at channels [c, c + valid): x for p >= 0, the halo (or zeros) before.
-__device__ __forceinline__ void input_row(float (&v)[8], const bf16* x, const bf16* halo, int64_t b,
-                                          int64_t p, int64_t c, int valid, int64_t seq,
-                                          int64_t channels, int width, bool vec) {
-  if (p >= 0) {
-    load8_any(v, x + (b * seq + p) * channels + c, valid, vec);
-  } else if (halo != nullptr) {
-    load8_any(v, halo + (b * (width - 1) + (width - 1) + p) * channels + c, valid, vec);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; e++) v[e] = 0.f;
-  }
-}
-
-// w [channels, W] for this thread's 8 channels, as wv[j][e].
-template <int W>
-__device__ __forceinline__ void load_weights(float (&wv)[W][8], const bf16* w, int64_t c,
-                                             int valid) {
-#pragma unroll
-  for (int e = 0; e < 8; e++) {
-#pragma unroll
-    for (int j = 0; j < W; j++) wv[j][e] = e < valid ? __bfloat162float(w[(c + e) * W + j]) : 0.f;
-  }
-}
-
-// y[t] = bias + sum_j w[j] x[t - (W-1) + j], or with kSilu silu of that rounded to bf16 first,
-// as silu.forward computes it from a stored conv output (the separate steps' values).
-template <int W, bool kSilu>
-__global__ void conv_forward_kernel(bf16* y, const bf16* x, const bf16* halo, const bf16* w,
-                                    const bf16* bias, int64_t seq, int64_t channels,
-                                    int64_t slab_length, bool vec) {
-  const int64_t c = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 8;
-  if (c >= channels) return;
-  const int valid = static_cast<int>(min(int64_t{8}, channels - c));
-  const int64_t b = blockIdx.z;
-  const int64_t t0 = blockIdx.y * slab_length, t1 = min(seq, t0 + slab_length);
-  float wv[W][8], bv[8], win[W][8];
-  load_weights<W>(wv, w, c, valid);
-#pragma unroll
-  for (int e = 0; e < 8; e++)
-    bv[e] = bias != nullptr && e < valid ? __bfloat162float(bias[c + e]) : 0.f;
-#pragma unroll
-  for (int j = 0; j < W - 1; j++) {
-    input_row(win[j], x, halo, b, t0 - (W - 1) + j, c, valid, seq, channels, W, vec);
-  }
-#pragma unroll 4
-  for (int64_t t = t0; t < t1; t++) {
-    load8_any(win[W - 1], x + (b * seq + t) * channels + c, valid, vec);
-    float out[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      float acc = bv[e];
-#pragma unroll
-      for (int j = 0; j < W; j++) acc += wv[j][e] * win[j][e];
-      if constexpr (kSilu) {
-        const float v = round_bf16(acc);
-        out[e] = v * sigmoidf(v);
-      } else {
-        out[e] = acc;
-      }
-    }
-    store8_any(y + (b * seq + t) * channels + c, out, valid, vec);
-#pragma unroll
-    for (int j = 0; j < W - 1; j++) {
-#pragma unroll
-      for (int e = 0; e < 8; e++) win[j][e] = win[j + 1][e];
-    }
-  }
-}
-
-// The backward: one pass over dy and x per time step, dx stored and the dw, dbias terms summed.
-//
-// Written with q the INPUT row: dx[q] = sum_j w[j] dy[q + (W-1) - j] and dw[j] += x[q] dy[q +
-// (W-1) - j], so both read the same window g[k] = dy[q + k], k < W (zero outside [0, seq)), and
-// the input row is used once (no window of x). The input rows before the sequence (q < 0: the
-// halo, or zeros) take the same step: their dx is dhalo[q + W-1] and their terms go into dw.
-//
-// Block: kBackwardLanes x kBackwardWarps threads. A lane owns kBackwardV = 4 consecutive
-// channels (a warp reads 256 consecutive bytes of a row); the warps of a block split the block's
-// time span into consecutive sub-slabs, each walked in order, its rows loaded kBackwardAhead at a
-// time (all those loads in flight at once). Measured on an H200 at tiny's shape (8192 x 3328,
-// docs/performance.md, 2026-12-01 eighth session): 8 channels per thread need 185-200 registers
-// (too few warps per SM); 4 with 8 rows ahead fit in 128 (4 blocks of 4 warps per SM) and were
-// the fastest; 4 rows ahead, sub-slabs of 16 or 64, or blocks of 8 warps were slower, blocks of
-// 2 warps as fast with twice the partial sums. The warps then add their dw, dbias sums in shared
-// memory (warp order), so there is one partial sum per block in global memory (4 MB at tiny's
-// shape, summed by a second small kernel).
-// Every size here depends only on the shape: the sums are the same on every GPU.
-constexpr int kBackwardLanes = 32;
-constexpr int kBackwardWarps = 4;
-constexpr int kBackwardThreads = kBackwardLanes * kBackwardWarps;
-// 4 caps the registers at 128 (width 4: no spills); wider windows get up to 255, not spills.
-// With the SiLU folded in (a window of x too) 3, 168 registers, for width 4.
-constexpr int backward_min_blocks_per_sm(int width, bool silu) {
-  return width <= 4 ? (silu ? 3 : 4) : 2;
-}
-constexpr int kBackwardV = 4;
-constexpr int kBackwardAhead = 8;
-// Time steps per warp (more for long sequences, keeping at most kMaxChunksPerRow blocks, hence
-// partial sums, per batch row).
-constexpr int64_t kBackwardSub = 32;
-constexpr int64_t kMaxChunksPerRow = 256;
-
-struct BackwardChunks {
-  int64_t sub;    // time steps per warp
-  int64_t count;  // blocks (chunks of kBackwardWarps * sub steps) per batch row
-};
-BackwardChunks backward_chunks(int64_t seq) {
-  const int64_t sub = std::max(kBackwardSub, ceil_div(seq, kMaxChunksPerRow * kBackwardWarps));
-  return {sub, ceil_div(seq, sub * kBackwardWarps)};
-}
+// 8-byte accesses (4 bf16) need their pointers 8-byte aligned.
+inline bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
 
 // V (4 or 8) consecutive bf16 as they lie in memory, two per word: the loads stay packed until
 // used (half the registers of fp32).
@@ -209,6 +86,169 @@ __device__ __forceinline__ void store_rounded(bf16* p, const float (&v)[V], int 
       if (e < valid) p[e] = __float2bfloat16_rn(v[e]);
     }
   }
+}
+
+// The forward: y[t] = bias + sum_j w[j] x[t - (W-1) + j], or with kSilu silu of that rounded to
+// bf16 first, as silu.forward computes it from a stored conv output (the separate steps' values).
+//
+// Block: kForwardLanes x kForwardWarps threads, as the backward's (below): a lane owns kForwardV
+// = 4 consecutive channels, the warps split the block's time span into consecutive sub-slabs.
+// A thread keeps the W-1 input rows before its next output (the window, packed bf16), loads the
+// next kForwardAhead input rows at once, computes and stores those kForwardAhead outputs, and the
+// newest W-1 rows become the window. One row at a time (a load waited on every step) was
+// latency-bound: 8 channels per thread that way ran at 1.77 TB/s at tiny's shape (H200). The
+// sizes below are the backward's measured choices, not yet tuned for the forward on their own.
+constexpr int kForwardLanes = 32;
+constexpr int kForwardWarps = 4;
+constexpr int kForwardThreads = kForwardLanes * kForwardWarps;
+// 6 blocks per SM cap the registers at 80: width 4 fits without spills in both variants (8
+// blocks, 64 registers, spill); the wider windows' weights and rows need up to 128.
+constexpr int forward_min_blocks_per_sm(int width) { return width <= 4 ? 6 : 4; }
+constexpr int kForwardV = 4;
+constexpr int kForwardAhead = 8;
+// Time steps per warp (more for long sequences: at most kMaxForwardChunksPerRow blocks per batch
+// row, well inside the grid's y limit). Each sub-slab also reads the W-1 rows before it.
+constexpr int64_t kForwardSub = 32;
+constexpr int64_t kMaxForwardChunksPerRow = 256;
+
+struct ForwardChunks {
+  int64_t sub;    // time steps per warp
+  int64_t count;  // blocks (chunks of kForwardWarps * sub steps) per batch row
+};
+ForwardChunks forward_chunks(int64_t seq) {
+  const int64_t sub = std::max(kForwardSub, ceil_div(seq, kMaxForwardChunksPerRow * kForwardWarps));
+  return {sub, ceil_div(seq, sub * kForwardWarps)};
+}
+
+template <int W, bool kSilu>
+__global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
+    conv_forward_kernel(bf16* __restrict__ y, const bf16* __restrict__ x,
+                        const bf16* __restrict__ halo, const bf16* __restrict__ w,
+                        const bf16* __restrict__ bias, int64_t seq, int64_t channels,
+                        int64_t sub_length, bool vec) {
+  constexpr int V = kForwardV;
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int64_t c = (blockIdx.x * int64_t{kForwardLanes} + lane) * V;
+  const int64_t b = blockIdx.z;
+  const int64_t t0 = (blockIdx.y * int64_t{kForwardWarps} + warp) * sub_length;
+  const int64_t t1 = min(seq, t0 + sub_length);
+  // No shared memory and no barrier: a thread without channels or steps can leave.
+  if (c >= channels || t0 >= t1) return;
+  const int valid = static_cast<int>(min(int64_t{V}, channels - c));
+  float wv[W][V], bv[V];
+#pragma unroll
+  for (int e = 0; e < V; e++) {
+#pragma unroll
+    for (int j = 0; j < W; j++) wv[j][e] = e < valid ? __bfloat162float(w[(c + e) * W + j]) : 0.f;
+    bv[e] = bias != nullptr && e < valid ? __bfloat162float(bias[c + e]) : 0.f;
+  }
+  const bf16* x_b = x + b * seq * channels + c;
+  bf16* y_b = y + b * seq * channels + c;
+  // rows[k] = input row t - (W-1) + k for the outputs t .. t + kForwardAhead - 1 of a batch of
+  // steps: the window (k < W-1), then the batch's new rows.
+  Packed<V> rows[W - 1 + kForwardAhead];
+  // The first window: x, or before the sequence the halo (zeros without one).
+#pragma unroll
+  for (int k = 0; k < W - 1; k++) {
+    const int64_t r = t0 - (W - 1) + k;
+    if (r >= 0) {
+      rows[k] = load_packed<V>(x_b + r * channels, valid, vec);
+    } else if (halo != nullptr) {
+      rows[k] = load_packed<V>(halo + (b * (W - 1) + (W - 1) + r) * channels + c, valid, vec);
+    } else {
+      rows[k] = zero_packed<V>();
+    }
+  }
+  // The batch's output u (from rows[u .. u + W-1]) into dst[0, n), one access when `full`.
+  auto output = [&](int u, bf16* dst, int n, bool full) {
+    float xv[W][V], out[V];
+#pragma unroll
+    for (int j = 0; j < W; j++) unpack<V>(xv[j], rows[u + j]);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+      float acc = bv[e];
+#pragma unroll
+      for (int j = 0; j < W; j++) acc += wv[j][e] * xv[j][e];
+      if constexpr (kSilu) {
+        const float v = round_bf16(acc);
+        out[e] = v * sigmoidf(v);
+      } else {
+        out[e] = acc;
+      }
+    }
+    store_rounded<V>(dst, out, n, full);
+  };
+  const bool full = vec && valid == V;
+  for (int64_t t = t0; t < t1; t += kForwardAhead) {
+    if (full && t + kForwardAhead <= t1) {
+      // A whole batch of vector accesses (every batch but a sub-slab's last, short one, at the
+      // usual shapes): no bounds, constant arguments (only the vector forms compiled here), and
+      // the addresses advance by one row (few registers for them).
+      const bf16* x_p = x_b + t * channels;
+#pragma unroll
+      for (int u = 0; u < kForwardAhead; u++, x_p += channels) {
+        rows[W - 1 + u] = load_packed<V>(x_p, V, true);
+      }
+      bf16* y_p = y_b + t * channels;
+#pragma unroll
+      for (int u = 0; u < kForwardAhead; u++, y_p += channels) output(u, y_p, V, true);
+    } else {
+      // A short batch, or masked / unaligned accesses: one row at a time. Loading all rows first
+      // here would hold V separate 2-byte loads per row in flight, raising the registers of the
+      // whole kernel.
+#pragma unroll
+      for (int u = 0; u < kForwardAhead; u++) {
+        if (t + u >= t1) break;
+        rows[W - 1 + u] = load_packed<V>(x_b + (t + u) * channels, valid, vec);
+        output(u, y_b + (t + u) * channels, valid, vec);
+      }
+    }
+    // The newest W-1 rows are the next batch's window (kForwardAhead >= W-1).
+#pragma unroll
+    for (int k = 0; k < W - 1; k++) rows[k] = rows[k + kForwardAhead];
+  }
+}
+
+// The backward: one pass over dy and x per time step, dx stored and the dw, dbias terms summed.
+//
+// Written with q the INPUT row: dx[q] = sum_j w[j] dy[q + (W-1) - j] and dw[j] += x[q] dy[q +
+// (W-1) - j], so both read the same window g[k] = dy[q + k], k < W (zero outside [0, seq)), and
+// the input row is used once (no window of x). The input rows before the sequence (q < 0: the
+// halo, or zeros) take the same step: their dx is dhalo[q + W-1] and their terms go into dw.
+//
+// Block: kBackwardLanes x kBackwardWarps threads. A lane owns kBackwardV = 4 consecutive
+// channels (a warp reads 256 consecutive bytes of a row); the warps of a block split the block's
+// time span into consecutive sub-slabs, each walked in order, its rows loaded kBackwardAhead at a
+// time (all those loads in flight at once). Measured on an H200 at tiny's shape (8192 x 3328,
+// docs/performance.md, 2026-12-01 eighth session): 8 channels per thread need 185-200 registers
+// (too few warps per SM); 4 with 8 rows ahead fit in 128 (4 blocks of 4 warps per SM) and were
+// the fastest; 4 rows ahead, sub-slabs of 16 or 64, or blocks of 8 warps were slower, blocks of
+// 2 warps as fast with twice the partial sums. The warps then add their dw, dbias sums in shared
+// memory (warp order), so there is one partial sum per block in global memory (4 MB at tiny's
+// shape, summed by a second small kernel).
+// Every size here depends only on the shape: the sums are the same on every GPU.
+constexpr int kBackwardLanes = 32;
+constexpr int kBackwardWarps = 4;
+constexpr int kBackwardThreads = kBackwardLanes * kBackwardWarps;
+// 4 caps the registers at 128 (width 4: no spills); wider windows get up to 255, not spills.
+// With the SiLU folded in (a window of x too) 3, 168 registers, for width 4.
+constexpr int backward_min_blocks_per_sm(int width, bool silu) {
+  return width <= 4 ? (silu ? 3 : 4) : 2;
+}
+constexpr int kBackwardV = 4;
+constexpr int kBackwardAhead = 8;
+// Time steps per warp (more for long sequences, keeping at most kMaxChunksPerRow blocks, hence
+// partial sums, per batch row).
+constexpr int64_t kBackwardSub = 32;
+constexpr int64_t kMaxChunksPerRow = 256;
+
+struct BackwardChunks {
+  int64_t sub;    // time steps per warp
+  int64_t count;  // blocks (chunks of kBackwardWarps * sub steps) per batch row
+};
+BackwardChunks backward_chunks(int64_t seq) {
+  const int64_t sub = std::max(kBackwardSub, ceil_div(seq, kMaxChunksPerRow * kBackwardWarps));
+  return {sub, ceil_div(seq, sub * kBackwardWarps)};
 }
 
 // Partials [chunk][W + 1][channels]: row j < W is dw's column j, row W dbias.
@@ -421,13 +461,14 @@ __global__ void conv_backward_finish_kernel(bf16* dw, bf16* dbias, const float* 
 template <int W>
 void launch_forward(cudaStream_t stream, dim3 grid, bool silu, bf16* y, const bf16* x,
                     const bf16* halo, const bf16* w, const bf16* bias, int64_t seq,
-                    int64_t channels, int64_t slab_length, bool vec) {
+                    int64_t channels, int64_t sub_length, bool vec) {
+  const dim3 block(kForwardLanes, kForwardWarps);
   if (silu) {
     conv_forward_kernel<W, true>
-        <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, seq, channels, slab_length, vec);
+        <<<grid, block, 0, stream>>>(y, x, halo, w, bias, seq, channels, sub_length, vec);
   } else {
     conv_forward_kernel<W, false>
-        <<<grid, kThreads, 0, stream>>>(y, x, halo, w, bias, seq, channels, slab_length, vec);
+        <<<grid, block, 0, stream>>>(y, x, halo, w, bias, seq, channels, sub_length, vec);
   }
 }
 
@@ -470,15 +511,15 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
   const char* name = "causal_conv1d.forward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (batch == 0 || seq == 0 || channels == 0) return Status();
-  const bool vec =
-      channels % 8 == 0 && aligned16(y) && aligned16(x) && (halo == nullptr || aligned16(halo));
-  const Slabs slabs = slabs_for(seq);
-  const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(channels, 8), kThreads)),
-                  static_cast<unsigned>(slabs.count), static_cast<unsigned>(batch));
+  const bool vec = channels % kForwardV == 0 && aligned8(y) && aligned8(x) &&
+                   (halo == nullptr || aligned8(halo));
+  const ForwardChunks chunks = forward_chunks(seq);
+  const dim3 grid(static_cast<unsigned>(ceil_div(channels, kForwardLanes * kForwardV)),
+                  static_cast<unsigned>(chunks.count), static_cast<unsigned>(batch));
   switch (width) {
-#define HCP_CASE(W)                                                                               \
-  case W:                                                                                         \
-    launch_forward<W>(stream, grid, silu, y, x, halo, w, bias, seq, channels, slabs.length, vec); \
+#define HCP_CASE(W)                                                                             \
+  case W:                                                                                       \
+    launch_forward<W>(stream, grid, silu, y, x, halo, w, bias, seq, channels, chunks.sub, vec); \
     break;
     HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
 #undef HCP_CASE

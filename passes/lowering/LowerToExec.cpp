@@ -274,7 +274,7 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
       }
     };
     // ints: batch, seq, channels, width, has_halo (the halo is the last operand when present),
-    // silu (0 here: hcp-fuse-conv-silu folds the SiLU that follows).
+    // silu (0 here: hcp-fuse-conv-silu, with --fuse-conv-silu, folds the SiLU that follows).
     auto conv = [](StringRef kernel, unsigned xIndex) {
       return [kernel, xIndex](Lowering& l, Operation* op) {
         Value x = op->getOperand(xIndex), w = op->getOperand(xIndex + 1);

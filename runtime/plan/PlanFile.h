@@ -31,6 +31,7 @@ namespace hcp::plan {
 // 6: the ssd_add_initial_state kernels (a segment's zero-start scan corrected by its incoming
 //    state).
 // 7: the gemm_add kernel (a GEMM with its following add folded in).
+// 8: the conv kernels' silu flag (a causal conv1d with the SiLU after it folded in).
 inline constexpr uint32_t kPlanSchemaVersion = 8;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;

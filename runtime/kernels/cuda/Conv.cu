@@ -111,13 +111,16 @@ constexpr int kForwardAhead = 8;
 constexpr int64_t kForwardSub = 32;
 constexpr int64_t kMaxForwardChunksPerRow = 256;
 
-struct ForwardChunks {
+// A batch row's time steps split into blocks of `warps` consecutive sub-slabs, one per warp:
+// sub-slabs of at least `min_sub` steps, longer where that keeps the blocks per row at most
+// `max_blocks` (shape-only, so the backward's sums do not depend on the GPU).
+struct SubSlabs {
   int64_t sub;    // time steps per warp
-  int64_t count;  // blocks (chunks of kForwardWarps * sub steps) per batch row
+  int64_t count;  // blocks (chunks of warps * sub steps) per batch row
 };
-ForwardChunks forward_chunks(int64_t seq) {
-  const int64_t sub = std::max(kForwardSub, ceil_div(seq, kMaxForwardChunksPerRow * kForwardWarps));
-  return {sub, ceil_div(seq, sub * kForwardWarps)};
+SubSlabs sub_slabs(int64_t seq, int64_t min_sub, int64_t warps, int64_t max_blocks) {
+  const int64_t sub = std::max(min_sub, ceil_div(seq, max_blocks * warps));
+  return {sub, ceil_div(seq, sub * warps)};
 }
 
 template <int W, bool kSilu>
@@ -242,13 +245,8 @@ constexpr int kBackwardAhead = 8;
 constexpr int64_t kBackwardSub = 32;
 constexpr int64_t kMaxChunksPerRow = 256;
 
-struct BackwardChunks {
-  int64_t sub;    // time steps per warp
-  int64_t count;  // blocks (chunks of kBackwardWarps * sub steps) per batch row
-};
-BackwardChunks backward_chunks(int64_t seq) {
-  const int64_t sub = std::max(kBackwardSub, ceil_div(seq, kMaxChunksPerRow * kBackwardWarps));
-  return {sub, ceil_div(seq, sub * kBackwardWarps)};
+SubSlabs backward_chunks(int64_t seq) {
+  return sub_slabs(seq, kBackwardSub, kBackwardWarps, kMaxChunksPerRow);
 }
 
 // Partials [chunk][W + 1][channels]: row j < W is dw's column j, row W dbias.
@@ -513,7 +511,7 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
   if (batch == 0 || seq == 0 || channels == 0) return Status();
   const bool vec = channels % kForwardV == 0 && aligned8(y) && aligned8(x) &&
                    (halo == nullptr || aligned8(halo));
-  const ForwardChunks chunks = forward_chunks(seq);
+  const SubSlabs chunks = sub_slabs(seq, kForwardSub, kForwardWarps, kMaxForwardChunksPerRow);
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kForwardLanes * kForwardV)),
                   static_cast<unsigned>(chunks.count), static_cast<unsigned>(batch));
   switch (width) {
@@ -552,7 +550,7 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
     if (Status s = fill(stream, dw, 0.f, channels * width); !s.ok()) return s;
     return fill(stream, dbias, 0.f, channels);
   }
-  const BackwardChunks chunks = backward_chunks(seq);
+  const SubSlabs chunks = backward_chunks(seq);
   WorkspaceCarver carver(workspace);
   float* partials = carver.take<float>(batch * chunks.count * (width + 1) * channels);
   if (!carver.fits()) return Status(name, "workspace too small");

@@ -143,6 +143,16 @@ double nonfinite(const std::vector<float>& out) {
   return 0.0;
 }
 
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); i++) {
+    const double d = std::fabs(double{a[i]} - double{b[i]});
+    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
+  }
+  return worst;
+}
+
 double mismatch(const std::vector<int32_t>& out, const std::vector<int32_t>& ref) {
   if (out.size() != ref.size()) die("mismatch: size mismatch");
   int64_t bad = 0;

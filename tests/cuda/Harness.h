@@ -154,6 +154,9 @@ double rel_rms_rows(const std::vector<float>& out, const std::vector<float>& ref
                     const std::vector<int64_t>& rows, int64_t cols);
 // +inf when any element is not finite (for outputs checked only on a sample), else 0.
 double nonfinite(const std::vector<float>& out);
+// The largest |a - b| over the elements (two runs that must give the same bits: 0); +inf for a
+// NaN difference or different sizes.
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 // Fraction of mismatching elements.
 double mismatch(const std::vector<int32_t>& out, const std::vector<int32_t>& ref);
 

@@ -23,17 +23,6 @@ std::vector<float> rounded(std::vector<float> v) {
   return v;
 }
 
-// The largest |a - b| (NaN anywhere: infinite).
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); i++) {
-    const double d = std::fabs(double{a[i]} - double{b[i]});
-    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
-  }
-  return worst;
-}
-
 // With `silu` (the SiLU folded in, hcp-fuse-conv-silu): y = silu(conv), and the backward takes
 // silu's output gradient. Against the oracle's conv and silu in fp32 (kTolSilu), and against the
 // separate GPU steps (conv, then silu.forward / silu.backward of the stored conv), which must

@@ -57,6 +57,7 @@ void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOption
   pm.addPass(createLowerToExec());
   pm.addPass(createFuseGemmEpilogue());
   if (options.fuseConvSilu) pm.addPass(createFuseConvSilu());
+  if (!options.recomputeExpertH) pm.addPass(createKeepExpertH());
   pm.addPass(createOverlapCollectives());
   pm.addPass(createPlanMemory());
 }

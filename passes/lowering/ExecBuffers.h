@@ -63,7 +63,8 @@ void eraseDeadBuffers(mlir::func::FuncOp func);
 
 // Offers every launch of `func`, in order, to `tryFold`, which returns whether it rewrote
 // something there; after each rewrite the accesses are taken again and the offers start over,
-// until nothing folds (a rewrite must remove a launch, so this ends). Then the buffers nothing
+// until nothing folds (a rewrite must leave nothing `tryFold` would rewrite again where it was,
+// so this ends). Then the buffers nothing
 // uses any more are erased.
 void foldUntilDone(mlir::func::FuncOp func,
                    llvm::function_ref<bool(exec::LaunchOp, const Accesses&)> tryFold);

@@ -353,13 +353,14 @@ const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
       Value gates = op->getOperand(1), dlogits = op->getResult(0);
       l.direct(op, "moe_route.backward", {rowsOf(gates), lastDim(dlogits), lastDim(gates)});
     };
+    // ints: tokens, hidden, inner, experts, k, keep_h (0 here: hcp-keep-expert-h sets it).
     auto experts = [](StringRef kernel) {
       return [kernel](Lowering& l, Operation* op) {
         int first = kernel == "moe_experts.forward" ? 0 : 1;
         Value x = op->getOperand(first), gates = op->getOperand(first + 1);
         Value win = op->getOperand(first + 3);
         ArrayRef<int64_t> w = shapeOf(win);
-        l.direct(op, kernel, {rowsOf(x), lastDim(x), w[1] / 2, w[0], lastDim(gates)});
+        l.direct(op, kernel, {rowsOf(x), lastDim(x), w[1] / 2, w[0], lastDim(gates), 0});
       };
     };
     r["model.moe_experts"] = experts("moe_experts.forward");

@@ -61,6 +61,26 @@ def FuseConvSilu : Pass<"hcp-fuse-conv-silu", "mlir::ModuleOp"> {
   ];
 }
 
+def KeepExpertH : Pass<"hcp-keep-expert-h", "mlir::ModuleOp"> {
+  let summary = "keep the MoE experts' first product from the forward for the backward";
+  let description = [{
+    `moe_experts.backward` otherwise recomputes what its forward computed: the routing plan,
+    the gathered rows and h = W_in[e] x, the experts' first product (a third of the backward's
+    GEMM work). This pass pairs each `moe_experts.backward` with the last `moe_experts.forward`
+    before it on the same buffers (x, gates, ids, weights; for a recomputed layer, the forward
+    that recomputed it) and sets both launches' `keep_h` flag: the forward also writes every
+    slot's h to a new activation buffer [tokens, k, 2*inner], which the backward reads instead
+    of recomputing the product. The results are the same bit for bit on the GPU (the same
+    product of the same rows). A pair is left alone when x, the ids or w_in are written
+    between the two. The kept buffer costs k * 2 * inner values per token and MoE layer
+    (tiny: 100 MiB per layer at 8192 tokens); `hybridcp compile --recompute-expert-h` skips
+    the pass.
+  }];
+  let statistics = [
+    Statistic<"keptLayers", "kept-layers", "MoE layers whose backward reads the kept h">
+  ];
+}
+
 def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
   let summary = "order the launches around halo exchanges and state scans so compute overlaps them";
   let description = [{

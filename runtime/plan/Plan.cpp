@@ -99,6 +99,10 @@ Arity ExpectedArity(const Step& step) {
       return {6 + flag(7), info.outs};
     case KernelId::SsdScanBackward:  // dy, x, dt, A, B, C, D [, init_state] [, dfinal_state]
       return {7 + flag(7) + flag(8), 6 + flag(7)};
+    case KernelId::MoeExpertsForward:  // -> out [, kept_h]
+      return {info.ins, 1 + flag(5)};
+    case KernelId::MoeExpertsBackward:  // dout, x, gates, experts, w_in, w_out [, kept_h]
+      return {6 + flag(5), info.outs};
     default:
       return {info.ins, info.outs};
   }

@@ -162,7 +162,8 @@ struct Plan {
 };
 
 // Buffer counts a step of this kernel must have, with the table's -1 entries resolved from the
-// step's flags (causal_conv1d's has_halo, ssd_scan's has_init and has_dfinal). Only meaningful once
+// step's flags (causal_conv1d's has_halo, ssd_scan's has_init and has_dfinal, moe_experts'
+// keep_h). Only meaningful once
 // the step has as many ints as the table says and its flags are 0 or 1.
 struct Arity {
   int ins, outs;

@@ -32,7 +32,8 @@ namespace hcp::plan {
 //    state).
 // 7: the gemm_add kernel (a GEMM with its following add folded in).
 // 8: the conv kernels' silu flag (a causal conv1d with the SiLU after it folded in).
-inline constexpr uint32_t kPlanSchemaVersion = 8;
+// 9: the moe_experts kernels' keep_h flag (the experts' first product kept for the backward).
+inline constexpr uint32_t kPlanSchemaVersion = 9;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 // FlatBuffers addresses its buffer with 32-bit offsets.

@@ -950,8 +950,9 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
       return;
     case KernelId::MoeExpertsForward:
     case KernelId::MoeExpertsBackward: {
-      c.Ints({"tokens", "hidden", "inner", "experts", "k"});
+      c.Ints({"tokens", "hidden", "inner", "experts", "k", "keep_h"});
       c.Sizes({"tokens", "hidden", "inner", "experts", "k"});
+      c.Flags({"keep_h"});
       c.InRange("k", 1, c.Int("experts"), "experts");
       const int first = kernel == KernelId::MoeExpertsBackward ? 1 : 0;
       if (first == 1) c.In(0, {"tokens", "hidden"});       // dout
@@ -965,6 +966,9 @@ void CheckKernelRules(KernelId kernel, StepChecker& c) {
         c.OutF32(1, {"tokens", "k"});  // dgates
         c.Out(2, {"experts", 2, "inner", "hidden"});
         c.Out(3, {"experts", "hidden", "inner"});
+        if (c.Int("keep_h") == 1) c.In(6, {"tokens", "k", 2, "inner"});  // kept_h
+      } else if (c.Int("keep_h") == 1) {
+        c.Out(1, {"tokens", "k", 2, "inner"});  // kept_h
       }
       return;
     }

@@ -312,6 +312,32 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
       counts_differ = std::max(counts_differ, max_abs_diff(given[i], (*other)[i]));
     }
   }
+  // With h kept from the forward (poisoned first: the backward must read what the forward
+  // wrote): the same product of the same rows, so again the same bits.
+  Dev<bf16> kept(S * 2 * I);
+  auto forward_kept = [&] {
+    check(moe_experts_forward(ctx.gemm(), ctx.stream(), out.get(), x.get(), gates.get(),
+                              indices.get(), w_in.get(), w_out.get(), tokens, H, I, experts, k,
+                              ws_f.workspace(), on_host, token_chunk, kept.get()));
+  };
+  auto backward_kept = [&] {
+    check(moe_experts_backward(ctx.gemm(), ctx.stream(), dx.get(), dgates.get(), dw_in.get(),
+                               dw_out.get(), dout.get(), x.get(), gates.get(), indices.get(),
+                               w_in.get(), w_out.get(), tokens, H, I, experts, k, ws_b.workspace(),
+                               on_host, token_chunk, kept.get()));
+  };
+  for (Dev<bf16>* d : {&out, &dx, &dw_in, &dw_out, &kept}) d->poison();
+  dgates.poison();
+  forward_kept();
+  ctx.sync();
+  backward_kept();
+  ctx.sync();
+  double kept_differ = 0.0;
+  const std::vector<std::vector<float>> with_kept = {
+      out.download(), dx.download(), dgates.download(), dw_in.download(), dw_out.download()};
+  for (size_t i = 0; i < given.size(); i++) {
+    kept_differ = std::max(kept_differ, max_abs_diff(given[i], with_kept[i]));
+  }
 
   std::vector<Output> fwd, bwd;
   if (!big) {
@@ -405,11 +431,17 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
         {"dw_out", std::max(rel_rms(dwo_got, dwo_ref), nonfinite(dwo_h)), kTolExperts}};
   }
   fwd.push_back({"all, routing on the host or counted", counts_differ, 0.0});
+  fwd.push_back({"all, h kept", kept_differ, 0.0});
   const double flops = 6.0 * S * H * I;  // forward: two GEMMs, 2 * S * (2I*H + H*I)
   const double ms_f = big ? ctx.time_ms(forward) : -1;
   ctx.report("moe_experts.forward", shape, fwd, ms_f, big ? tflops(flops, ms_f) : "");
   const double ms_b = big ? ctx.time_ms(backward) : -1;
   ctx.report("moe_experts.backward", shape, bwd, ms_b, big ? tflops(3 * flops, ms_b) : "");
+  if (big) {  // the kept h's cost in the forward and gain in the backward (its four GEMMs)
+    const double ms_fk = ctx.time_ms(forward_kept), ms_bk = ctx.time_ms(backward_kept);
+    ctx.report("moe_experts.forward (h kept)", shape, {}, ms_fk, tflops(flops, ms_fk));
+    ctx.report("moe_experts.backward (h kept)", shape, {}, ms_bk, tflops(2 * flops, ms_bk));
+  }
 }
 
 // The expert-parallel exchange's pieces (the CUDA backend's moe_experts_ep): gathering a

@@ -149,7 +149,7 @@ void gated_case(Context& ctx, int64_t rows, int64_t dim, bool misalign, bool big
 
 void test_norms(Context& ctx) {
   // Odd: dims not a multiple of 8 (element-wise path), misaligned; one row; a dim above 8192
-  // (two and four groups per thread).
+  // (teams of 16 and 32 warps, wider than a block of the smaller dims).
   rms_case(ctx, 37, 100, true, false);
   rms_case(ctx, 1, 1536, false, false);
   rms_case(ctx, 5, 12000, false, false);
@@ -157,6 +157,9 @@ void test_norms(Context& ctx) {
   gated_case(ctx, 33, 77, true, false);
   gated_case(ctx, 4, 12000, false, false);
   gated_case(ctx, 2000, 64, false, false);  // more rows than the backward's partial blocks
+  // Unaligned rows shared by teams of 2 and 4 warps, several rows per team in the backward.
+  rms_case(ctx, 2000, 1540, true, false);
+  gated_case(ctx, 600, 3000, true, false);
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny (hidden 1536, d_in 3072) and -small (hidden 4096, d_in 8192), 8192 tokens.
   rms_case(ctx, 8192, 1536, false, true);

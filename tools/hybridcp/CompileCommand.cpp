@@ -96,6 +96,7 @@ absl::Status Compile(const Args& args) {
   pipeline.incomingState = args.Get("incoming-state").value_or("correct");
   pipeline.recompute = args.Has("recompute");
   pipeline.fuseConvSilu = args.Has("fuse-conv-silu");
+  pipeline.recomputeExpertH = args.Has("recompute-expert-h");
   if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
     return absl::InvalidArgumentError("--layout must be contiguous or zigzag, got '" +
                                       pipeline.layout + "'");
@@ -160,7 +161,8 @@ Command MakeCompileCommand() {
       "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
-      "[--recompute] [--fuse-conv-silu] (-o FILE.plan | --emit=model|dist|exec [-o FILE])",
+      "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] (-o FILE.plan | "
+      "--emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
        {"micro-batch", "N", "sequences per micro-batch (default 1)"},
@@ -185,6 +187,10 @@ Command MakeCompileCommand() {
         "fold the SiLU after each Mamba conv into the conv's kernels: the conv output is not "
         "kept for the backward (tiny: 1.8 GiB less per 8192 tokens without --recompute), the "
         "backward recomputes it (on an H200 about 1% slower today); the same results"},
+       {"recompute-expert-h", "",
+        "recompute the MoE experts' first product (W_in x, per token and expert) in the "
+        "backward instead of keeping it from the forward: k * 2 * moe_inner values per token "
+        "and MoE layer less (tiny: 100 MiB per layer per 8192 tokens), one more expert GEMM"},
        {"emit", "STAGE",
         "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},

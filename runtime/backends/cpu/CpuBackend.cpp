@@ -384,22 +384,24 @@ absl::Status RunMoeRouteBackward(const Args& a) {
   return absl::OkStatus();
 }
 
-// ins: x, gates, experts (i32), w_in, w_out. outs: out. ints: tokens, hidden, inner, experts, k.
+// ins: x, gates, experts (i32), w_in, w_out. outs: out [, kept_h]. ints: tokens, hidden, inner,
+// experts, k, keep_h.
 absl::Status RunMoeExpertsForward(const Args& a) {
   const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
   if (absl::Status s = CheckExpertIndices(a.in_i32(2), tokens * k, experts); !s.ok()) return s;
   moe_experts_forward<float>(a.out(0), a.in(0), a.in(1), a.in_i32(2), a.in(3), a.in(4), tokens,
-                             a.i(1), a.i(2), experts, k, a.threads());
+                             a.i(1), a.i(2), experts, k, a.threads(),
+                             a.i(5) == 1 ? a.out(1) : nullptr);
   return absl::OkStatus();
 }
 
-// ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
+// ins: dout, x, gates, experts (i32), w_in, w_out [, kept_h]. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
   const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
   if (absl::Status s = CheckExpertIndices(a.in_i32(3), tokens * k, experts); !s.ok()) return s;
   moe_experts_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
                               a.in_i32(3), a.in(4), a.in(5), tokens, a.i(1), a.i(2), experts, k,
-                              a.threads());
+                              a.threads(), a.i(5) == 1 ? a.in(6) : nullptr);
   return absl::OkStatus();
 }
 

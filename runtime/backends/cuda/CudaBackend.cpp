@@ -247,22 +247,24 @@ absl::StatusOr<cuda::ExpertRoutingOnHost> RoutingOnHost(const Args& a) {
   return cuda::ExpertRoutingOnHost{.indices = ids.data()};
 }
 
-// ins: x, gates, experts (i32), w_in, w_out. outs: out. ints: tokens, hidden, inner, experts, k.
+// ins: x, gates, experts (i32), w_in, w_out. outs: out [, kept_h]. ints: tokens, hidden, inner,
+// experts, k, keep_h.
 absl::Status RunMoeExpertsForward(const Args& a) {
   HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
-  return Done(cuda::moe_experts_forward(a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0),
-                                        a.in<float>(1), a.in_i32(2), a.in<bf16>(3), a.in<bf16>(4),
-                                        a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(),
-                                        on_host));
+  return Done(cuda::moe_experts_forward(
+      a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0), a.in<float>(1), a.in_i32(2),
+      a.in<bf16>(3), a.in<bf16>(4), a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host,
+      cuda::kExpertTokenChunk, a.i(5) == 1 ? a.out<bf16>(1) : nullptr));
 }
 
-// ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
+// ins: dout, x, gates, experts (i32), w_in, w_out [, kept_h]. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
   HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
   return Done(cuda::moe_experts_backward(
       a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1), a.out<bf16>(2), a.out<bf16>(3),
       a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4), a.in<bf16>(5),
-      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host));
+      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host, cuda::kExpertTokenChunk,
+      a.i(5) == 1 ? a.in<bf16>(6) : nullptr));
 }
 
 // ins: logits (T), targets (i32). outs: loss_sum, valid_count (f32). ints: tokens, vocab,

@@ -122,10 +122,16 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
       return Signature{{T}, {F, I}, /*t_from_output=*/false, 0};
     case KernelId::MoeRouteBackward:
       return Signature{{F, F, I}, {T}};
-    case KernelId::MoeExpertsForward:
-      return Signature{{B, F, I, B, B}, {B}};
-    case KernelId::MoeExpertsBackward:
-      return Signature{{B, B, F, I, B, B}, {B, F, B, B}};
+    case KernelId::MoeExpertsForward: {
+      Signature s{{B, F, I, B, B}, {B}};
+      s.outs.resize(outs, B);  // [, kept_h]
+      return s;
+    }
+    case KernelId::MoeExpertsBackward: {
+      Signature s{{B, B, F, I, B, B}, {B, F, B, B}};
+      s.ins.resize(ins, B);  // [, kept_h]
+      return s;
+    }
     case KernelId::CrossEntropyForward:
       return Signature{{T, I}, {F, F}, /*t_from_output=*/false, 0};
     case KernelId::CrossEntropyBackward:

@@ -232,16 +232,17 @@ void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const in
 // and e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden] (gate rows first);
 // w_out [E, hidden, inner]. A slot whose index is outside [0, E) contributes nothing (dgates 0).
 // Tokens (forward), then experts and tokens (backward) are split over `threads` (the same results
-// with any count).
+// with any count). kept_h (nullable) [tokens, k, 2*inner]: the forward stores each routed slot's
+// [a | b] there (rounded to T), and the backward reads it instead of recomputing W_in[e] x.
 template <typename T>
 void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices, const T* w_in,
                          const T* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                         int64_t experts, int64_t k, Threads threads = {});
+                         int64_t experts, int64_t k, Threads threads = {}, T* kept_h = nullptr);
 template <typename T>
 void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, const T* x,
                           const T* gates, const int32_t* indices, const T* w_in, const T* w_out,
                           int64_t tokens, int64_t hidden, int64_t inner, int64_t experts, int64_t k,
-                          Threads threads = {});
+                          Threads threads = {}, const T* kept_h = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy with an ignore index. logits [tokens, vocab]; targets [tokens].

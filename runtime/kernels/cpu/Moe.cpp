@@ -14,10 +14,16 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // One expert's forward on one token, kept in double for the backward:
 // hin = W_in[e] x ([a | b], 2*inner), u = silu(a) * b (inner), o = W_out[e] u (hidden).
+// With `kept_hin` (the forward's hin, stored in T) hin is read from there instead.
 template <typename T>
 void expert_forward(std::vector<double>& hin, std::vector<double>& u, std::vector<double>& o,
-                    const T* x, const T* w_in_e, const T* w_out_e, int64_t hidden, int64_t inner) {
+                    const T* x, const T* w_in_e, const T* w_out_e, int64_t hidden, int64_t inner,
+                    const T* kept_hin = nullptr) {
   for (int64_t r = 0; r < 2 * inner; r++) {
+    if (kept_hin != nullptr) {
+      hin[r] = static_cast<double>(kept_hin[r]);
+      continue;
+    }
     double acc = 0.0;
     for (int64_t c = 0; c < hidden; c++) {
       acc += static_cast<double>(w_in_e[r * hidden + c]) * static_cast<double>(x[c]);
@@ -89,7 +95,7 @@ void topk_softmax_backward(T* dlogits, const T* dgates, const T* gates, const in
 template <typename T>
 void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indices, const T* w_in,
                          const T* w_out, int64_t tokens, int64_t hidden, int64_t inner,
-                         int64_t experts, int64_t k, Threads threads) {
+                         int64_t experts, int64_t k, Threads threads, T* kept_h) {
   parallel_for(threads, tokens, /*min_items=*/8, /*align=*/1, [&](int64_t begin, int64_t end) {
     std::vector<double> hin(2 * inner), u(inner), o(hidden), acc(hidden);
     for (int64_t t = begin; t < end; t++) {
@@ -99,6 +105,10 @@ void moe_experts_forward(T* out, const T* x, const T* gates, const int32_t* indi
         if (e < 0 || e >= experts) continue;  // no expert: contributes nothing (as on the GPU)
         expert_forward(hin, u, o, x + t * hidden, w_in + e * 2 * inner * hidden,
                        w_out + e * hidden * inner, hidden, inner);
+        if (kept_h != nullptr) {
+          T* kept = kept_h + (t * k + j) * 2 * inner;
+          for (int64_t r = 0; r < 2 * inner; r++) kept[r] = static_cast<T>(hin[r]);
+        }
         const double gate = static_cast<double>(gates[t * k + j]);
         for (int64_t r = 0; r < hidden; r++) acc[r] += gate * o[r];
       }
@@ -116,7 +126,7 @@ template <typename T>
 void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, const T* x,
                           const T* gates, const int32_t* indices, const T* w_in, const T* w_out,
                           int64_t tokens, int64_t hidden, int64_t inner, int64_t experts, int64_t k,
-                          Threads threads) {
+                          Threads threads, const T* kept_h) {
   std::fill(dgates, dgates + tokens * k, T(0));  // stays 0 for a slot without an expert
   std::vector<double> dhin_of_slot(tokens * k * 2 * inner, 0.0);
   parallel_for(threads, experts, /*min_items=*/1, /*align=*/1, [&](int64_t begin, int64_t end) {
@@ -132,7 +142,8 @@ void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, 
           if (indices[t * k + j] != e) continue;
           const T* xt = x + t * hidden;
           const T* gt = dout + t * hidden;
-          expert_forward(hin, u, o, xt, w_in_e, w_out_e, hidden, inner);
+          expert_forward(hin, u, o, xt, w_in_e, w_out_e, hidden, inner,
+                         kept_h == nullptr ? nullptr : kept_h + (t * k + j) * 2 * inner);
           const double gate = static_cast<double>(gates[t * k + j]);
 
           double dgate = 0.0;
@@ -202,10 +213,10 @@ void moe_experts_backward(T* dx, T* dgates, T* dw_in, T* dw_out, const T* dout, 
   template void topk_softmax_backward<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, \
                                          int64_t);                                                 \
   template void moe_experts_forward<T>(T*, const T*, const T*, const int32_t*, const T*, const T*, \
-                                       int64_t, int64_t, int64_t, int64_t, int64_t, Threads);      \
+                                       int64_t, int64_t, int64_t, int64_t, int64_t, Threads, T*);  \
   template void moe_experts_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,              \
                                         const int32_t*, const T*, const T*, int64_t, int64_t,      \
-                                        int64_t, int64_t, int64_t, Threads);
+                                        int64_t, int64_t, int64_t, Threads, const T*);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

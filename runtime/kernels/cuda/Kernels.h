@@ -264,6 +264,9 @@ Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, 
 // cuBLASLt takes the GEMMs' row counts on the host. A caller that has the routing there passes
 // it (ExpertRoutingOnHost) and the call returns without waiting; for a chunk it cannot count
 // from that, the call copies the chunk's counts down and waits for the stream.
+// kept_h (nullable) [tokens, k, 2*inner]: the forward also stores each routed slot's h = [a | b]
+// there, and the backward given it skips recomputing h (the same results bit for bit; rows of
+// slots without an expert are neither written nor read).
 inline constexpr int64_t kExpertTokenChunk = 16384;
 struct ExpertRoutingOnHost {
   const int32_t* indices = nullptr;        // [tokens, k], the same as `indices`: every chunk
@@ -277,9 +280,9 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k, Workspace workspace,
                            ExpertRoutingOnHost on_host = {},
-                           int64_t token_chunk = kExpertTokenChunk);
-// Recomputes the expert activations (no saved state). dw_in, dw_out are every expert's full
-// gradient (zero for an expert no token reached).
+                           int64_t token_chunk = kExpertTokenChunk, bf16* kept_h = nullptr);
+// Recomputes the expert activations, h too unless kept_h is given. dw_in, dw_out are every
+// expert's full gradient (zero for an expert no token reached).
 size_t moe_experts_backward_workspace_bytes(int64_t tokens, int64_t hidden, int64_t inner,
                                             int64_t experts, int64_t k,
                                             int64_t token_chunk = kExpertTokenChunk);
@@ -289,7 +292,7 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace,
                             ExpertRoutingOnHost on_host = {},
-                            int64_t token_chunk = kExpertTokenChunk);
+                            int64_t token_chunk = kExpertTokenChunk, const bf16* kept_h = nullptr);
 
 // The pieces of expert parallelism's exchange (the CUDA backend's moe_experts_ep), which runs
 // the experts above on rows that other GPUs send: the same gather and combine they use inside.

@@ -388,9 +388,11 @@ __global__ void combine_kernel(bf16* out, const bf16* rows, const float* gates,
 //   gu[p] = gate u                                  (for dW_out = dout^T (gate u)),
 //   dh[p] = swiglu'(gate du[p]).
 // u and gate du are rounded to bf16 where the separate kernels this pass replaced stored them,
-// so that it gives their results bit for bit. One warp per row.
+// so that it gives their results bit for bit. h is the layout's rows, or with `h_by_slot` the
+// forward's kept rows in slot order (a padding row then reads zeros, as its recomputed h is).
+// One warp per row.
 __global__ void expert_rows_backward_kernel(bf16* gu, bf16* dh, float* dgates, const bf16* du,
-                                            const bf16* h, const float* gates,
+                                            const bf16* h, bool h_by_slot, const float* gates,
                                             const int32_t* row_slot, int64_t rows, int64_t inner,
                                             bool vec) {
   const int lane = threadIdx.x & 31;
@@ -399,13 +401,16 @@ __global__ void expert_rows_backward_kernel(bf16* gu, bf16* dh, float* dgates, c
        p += warps) {
     const int64_t s = row_slot[p];
     const float gate = s < 0 ? 0.f : gates[s];
+    const int64_t h_row = h_by_slot ? s : p;
     float dot = 0.f;
     for (int64_t c = lane * 8; c < inner; c += 256) {
       const int valid = static_cast<int>(min(int64_t{8}, inner - c));
-      float g[8], a[8], b[8], u[8];
+      float g[8], a[8] = {}, b[8] = {}, u[8];
       load8_any(g, du + p * inner + c, valid, vec);
-      load8_any(a, h + p * 2 * inner + c, valid, vec);
-      load8_any(b, h + p * 2 * inner + inner + c, valid, vec);
+      if (h_row >= 0) {
+        load8_any(a, h + h_row * 2 * inner + c, valid, vec);
+        load8_any(b, h + h_row * 2 * inner + inner + c, valid, vec);
+      }
 #pragma unroll
       for (int e = 0; e < 8; e++) {
         u[e] = round_bf16(a[e] * sigmoidf(a[e]) * b[e]);
@@ -421,6 +426,32 @@ __global__ void expert_rows_backward_kernel(bf16* gu, bf16* dh, float* dgates, c
     }
     dot = warp_sum(dot);
     if (lane == 0 && s >= 0) dgates[s] = dot;
+  }
+}
+
+// u[p] = swiglu(h[p]) as swiglu_forward computes it, and each routed row's h copied to
+// kept_h[row_slot[p]] (slot order, for the backward; padding rows are not copied). One warp
+// per row.
+__global__ void swiglu_keep_kernel(bf16* u, bf16* kept_h, const bf16* h, const int32_t* row_slot,
+                                   int64_t rows, int64_t inner, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
+       p += warps) {
+    const int64_t s = row_slot[p];
+    for (int64_t c = lane * 8; c < inner; c += 256) {
+      const int valid = static_cast<int>(min(int64_t{8}, inner - c));
+      float a[8], b[8];
+      load8_any(a, h + p * 2 * inner + c, valid, vec);
+      load8_any(b, h + p * 2 * inner + inner + c, valid, vec);
+      if (s >= 0) {
+        store8_any(kept_h + s * 2 * inner + c, a, valid, vec);
+        store8_any(kept_h + s * 2 * inner + inner + c, b, valid, vec);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; e++) a[e] = a[e] * sigmoidf(a[e]) * b[e];
+      store8_any(u + p * inner + c, a, valid, vec);
+    }
   }
 }
 
@@ -565,13 +596,19 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
   return gemm_group<TC>(ctx, stream, overflow);
 }
 
-// Plan, layout, gather and h = xp W_in[e]^T; with `with_y` also u = swiglu(h) and the expert
-// MLPs' output rows y (the backward needs h only); returns where the rows are.
+// How much of the forward expert_forward_pass runs: all of it (the forward), up to h (the
+// backward), or only the layout and xp (the backward, given the forward's kept h).
+enum class ForwardUpTo { kOutput, kH, kLayout };
+
+// Plan, layout, gather, then (see ForwardUpTo) h = xp W_in[e]^T, u = swiglu(h) (h also copied
+// to kept_h in slot order when given) and the expert MLPs' output rows y; returns where the rows
+// are.
 Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* name,
                            const ExpertBuffers& b, ExpertRows& layout, const bf16* x,
                            const int32_t* indices, const bf16* w_in, const bf16* w_out,
                            int64_t tokens, int64_t hidden, int64_t inner, int64_t experts,
-                           int64_t k, const int64_t* expert_counts, bool with_y) {
+                           int64_t k, const int64_t* expert_counts, ForwardUpTo up_to,
+                           bf16* kept_h = nullptr) {
   const int64_t slots = tokens * k;
   const int e_count = static_cast<int>(experts);
   const int64_t chunks = ceil_div(slots, kPlanChunk);
@@ -614,14 +651,22 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, b.row_slot, rows, hidden,
                                                           static_cast<int>(k), vec);
   if (Status s = launch_status(name); !s.ok()) return s;
+  if (up_to == ForwardUpTo::kLayout) return Status();
   // h = xp W_in[e]^T, then u = swiglu(h), y = u W_out[e]^T.
   if (Status s = expert_products(ctx, stream, layout, false, true, 0, 2 * inner, hidden, b.xp,
                                  hidden, w_in, hidden, 2 * inner * hidden, b.h, 2 * inner, 0);
       !s.ok()) {
     return s;
   }
-  if (!with_y) return Status();
-  if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
+  if (up_to == ForwardUpTo::kH) return Status();
+  if (kept_h == nullptr) {
+    if (Status s = swiglu_forward(stream, b.u, b.h, rows, inner); !s.ok()) return s;
+  } else {
+    const bool vec_inner = inner % 8 == 0 && aligned16(b.u) && aligned16(b.h) && aligned16(kept_h);
+    swiglu_keep_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.u, kept_h, b.h, b.row_slot, rows,
+                                                                 inner, vec_inner);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
   return expert_products(ctx, stream, layout, false, true, 0, hidden, inner, b.u, inner, w_out,
                          inner, hidden * inner, b.y, hidden, 0);
 }
@@ -688,7 +733,7 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
                            const float* gates, const int32_t* indices, const bf16* w_in,
                            const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                            int64_t experts, int64_t k, Workspace workspace,
-                           ExpertRoutingOnHost on_host, int64_t token_chunk) {
+                           ExpertRoutingOnHost on_host, int64_t token_chunk, bf16* kept_h) {
   const char* name = "moe_experts.forward";
   if (token_chunk <= 0) return Status(name, "token_chunk must be positive");
   if (Status s =
@@ -705,10 +750,10 @@ Status moe_experts_forward(GemmContext* ctx, cudaStream_t stream, bf16* out, con
     const int64_t n = std::min(token_chunk, tokens - t0);
     const std::vector<int64_t> counts = host_chunk_counts(on_host, t0, n, tokens, experts, k);
     ExpertRows layout;
-    if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x + t0 * hidden,
-                                       indices + t0 * k, w_in, w_out, n, hidden, inner, experts, k,
-                                       counts.empty() ? nullptr : counts.data(),
-                                       /*with_y=*/true);
+    if (Status s = expert_forward_pass(
+            ctx, stream, name, b, layout, x + t0 * hidden, indices + t0 * k, w_in, w_out, n, hidden,
+            inner, experts, k, counts.empty() ? nullptr : counts.data(), ForwardUpTo::kOutput,
+            kept_h == nullptr ? nullptr : kept_h + t0 * k * 2 * inner);
         !s.ok()) {
       return s;
     }
@@ -731,10 +776,11 @@ Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* 
                              const bf16* dout, const bf16* x, const float* gates,
                              const int32_t* indices, const bf16* w_in, const bf16* w_out, int64_t n,
                              int64_t hidden, int64_t inner, int64_t experts, int64_t k,
-                             const int64_t* expert_counts, bool accumulate) {
+                             const int64_t* expert_counts, bool accumulate, const bf16* kept_h) {
   ExpertRows layout;
   if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, n,
-                                     hidden, inner, experts, k, expert_counts, /*with_y=*/false);
+                                     hidden, inner, experts, k, expert_counts,
+                                     kept_h == nullptr ? ForwardUpTo::kH : ForwardUpTo::kLayout);
       !s.ok()) {
     return s;
   }
@@ -766,10 +812,11 @@ Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* 
       !s.ok()) {
     return s;
   }
+  const bf16* h = kept_h == nullptr ? b.h : kept_h;
   const bool vec_inner =
-      inner % 8 == 0 && aligned16(b.du) && aligned16(b.u) && aligned16(b.h) && aligned16(b.dh);
+      inner % 8 == 0 && aligned16(b.du) && aligned16(b.u) && aligned16(h) && aligned16(b.dh);
   expert_rows_backward_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(
-      b.u, b.dh, dgates, b.du, b.h, gates, b.row_slot, rows, inner, vec_inner);
+      b.u, b.dh, dgates, b.du, h, kept_h != nullptr, gates, b.row_slot, rows, inner, vec_inner);
   if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t cap = layout.capacity;
   if (Status s =
@@ -799,7 +846,7 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             const float* gates, const int32_t* indices, const bf16* w_in,
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace,
-                            ExpertRoutingOnHost on_host, int64_t token_chunk) {
+                            ExpertRoutingOnHost on_host, int64_t token_chunk, const bf16* kept_h) {
   const char* name = "moe_experts.backward";
   if (token_chunk <= 0) return Status(name, "token_chunk must be positive");
   if (Status s =
@@ -820,7 +867,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
     const std::vector<int64_t> counts = host_chunk_counts(on_host, 0, tokens, tokens, experts, k);
     return expert_backward_chunk(ctx, stream, name, b, dx, dgates, dw_in, dw_out, dout, x, gates,
                                  indices, w_in, w_out, tokens, hidden, inner, experts, k,
-                                 counts.empty() ? nullptr : counts.data(), /*accumulate=*/false);
+                                 counts.empty() ? nullptr : counts.data(), /*accumulate=*/false,
+                                 kept_h);
   }
   // Several chunks: every chunk adds its weight gradients onto the fp32 sums, rounded at the end.
   if (Status s = fill(stream, b.dw_in_sum, 0.f, dw_in_size); !s.ok()) return s;
@@ -832,7 +880,7 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
             ctx, stream, name, b, dx + t0 * hidden, dgates + t0 * k, b.dw_in_sum, b.dw_out_sum,
             dout + t0 * hidden, x + t0 * hidden, gates + t0 * k, indices + t0 * k, w_in, w_out, n,
             hidden, inner, experts, k, counts.empty() ? nullptr : counts.data(),
-            /*accumulate=*/true);
+            /*accumulate=*/true, kept_h == nullptr ? nullptr : kept_h + t0 * k * 2 * inner);
         !s.ok()) {
       return s;
     }

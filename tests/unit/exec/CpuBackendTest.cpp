@@ -864,7 +864,7 @@ TEST(CpuBackend, MoeExperts) {
                  w_out = s.In({experts, hidden, inner});
   const uint32_t out = s.Out({tokens, hidden});
   ASSERT_RUNS(s, "moe_experts.forward", {x, gates, experts_buf, w_in, w_out}, {out},
-              {tokens, hidden, inner, experts, k});
+              {tokens, hidden, inner, experts, k, 0});
   std::vector<float> want = s.Like(out);
   cpu::moe_experts_forward<float>(want.data(), s.p(x), s.p(gates), idx.data(), s.p(w_in),
                                   s.p(w_out), tokens, hidden, inner, experts, k);
@@ -879,7 +879,7 @@ TEST(CpuBackend, MoeExperts) {
                  dw_in = g.Out({experts, 2 * inner, hidden}),
                  dw_out = g.Out({experts, hidden, inner});
   ASSERT_RUNS(g, "moe_experts.backward", {dout, gx, ggates, gidx, gw_in, gw_out},
-              {dx, dg, dw_in, dw_out}, {tokens, hidden, inner, experts, k});
+              {dx, dg, dw_in, dw_out}, {tokens, hidden, inner, experts, k, 0});
   std::vector<float> dx_w = g.Like(dx), dg_w = g.Like(dg), dwi_w = g.Like(dw_in),
                      dwo_w = g.Like(dw_out);
   cpu::moe_experts_backward<float>(dx_w.data(), dg_w.data(), dwi_w.data(), dwo_w.data(), g.p(dout),
@@ -891,6 +891,68 @@ TEST(CpuBackend, MoeExperts) {
   EXPECT_EQ(g.f32(dw_out), dwo_w);
 }
 
+// keep_h: the forward also writes each slot's [a | b] = W_in[e] x, and the backward reads it
+// instead of recomputing it.
+TEST(CpuBackend, MoeExpertsKeptH) {
+  const int64_t tokens = 4, hidden = 3, inner = 2, experts = 3, k = 2;
+  const std::vector<int32_t> idx = {0, 2, 1, 0, 2, 1, 1, 2};
+  OneStep s;
+  const uint32_t x = s.In({tokens, hidden}), gates = s.In({tokens, k}, 0, 1),
+                 ids = s.InI32({tokens, k}, idx), w_in = s.In({experts, 2 * inner, hidden}),
+                 w_out = s.In({experts, hidden, inner});
+  const uint32_t out = s.Out({tokens, hidden}), kept = s.Out({tokens, k, 2 * inner});
+  ASSERT_RUNS(s, "moe_experts.forward", {x, gates, ids, w_in, w_out}, {out, kept},
+              {tokens, hidden, inner, experts, k, 1});
+  std::vector<float> want = s.Like(out);
+  cpu::moe_experts_forward<float>(want.data(), s.p(x), s.p(gates), idx.data(), s.p(w_in),
+                                  s.p(w_out), tokens, hidden, inner, experts, k);
+  EXPECT_EQ(s.f32(out), want);
+  const std::vector<float> h = s.f32(kept);
+  for (int64_t slot = 0; slot < tokens * k; slot++) {
+    for (int64_t r = 0; r < 2 * inner; r++) {
+      double product = 0;
+      for (int64_t c = 0; c < hidden; c++) {
+        product += double{s.p(w_in)[(idx[slot] * 2 * inner + r) * hidden + c]} *
+                   s.p(x)[slot / k * hidden + c];
+      }
+      EXPECT_FLOAT_EQ(h[slot * 2 * inner + r], static_cast<float>(product)) << slot << " " << r;
+    }
+  }
+
+  // The backward given the kept h: the recomputing backward's results to fp32 rounding (the
+  // kept h is rounded to f32, the recomputed one stays double); then a changed kept h changes
+  // them, so it is what the backward reads.
+  auto backward = [&](const std::vector<float>* kept_h) {
+    OneStep g(/*seed=*/7);
+    const uint32_t dout = g.In({tokens, hidden});
+    const uint32_t gx = g.InValues({tokens, hidden}, s.f32(x)),
+                   gg = g.InValues({tokens, k}, s.f32(gates)), gi = g.InI32({tokens, k}, idx),
+                   gwi = g.InValues({experts, 2 * inner, hidden}, s.f32(w_in)),
+                   gwo = g.InValues({experts, hidden, inner}, s.f32(w_out));
+    const uint32_t dx = g.Out({tokens, hidden}), dg = g.Out({tokens, k}),
+                   dwi = g.Out({experts, 2 * inner, hidden}), dwo = g.Out({experts, hidden, inner});
+    std::vector<uint32_t> ins = {dout, gx, gg, gi, gwi, gwo};
+    if (kept_h != nullptr) ins.push_back(g.InValues({tokens, k, 2 * inner}, *kept_h));
+    EXPECT_TRUE(g.Run("moe_experts.backward", ins, {dx, dg, dwi, dwo},
+                      {tokens, hidden, inner, experts, k, kept_h != nullptr ? 1 : 0})
+                    .ok());
+    std::vector<float> all;
+    for (uint32_t b : {dx, dg, dwi, dwo}) {
+      const std::vector<float> v = g.f32(b);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<float> recomputed = backward(nullptr), from_kept = backward(&h);
+  ASSERT_EQ(recomputed.size(), from_kept.size());
+  for (size_t i = 0; i < recomputed.size(); i++) {
+    EXPECT_NEAR(from_kept[i], recomputed[i], 1e-5 * (1 + std::abs(recomputed[i]))) << i;
+  }
+  std::vector<float> changed = h;
+  changed[0] += 1.f;  // slot 0's a[0]
+  EXPECT_NE(backward(&changed), from_kept);
+}
+
 TEST(CpuBackend, ExpertIndicesAreChecked) {
   const int64_t tokens = 2, hidden = 3, inner = 2, experts = 3, k = 1;
   OneStep s;
@@ -899,7 +961,7 @@ TEST(CpuBackend, ExpertIndicesAreChecked) {
                  w_out = s.In({experts, hidden, inner});
   const uint32_t out = s.Out({tokens, hidden});
   absl::Status status = s.Run("moe_experts.forward", {x, gates, idx, w_in, w_out}, {out},
-                              {tokens, hidden, inner, experts, k});
+                              {tokens, hidden, inner, experts, k, 0});
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("step 0 (moe_experts.forward): expert index 3 at position 1 is outside "

@@ -229,9 +229,16 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("moe_route.forward", {P({T, 3})}, {gates, experts}, {T, 3, 2});
   b.AddStep("moe_route.backward", {P({T, 2}), gates, experts}, {A({T, 3})}, {T, 3, 2});
   const uint32_t w_in = P({3, 4, H}), w_out = P({3, H, 2});
-  b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H})}, {T, H, 2, 3, 2});
+  b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H})},
+            {T, H, 2, 3, 2, 0});
   b.AddStep("moe_experts.backward", {dy, x, gates, experts, w_in, w_out},
-            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2});
+            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 0});
+  // The same with the experts' first product kept for the backward.
+  const uint32_t kept_h = A({T, 2, 4});
+  b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H}), kept_h},
+            {T, H, 2, 3, 2, 1});
+  b.AddStep("moe_experts.backward", {dy, x, gates, experts, w_in, w_out, kept_h},
+            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 1});
   // Expert parallelism on the one rank of a plan without mesh (ep = 1: all 3 experts here).
   b.AddStep("moe_experts_ep.forward", {x, gates, experts, w_in, w_out}, {A({T, H})},
             {T, H, 2, 3, 2, 1});

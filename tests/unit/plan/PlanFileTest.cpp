@@ -41,7 +41,7 @@ TEST(PlanFile, HeaderLayout) {
   const std::string header = EncodePlanHeader(0x0102030405060708ull);
   ASSERT_EQ(header.size(), kPlanHeaderBytes);
   EXPECT_EQ(header.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(header.substr(8, 4), std::string("\x08\x00\x00\x00", 4));  // version 8, LE
+  EXPECT_EQ(header.substr(8, 4), std::string("\x09\x00\x00\x00", 4));  // version 9, LE
   EXPECT_EQ(header.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(header.substr(16, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
 }
@@ -178,7 +178,7 @@ TEST(PlanFile, OtherVersion) {
   std::string bytes = TinyLm().Bytes();
   bytes[8] = 6;
   EXPECT_EQ(ErrorOf(bytes),
-            "test.plan: plan schema version 6, this runtime reads version 8: recompile the plan "
+            "test.plan: plan schema version 6, this runtime reads version 9: recompile the plan "
             "with this hybridcp");
 }
 

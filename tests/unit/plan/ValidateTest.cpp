@@ -650,6 +650,42 @@ TEST(Validate, MoeExpertsEp) {
                                         "= 24"));
 }
 
+TEST(Validate, MoeExpertsKeptHFollowsFlag) {
+  // 4 tokens of hidden 3, top 2 of 4 experts of width 2: the kept h is [4, 2, 2*2].
+  const int64_t T = 4, Hd = 3, I = 2, E = 4, K = 2;
+  auto forward = [&](int64_t keep_h, int64_t kept_elements) {
+    OneStepPlan p;
+    std::vector<uint32_t> outs = {p.Act({T, Hd})};
+    if (kept_elements > 0) outs.push_back(p.Act({kept_elements}));
+    p.b.AddStep("moe_experts.forward",
+                {p.Act({T, Hd}), p.Act({T, K}), p.Act({T, K}, DType::I32), p.Act({E, 2 * I, Hd}),
+                 p.Act({E, Hd, I})},
+                outs, {T, Hd, I, E, K, keep_h});
+    return p.Error();
+  };
+  EXPECT_EQ(forward(0, 0), "(loaded)");
+  EXPECT_EQ(forward(1, T * K * 2 * I), "(loaded)");
+  EXPECT_THAT(forward(1, 0), HasSubstr("step 0 (moe_experts.forward): takes 2 outputs, got 1"));
+  EXPECT_THAT(forward(0, T * K * 2 * I), HasSubstr("takes 1 outputs, got 2"));
+  EXPECT_THAT(forward(1, T * 2 * I), HasSubstr("has 16 elements, expected tokens*k*2*inner = 32"));
+  EXPECT_THAT(forward(2, T * K * 2 * I), HasSubstr("int 5 (keep_h) is 2, expected 0 or 1"));
+  // The backward reads it after w_out.
+  auto backward = [&](int64_t keep_h, bool give_kept) {
+    OneStepPlan p;
+    std::vector<uint32_t> ins = {p.Act({T, Hd}),        p.Act({T, Hd}),
+                                 p.Act({T, K}),         p.Act({T, K}, DType::I32),
+                                 p.Act({E, 2 * I, Hd}), p.Act({E, Hd, I})};
+    if (give_kept) ins.push_back(p.Act({T, K, 2 * I}));
+    p.b.AddStep("moe_experts.backward", ins,
+                {p.Act({T, Hd}), p.Act({T, K}), p.Act({E, 2 * I, Hd}), p.Act({E, Hd, I})},
+                {T, Hd, I, E, K, keep_h});
+    return p.Error();
+  };
+  EXPECT_EQ(backward(1, true), "(loaded)");
+  EXPECT_THAT(backward(1, false), HasSubstr("takes 7 inputs, got 6"));
+  EXPECT_THAT(backward(0, true), HasSubstr("takes 6 inputs, got 7"));
+}
+
 TEST(Validate, PlanBuiltInMemoryIsCheckedToo) {
   TinyLm lm;
   absl::StatusOr<Plan> plan = ParsePlan(lm.Bytes(), "tiny");

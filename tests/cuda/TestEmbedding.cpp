@@ -99,10 +99,25 @@ void bad_id_case(Context& ctx) {
               {"nan_rows", nan_rows, 0.0}});
 }
 
-void backward_case(Context& ctx, int64_t tokens, int64_t vocab, int64_t hidden, bool big) {
+// Token ids as byte-level text gives them: the first 64 ids only, id floor(64 u^3) for uniform
+// u, so id 0 takes a quarter of the tokens (rows of far more than one warp's kWarpRowLimit).
+std::vector<int32_t> text_like_ids(Context& ctx, int64_t tokens) {
+  std::vector<int32_t> ids = randint(tokens, ctx.seed(), 0, 1 << 20);
+  for (int32_t& id : ids) {
+    const double u = id / double{1 << 20};
+    id = static_cast<int32_t>(64 * u * u * u);
+  }
+  return ids;
+}
+
+void backward_case(Context& ctx, int64_t tokens, int64_t vocab, int64_t hidden, bool big,
+                   bool text_like = false) {
   if (!ctx.wants("embedding.backward")) return;
-  std::vector<int32_t> ids = skewed_ids(ctx, tokens, vocab);
-  const int64_t padding_idx = ids[0];  // a frequent id, often a hot one
+  std::vector<int32_t> ids =
+      text_like ? text_like_ids(ctx, tokens) : skewed_ids(ctx, tokens, vocab);
+  // A frequent id, often a hot one; for text-like ids a rare one, so that the hottest rows are
+  // summed.
+  const int64_t padding_idx = text_like ? 63 : ids[0];
   if (!big && tokens > 10) {
     ids[3] = -3;  // outside the table: skipped by both
     ids[9] = static_cast<int32_t>(vocab + 2);
@@ -122,7 +137,7 @@ void backward_case(Context& ctx, int64_t tokens, int64_t vocab, int64_t hidden, 
   cpu::embedding_backward<float>(ref.data(), dout.data(), ids.data(), tokens, vocab, hidden,
                                  kMultiplier, padding_idx);
   const double ms = big ? ctx.time_ms(launch) : -1;
-  ctx.report("embedding.backward", shape_str({tokens, vocab, hidden}),
+  ctx.report("embedding.backward", shape_str({tokens, vocab, hidden}) + (text_like ? " text" : ""),
              {{"dtable", rel_rms(dtable.download(), rounded(ref)), kTolBf16}}, ms,
              big ? tbps(2.0 * tokens * hidden + 2.0 * vocab * hidden + 4.0 * tokens, ms) : "");
 }
@@ -135,10 +150,15 @@ void test_embedding(Context& ctx) {
   backward_case(ctx, 37, 1000, 100, false);
   backward_case(ctx, 300, 50, 2100, false);  // hidden above one warp pass (2048 columns)
   backward_case(ctx, 1, 7, 8, false);
+  // Rows of far more than one warp's tokens (the long-rows kernel), with 2 slabs of its columns
+  // and a short last one, and one hot row as the padding id.
+  backward_case(ctx, 900, 70, 2100, false, /*text_like=*/true);
+  backward_case(ctx, 400, 3, 40, false, /*text_like=*/true);  // most ids outside the table
   if (!ctx.options().big) return;
-  // granite-4.0-h-tiny: vocab 100352, hidden 1536, 8192 tokens.
+  // granite-4.0-h-tiny: vocab 100352, hidden 1536, 8192 tokens; and byte-level text's ids.
   forward_case(ctx, 8192, 100352, 1536, true);
   backward_case(ctx, 8192, 100352, 1536, true);
+  backward_case(ctx, 8192, 100352, 1536, true, /*text_like=*/true);
 }
 
 }  // namespace hcp::cuda::test

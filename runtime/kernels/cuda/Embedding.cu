@@ -4,9 +4,11 @@
 // (id, token) pairs puts each id's tokens together in token order, and one warp per vocabulary
 // row finds its segment by binary search and sums it in fp32. So every dtable row is written
 // exactly once (rows no token uses get zeros: no separate memset of the [vocab, hidden] table),
-// and the sum order is fixed: the gradient is bit-reproducible. (A very frequent id is one
-// warp's serial loop over its tokens; should that tail show up in profiles, split long segments
-// over several warps with a fixed-order combine.) Atomics would need an fp32 copy
+// and the sum order is fixed: the gradient is bit-reproducible. An id with more than
+// kWarpRowLimit tokens (byte-level text: a space is every sixth token) would be one warp's long
+// serial loop: its warp lists it instead, and a second kernel gives each listed row a block whose
+// warps take every eighth token and add their sums in warp order (the order depends on the count
+// alone). Atomics would need an fp32 copy
 // of the whole table (bf16 atomics round at every add) plus a conversion pass, and their order,
 // hence the rounding, would change from run to run.
 #include <cub/device/device_radix_sort.cuh>
@@ -76,13 +78,21 @@ __device__ __forceinline__ int64_t lower_bound(const int32_t* sorted, int64_t n,
   return lo;
 }
 
-// One warp per vocabulary row: the sum of its tokens' gradients (token order), or zeros. The
-// warp covers kSlab columns per pass, each lane 8 groups of 8, so one token's row is 8 independent
-// 16-byte loads per lane.
+// The tokens one warp sums alone; a row with more goes to embedding_long_rows_kernel.
+constexpr int64_t kWarpRowLimit = 64;
+
+// At most this many rows have more than kWarpRowLimit of `tokens` tokens.
+int64_t max_long_rows(int64_t tokens) { return tokens / (kWarpRowLimit + 1); }
+
+// One warp per vocabulary row: the sum of its tokens' gradients (token order), or zeros; a row of
+// more than kWarpRowLimit tokens is listed in long_rows instead (the long-rows kernel writes it).
+// The warp covers kSlab columns per pass, each lane 8 groups of 8, so one token's row is 8
+// independent 16-byte loads per lane.
 constexpr int kGroupsPerLane = 8;
 constexpr int64_t kSlab = 32 * 8 * kGroupsPerLane;
 
-__global__ void embedding_rows_kernel(bf16* dtable, const bf16* dout, const int32_t* sorted_keys,
+__global__ void embedding_rows_kernel(bf16* dtable, int32_t* long_rows, int32_t* long_count,
+                                      const bf16* dout, const int32_t* sorted_keys,
                                       const int32_t* sorted_tokens, int64_t tokens, int64_t vocab,
                                       int64_t hidden, float multiplier, int64_t padding_idx,
                                       bool vec) {
@@ -94,6 +104,10 @@ __global__ void embedding_rows_kernel(bf16* dtable, const bf16* dout, const int3
     if (v != padding_idx) {
       begin = lower_bound(sorted_keys, tokens, static_cast<int32_t>(v));
       end = lower_bound(sorted_keys, tokens, static_cast<int32_t>(v + 1));
+    }
+    if (end - begin > kWarpRowLimit) {
+      if (lane == 0) long_rows[atomicAdd(long_count, 1)] = static_cast<int32_t>(v);
+      continue;
     }
     for (int64_t slab = 0; slab < hidden; slab += kSlab) {
       float acc[kGroupsPerLane][8] = {};
@@ -121,6 +135,64 @@ __global__ void embedding_rows_kernel(bf16* dtable, const bf16* dout, const int3
         store8_any(dtable + v * hidden + c, acc[g], valid, vec);
       }
     }
+  }
+}
+
+// One block per listed row (block b takes long_rows[b] while b < long_count): warp w sums the
+// row's tokens w, w + 8, ... (in order), then warp 0 adds the warps' sums in warp order. Slabs of
+// kLongSlab columns, each lane 4 groups of 8 (the warps' sums fit in 32 KiB of shared memory).
+constexpr int kLongGroups = 4;
+constexpr int64_t kLongSlab = 32 * 8 * kLongGroups;
+
+__global__ void __launch_bounds__(kThreads)
+    embedding_long_rows_kernel(bf16* dtable, const int32_t* long_rows, const int32_t* long_count,
+                               const bf16* dout, const int32_t* sorted_keys,
+                               const int32_t* sorted_tokens, int64_t tokens, int64_t hidden,
+                               float multiplier, bool vec) {
+  __shared__ float sums[kWarpsPerBlock][kLongGroups][32][8];
+  if (blockIdx.x >= *long_count) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t v = long_rows[blockIdx.x];
+  const int64_t begin = lower_bound(sorted_keys, tokens, v);
+  const int64_t end = lower_bound(sorted_keys, tokens, v + 1);
+  for (int64_t slab = 0; slab < hidden; slab += kLongSlab) {
+    float acc[kLongGroups][8] = {};
+    for (int64_t i = begin + warp; i < end; i += kWarpsPerBlock) {
+      const bf16* src = dout + int64_t{sorted_tokens[i]} * hidden;
+#pragma unroll
+      for (int g = 0; g < kLongGroups; g++) {
+        const int64_t c = slab + (g * 32 + lane) * 8;
+        const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
+        if (valid == 0) continue;
+        float x[8];
+        load8_any(x, src + c, valid, vec);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] += x[e];
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kLongGroups; g++) {
+#pragma unroll
+      for (int e = 0; e < 8; e++) sums[warp][g][lane][e] = acc[g][e];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int g = 0; g < kLongGroups; g++) {
+        const int64_t c = slab + (g * 32 + lane) * 8;
+        const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
+        if (valid == 0) continue;
+        float total[8] = {};
+        for (int w = 0; w < kWarpsPerBlock; w++) {
+#pragma unroll
+          for (int e = 0; e < 8; e++) total[e] += sums[w][g][lane][e];
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) total[e] *= multiplier;
+        store8_any(dtable + int64_t{v} * hidden + c, total, valid, vec);
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -158,6 +230,7 @@ Status embedding_forward(cudaStream_t stream, bf16* out, const int32_t* ids, con
 size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
   WorkspaceCarver carver(Workspace{});
   for (int i = 0; i < 4; i++) carver.take<int32_t>(tokens);
+  carver.take<int32_t>(max_long_rows(tokens) + 1);  // the long rows and their count
   carver.take<char>(static_cast<int64_t>(sort_temp_bytes(tokens, vocab)));
   return carver.used();
 }
@@ -174,6 +247,8 @@ Status embedding_backward(cudaStream_t stream, bf16* dtable, const bf16* dout, c
   int32_t* order = carver.take<int32_t>(tokens);
   int32_t* sorted_keys = carver.take<int32_t>(tokens);
   int32_t* sorted_tokens = carver.take<int32_t>(tokens);
+  int32_t* long_count = carver.take<int32_t>(max_long_rows(tokens) + 1);
+  int32_t* long_rows = long_count + 1;
   size_t temp_bytes = sort_temp_bytes(tokens, vocab);
   void* temp = carver.take<char>(static_cast<int64_t>(temp_bytes));
   if (!carver.fits()) return Status(name, "workspace too small");
@@ -188,8 +263,17 @@ Status embedding_backward(cudaStream_t stream, bf16* dtable, const bf16* dout, c
     if (error != cudaSuccess) return Status::Cuda(name, error);
   }
   const bool vec = hidden % 8 == 0 && aligned16(dtable) && aligned16(dout);
+  if (cudaError_t error = cudaMemsetAsync(long_count, 0, sizeof(int32_t), stream);
+      error != cudaSuccess) {
+    return Status::Cuda(name, error);
+  }
   embedding_rows_kernel<<<grid_for(vocab, kWarpsPerBlock), kThreads, 0, stream>>>(
-      dtable, dout, sorted_keys, sorted_tokens, tokens, vocab, hidden, multiplier, padding_idx,
+      dtable, long_rows, long_count, dout, sorted_keys, sorted_tokens, tokens, vocab, hidden,
+      multiplier, padding_idx, vec);
+  if (Status s = launch_status(name); !s.ok()) return s;
+  if (max_long_rows(tokens) == 0) return Status();
+  embedding_long_rows_kernel<<<static_cast<unsigned>(max_long_rows(tokens)), kThreads, 0, stream>>>(
+      dtable, long_rows, long_count, dout, sorted_keys, sorted_tokens, tokens, hidden, multiplier,
       vec);
   return launch_status(name);
 }

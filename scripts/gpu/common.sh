@@ -1,5 +1,14 @@
 # Sourced by the scripts/gpu/run_*.sh scripts that run from a bundle (scripts/gpu/make_bundle.sh):
 # the library path, the log and the `run` helper. Expects BUNDLE and LOG to be set.
+
+# The bundle travels compressed (make_bundle.sh's build-gpu/carry/bundle.tar.gz, carried as
+# build-gpu/carry): unpacked beside it unless the bundle there is newer (carried as it is).
+packed="$(dirname "$BUNDLE")/carry/bundle.tar.gz"
+if [ -f "$packed" ] && [ "$packed" -nt "$BUNDLE" ]; then
+  rm -rf "$BUNDLE"
+  tar -C "$(dirname "$BUNDLE")" -xzf "$packed"
+  touch "$BUNDLE"
+fi
 LIBS="$BUNDLE/lib:/usr/local/cuda/lib64"
 # The machine's own OpenMPI if it has one (it matches its mpirun); Debian's copy otherwise.
 ldconfig -p | grep -q 'libmpi\.so\.40' || LIBS="$LIBS:$BUNDLE/lib/mpi"

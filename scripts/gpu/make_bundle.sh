@@ -11,7 +11,9 @@
 # compile the plans. The runtime is built without MLIR (preset-like flags below), CUDA on.
 #
 #   scripts/gpu/make_bundle.sh
-# Then: run(command="scripts/gpu/run_plan_tests.sh", carry=["build-gpu/bundle"]).
+# The bundle (~70 MB) is more than a run carries (64 MiB with the working tree): it also goes
+# into build-gpu/carry/bundle.tar.gz (~25 MB), which scripts/gpu/common.sh unpacks on the GPU
+# machine. Then: run(command="scripts/gpu/run_plan_tests.sh", carry=["build-gpu/carry"]).
 # (run_cp_tests.sh on nvidia-h200-x2, run_cp4_tests.sh on nvidia-h200-x4: the same carry.)
 set -euo pipefail
 
@@ -109,6 +111,9 @@ done
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
+# The same with the MoE backward recomputing the experts' first product (hcp-keep-expert-h off).
+"$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
+  --recompute-expert-h -o "$BUNDLE/plans/tiny-8192-bf16-recompute-expert-h.plan"
 # With activation recomputation: the same step, and sequences 8 and 16 times longer on one GPU.
 # cp=4 over 4 GPUs at s = 32768: 8192 tokens per GPU, as one GPU at s = 8192.
 "$HCP" compile --model granite-4.0-h-tiny --seq 32768 --micro-batch 1 --dtype bf16 --cp 4 \
@@ -118,4 +123,6 @@ for seq in 8192 65536 131072; do
     -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"
 done
 "$HCP" tokenize /usr/share/common-licenses -o "$BUNDLE/text.bin"
-du -sh "$BUNDLE"
+mkdir -p "$BUILD/carry"
+tar -C "$BUILD" -czf "$BUILD/carry/bundle.tar.gz" bundle
+du -sh "$BUNDLE" "$BUILD/carry/bundle.tar.gz"

@@ -2,7 +2,7 @@
 # Context parallelism over 4 GPUs (device kind nvidia-h200-x4), from the bundle of
 # scripts/gpu/make_bundle.sh; the 2-GPU script (run_cp_tests.sh) runs the kernel tests and
 # everything on two. In one call:
-#   run(command="scripts/gpu/run_cp4_tests.sh", carry=["build-gpu/bundle"], kind="nvidia-h200-x4")
+#   run(command="scripts/gpu/run_cp4_tests.sh", carry=["build-gpu/carry"], kind="nvidia-h200-x4")
 # 1. test_plan_step under mpirun -np 4: the cp=4 bf16 plans of granite-gpu-small (zigzag +
 #    all-gather state scan; contiguous + chain; zigzag with the experts split over the four,
 #    ep=4) against the one-rank f32 plan on the CPU: loss and every gradient, the 1-GPU

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Context parallelism on the 2-GPU machine (device kind nvidia-h200-x2), from the bundle of
 # scripts/gpu/make_bundle.sh:
-#   run(command="scripts/gpu/run_cp_tests.sh", carry=["build-gpu/bundle"], kind="nvidia-h200-x2")
+#   run(command="scripts/gpu/run_cp_tests.sh", carry=["build-gpu/carry"], kind="nvidia-h200-x2")
 # 1. test_kernels_cuda, small shapes: every CUDA kernel against the CPU oracle, including the
 #    collectives' device halves (attention_merge, accumulate, state_pass).
 # 2. test_plan_step under mpirun -np 2: the cp=2 bf16 plans of tests/configs/granite-gpu-small.json

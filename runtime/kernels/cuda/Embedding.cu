@@ -78,6 +78,30 @@ __device__ __forceinline__ int64_t lower_bound(const int32_t* sorted, int64_t n,
   return lo;
 }
 
+// This lane's group g of 8 columns in the slab starting at column `slab`, and how many exist.
+__device__ __forceinline__ int64_t slab_col(int64_t slab, int g, int lane) {
+  return slab + (g * 32 + lane) * 8;
+}
+__device__ __forceinline__ int slab_valid(int64_t c, int64_t hidden) {
+  return static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
+}
+
+// acc += this lane's G groups of one token's row `src` in the slab.
+template <int G>
+__device__ __forceinline__ void add_row(float (&acc)[G][8], const bf16* src, int64_t slab,
+                                        int64_t hidden, int lane, bool vec) {
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    const int64_t c = slab_col(slab, g, lane);
+    const int valid = slab_valid(c, hidden);
+    if (valid == 0) continue;
+    float x[8];
+    load8_any(x, src + c, valid, vec);
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[g][e] += x[e];
+  }
+}
+
 // The tokens one warp sums alone; a row with more goes to embedding_long_rows_kernel.
 constexpr int64_t kWarpRowLimit = 64;
 
@@ -113,22 +137,12 @@ __global__ void embedding_rows_kernel(bf16* dtable, int32_t* long_rows, int32_t*
       float acc[kGroupsPerLane][8] = {};
 #pragma unroll 2
       for (int64_t i = begin; i < end; i++) {
-        const bf16* src = dout + int64_t{sorted_tokens[i]} * hidden;
-#pragma unroll
-        for (int g = 0; g < kGroupsPerLane; g++) {
-          const int64_t c = slab + (g * 32 + lane) * 8;
-          const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
-          if (valid == 0) continue;
-          float x[8];
-          load8_any(x, src + c, valid, vec);
-#pragma unroll
-          for (int e = 0; e < 8; e++) acc[g][e] += x[e];
-        }
+        add_row(acc, dout + int64_t{sorted_tokens[i]} * hidden, slab, hidden, lane, vec);
       }
 #pragma unroll
       for (int g = 0; g < kGroupsPerLane; g++) {
-        const int64_t c = slab + (g * 32 + lane) * 8;
-        const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
+        const int64_t c = slab_col(slab, g, lane);
+        const int valid = slab_valid(c, hidden);
         if (valid == 0) continue;
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[g][e] *= multiplier;
@@ -158,17 +172,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t slab = 0; slab < hidden; slab += kLongSlab) {
     float acc[kLongGroups][8] = {};
     for (int64_t i = begin + warp; i < end; i += kWarpsPerBlock) {
-      const bf16* src = dout + int64_t{sorted_tokens[i]} * hidden;
-#pragma unroll
-      for (int g = 0; g < kLongGroups; g++) {
-        const int64_t c = slab + (g * 32 + lane) * 8;
-        const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
-        if (valid == 0) continue;
-        float x[8];
-        load8_any(x, src + c, valid, vec);
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[g][e] += x[e];
-      }
+      add_row(acc, dout + int64_t{sorted_tokens[i]} * hidden, slab, hidden, lane, vec);
     }
 #pragma unroll
     for (int g = 0; g < kLongGroups; g++) {
@@ -179,8 +183,8 @@ __global__ void __launch_bounds__(kThreads)
     if (warp == 0) {
 #pragma unroll
       for (int g = 0; g < kLongGroups; g++) {
-        const int64_t c = slab + (g * 32 + lane) * 8;
-        const int valid = static_cast<int>(max(int64_t{0}, min(int64_t{8}, hidden - c)));
+        const int64_t c = slab_col(slab, g, lane);
+        const int valid = slab_valid(c, hidden);
         if (valid == 0) continue;
         float total[8] = {};
         for (int w = 0; w < kWarpsPerBlock; w++) {

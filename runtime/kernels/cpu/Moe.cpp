@@ -19,16 +19,16 @@ template <typename T>
 void expert_forward(std::vector<double>& hin, std::vector<double>& u, std::vector<double>& o,
                     const T* x, const T* w_in_e, const T* w_out_e, int64_t hidden, int64_t inner,
                     const T* kept_hin = nullptr) {
-  for (int64_t r = 0; r < 2 * inner; r++) {
-    if (kept_hin != nullptr) {
-      hin[r] = static_cast<double>(kept_hin[r]);
-      continue;
+  if (kept_hin != nullptr) {
+    std::copy(kept_hin, kept_hin + 2 * inner, hin.begin());
+  } else {
+    for (int64_t r = 0; r < 2 * inner; r++) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < hidden; c++) {
+        acc += static_cast<double>(w_in_e[r * hidden + c]) * static_cast<double>(x[c]);
+      }
+      hin[r] = acc;
     }
-    double acc = 0.0;
-    for (int64_t c = 0; c < hidden; c++) {
-      acc += static_cast<double>(w_in_e[r * hidden + c]) * static_cast<double>(x[c]);
-    }
-    hin[r] = acc;
   }
   for (int64_t i = 0; i < inner; i++) u[i] = hin[i] * sigmoid(hin[i]) * hin[inner + i];
   for (int64_t r = 0; r < hidden; r++) {

@@ -35,6 +35,11 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv,
     }
     const OptionSpec* spec = FindSpec(specs, name);
     if (spec == nullptr) return absl::InvalidArgumentError("unknown option " + word);
+    // A second value would silently win over the first: the user meant one of them.
+    if (args.values_.count(name)) {
+      return absl::InvalidArgumentError(absl::StrFormat("option %s%s is given twice; give it once",
+                                                        name.size() == 1 ? "-" : "--", name));
+    }
     if (spec->value_name.empty()) {
       if (inline_value) return absl::InvalidArgumentError("option --" + name + " takes no value");
       args.values_[name] = "";

@@ -75,6 +75,47 @@ absl::Status CutPartialLastLine(int fd, const std::string& path) {
   return absl::OkStatus();
 }
 
+// Whether the file at `fd` reads as a metrics log, without reading more than its lines (a big
+// data file named by mistake fails at its first line): every complete line a record or blank,
+// and a last line without '\n' the start of one (what a crash mid-write leaves).
+absl::Status CheckIsMetricsLog(int fd, const std::string& path) {
+  constexpr size_t kLongestLine = 64 * 1024;
+  const auto not_metrics = [&](int64_t line_number, std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics %s is not a metrics log (line %d: %s): a resumed run appends only to its own "
+        "metrics; name a new file",
+        path, line_number, std::string(why)));
+  };
+  std::string line;
+  char buffer[4096];
+  int64_t line_number = 1;
+  for (off_t at = 0;;) {
+    ssize_t n = ::pread(fd, buffer, sizeof(buffer), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read", path, errno);
+    if (n == 0) break;
+    at += n;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] != '\n') {
+        line.push_back(buffer[i]);
+        if (line.size() > kLongestLine) return not_metrics(line_number, "longer than any record");
+        continue;
+      }
+      if (line.find_first_not_of(" \t\r") != std::string::npos) {
+        absl::StatusOr<MetricsRecord> record = ParseMetricsLine(line, "");
+        if (!record.ok()) return not_metrics(line_number, "not a metrics record");
+      }
+      line.clear();
+      ++line_number;
+    }
+  }
+  // MetricsJsonLine's records start so; a fragment that does not is something else.
+  const std::string_view start = R"({"step":)";
+  const size_t k = std::min(line.size(), start.size());
+  if (line.compare(0, k, start, 0, k) != 0) return not_metrics(line_number, "not a metrics record");
+  return absl::OkStatus();
+}
+
 // A required or optional number field; null -> NaN.
 absl::Status ReadNumber(const json& object, const char* key, bool required, double* out,
                         std::string_view what) {
@@ -170,10 +211,29 @@ absl::StatusOr<MetricsRecord> ParseMetricsLine(std::string_view line, std::strin
 
 // ------------------------------------------------------------------------------------------------
 
-absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, MetricsMode mode) {
+  // No O_CREAT on an existing file and no O_TRUNC ever: what is there is checked before the
+  // first byte changes.
+  int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ENOENT) {
+    fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
   if (fd < 0) return ErrnoError("cannot open", path, errno);
   MetricsWriter writer(path, fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--metrics %s is not a regular file; name a new .jsonl file", path));
+  }
+  if (st.st_size == 0) return writer;
+  if (mode == MetricsMode::kNew) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "--metrics %s already exists (%s): a new run does not append to another file; name a "
+        "new file, remove this one, or continue its run with --resume",
+        path, FormatBytes(static_cast<uint64_t>(st.st_size))));
+  }
+  HCP_RETURN_IF_ERROR(CheckIsMetricsLog(fd, path));
   HCP_RETURN_IF_ERROR(CutPartialLastLine(fd, path));
   return writer;
 }

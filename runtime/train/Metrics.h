@@ -13,9 +13,10 @@
 //   elapsed_s     seconds since the run (or the resumed run) started
 //   skipped       the update was skipped (non-finite loss or gradients; see AdamW.h)
 // Each line is written with one write(2) on an O_APPEND descriptor, so a crash leaves at worst
-// a partial last line; the reader ignores it, and the writer cuts it off when it reopens the
-// file. A run resumed from an older checkpoint writes some steps again: the reader keeps the
-// last record of each step, so the file reads as the resumed run's history.
+// a partial last line; the reader ignores it, and the writer cuts it off when a resumed run
+// reopens the file (a fresh run never appends to an existing file: see MetricsMode). A run resumed
+// from an older checkpoint writes some steps again: the reader keeps the last record of each step,
+// so the file reads as the resumed run's history.
 #pragma once
 
 #include <cstdint>
@@ -47,11 +48,22 @@ std::string MetricsJsonLine(const MetricsRecord& record);
 // ignored (later versions may add some); null reads as NaN.
 absl::StatusOr<MetricsRecord> ParseMetricsLine(std::string_view line, std::string_view what);
 
+// How a run opens its metrics file. Either way a file that is not a regular file is refused,
+// and a refused file is left as it was.
+enum class MetricsMode {
+  // A fresh run: the file must not exist or be empty, since appending a new run to another
+  // file (or to a data file named by mistake) would mix two histories or destroy the file.
+  kNew,
+  // A resumed run continues its own history: an existing file must read as a metrics log (every
+  // line a record, a partial last line allowed); it is created if missing.
+  kContinue,
+};
+
 class MetricsWriter {
  public:
-  // Opens `path` for appending, creating it if missing. A partial last line (what a crash in
-  // the middle of a write leaves) is cut off first.
-  static absl::StatusOr<MetricsWriter> Open(const std::string& path);
+  // Opens `path` for appending (see MetricsMode). A partial last line of a continued log (what a
+  // crash in the middle of a write leaves) is cut off first.
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path, MetricsMode mode);
 
   MetricsWriter(MetricsWriter&& other) noexcept;
   MetricsWriter& operator=(MetricsWriter&& other) noexcept;

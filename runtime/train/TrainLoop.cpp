@@ -66,7 +66,8 @@ absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
   if (options.metrics.empty()) return absl::OkStatus();
   absl::Status opened = absl::OkStatus();
   if (comm.world_rank() == 0) {
-    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(options.metrics);
+    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(
+        options.metrics, options.resume ? MetricsMode::kContinue : MetricsMode::kNew);
     opened = writer.status();
     if (writer.ok()) metrics = std::move(*writer);
   }

@@ -15,10 +15,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 launch=("$mpiexec" --oversubscribe --allow-run-as-root --mca btl self,vader)
 
-compare() {  # ACTUAL REFERENCE LOSS_TOL GRAD_TOL -> the worst gradient error, or exits
-  local out
+# ACTUAL REFERENCE LOSS_TOL GRAD_TOL COUNT -> "loss_error worst_gradient_error", or fails; COUNT
+# gradients must have been compared (compare-step also fails when the two sets of names differ).
+compare() {
+  local out compared
   if ! out=$("$hcp" compare-step "$1" "$2" --loss-tolerance "$3" --grad-tolerance "$4" 2>&1); then
     echo "$out" >&2
+    return 1
+  fi
+  compared=$(echo "$out" | sed -n 's/^gradients: \([0-9]*\) compared.*/\1/p')
+  if [ "$compared" != "$5" ]; then
+    echo "$1: $compared gradients compared, the model has $5" >&2
     return 1
   fi
   echo "$out" | sed -n 's/.*loss.*relative error \([^ ]*\).*/\1/p;s/.*worst relative RMS \([^ ]*\).*/\1/p' | paste -sd' '
@@ -30,6 +37,8 @@ for model in hybrid-moe dense; do
   config=$fixtures/$model/config.json
   batch=$(python3 -c "import json; print(json.load(open('$fixtures/$model/meta.json'))['batch'])")
   seq=$(python3 -c "import json; print(json.load(open('$fixtures/$model/meta.json'))['seq'])")
+  # Every parameter has a gradient in the fixture: each comparison must cover them all.
+  params=$(python3 -c "import json, struct; f = open('$fixtures/$model/reference.safetensors', 'rb'); h = json.loads(f.read(struct.unpack('<Q', f.read(8))[0])); print(sum(k.startswith('grad.') for k in h))")
   "$hcp" compile "$config" --seq "$seq" --micro-batch "$batch" -o "$work/single.plan" 2>/dev/null
   "$hcp" run-step "$work/single.plan" --weights "$fixtures/$model" \
     --inputs "$fixtures/$model/reference.safetensors" --save "$work/single.safetensors" >/dev/null
@@ -50,8 +59,8 @@ for model in hybrid-moe dense; do
           failures=$((failures + 1))
           continue
         fi
-        if ! vs_single=$(compare "$result" "$work/single.safetensors" 1e-6 1e-5) ||
-          ! vs_hf=$(compare "$result" "$fixtures/$model" 1e-5 1e-4); then
+        if ! vs_single=$(compare "$result" "$work/single.safetensors" 1e-6 1e-5 "$params") ||
+          ! vs_hf=$(compare "$result" "$fixtures/$model" 1e-5 1e-4 "$params"); then
           echo "$model cp=$cp $layout $scan: MISMATCH" >&2
           failures=$((failures + 1))
           continue

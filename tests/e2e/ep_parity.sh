@@ -42,10 +42,17 @@ with open(path, "wb") as f:
     f.write(struct.pack("<Q", len(text)) + text + b"".join(raw for _, raw in data))
 EOF
 
-compare() {  # ACTUAL REFERENCE -> "loss_error worst_grad_error", or exits
-  local out
+# ACTUAL REFERENCE COUNT -> "loss_error worst_gradient_error", or fails; COUNT gradients must
+# have been compared (compare-step also fails when the two sets of names differ).
+compare() {
+  local out compared
   if ! out=$("$hcp" compare-step "$1" "$2" --loss-tolerance 1e-6 --grad-tolerance 1e-5 2>&1); then
     echo "$out" >&2
+    return 1
+  fi
+  compared=$(echo "$out" | sed -n 's/^gradients: \([0-9]*\) compared.*/\1/p')
+  if [ "$compared" != "$3" ]; then
+    echo "$1: $compared gradients compared, the model has $3" >&2
     return 1
   fi
   echo "$out" | sed -n 's/.*loss.*relative error \([^ ]*\).*/\1/p;s/.*worst relative RMS \([^ ]*\).*/\1/p' | paste -sd' '

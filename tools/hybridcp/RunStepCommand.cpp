@@ -13,6 +13,7 @@
 #include "runtime/comm/World.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/plan/PlanFile.h"
+#include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
@@ -147,8 +148,31 @@ absl::Status Report(const StepResult& step, const Args& args) {
   return CompareStepResults(step, expected, *reference, tolerances, args.Has("verbose"));
 }
 
+// --save must not name a file this command reads: the plan, --inputs, --compare's reference or a
+// file of the --weights checkpoint.
+absl::Status CheckSaveIsNoInput(const Args& args) {
+  std::optional<std::string> save = args.Get("save");
+  if (!save) return absl::OkStatus();
+  std::vector<std::string> inputs = {args.positionals()[0]};
+  for (const char* option : {"inputs", "compare"}) {
+    if (std::optional<std::string> path = args.Get(option)) {
+      inputs.push_back(*path);
+      inputs.push_back(*path + "/reference.safetensors");
+    }
+  }
+  if (std::optional<std::string> weights = args.Get("weights")) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(*weights, error)) {
+      inputs.push_back(entry.path().string());
+    }
+  }
+  return RefuseOutputOntoInput("--save", *save, inputs);
+}
+
 absl::Status RunStep(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
+  // Every rank sees the same command line and files, so each refuses alike before joining.
+  HCP_RETURN_IF_ERROR(CheckSaveIsNoInput(args));
   HCP_ASSIGN_OR_RETURN(World world, World::Join());
   comm::Communicator& comm = world.comm();
   // Every rank loads; the first collective checks that all did, with the same plan, and that

@@ -1,11 +1,16 @@
 #include "tools/hybridcp/StepResult.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <map>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Safetensors.h"
 
@@ -21,6 +26,46 @@ double RelativeRms(const std::vector<float>& value, const std::vector<float>& re
     norm += double(reference[i]) * reference[i];
   }
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// Both results must hold gradients of the same parameters: a gradient compared with nothing, or
+// a reference gradient the step did not produce, is a mismatch (a step without gradients must
+// not "match" every reference).
+absl::Status CheckSameGradientNames(const StepResult& actual, const StepResult& reference,
+                                    const std::string& reference_name) {
+  std::set<std::string> have, want;
+  for (const auto& gradient : actual.gradients) have.insert(gradient.first);
+  for (const auto& gradient : reference.gradients) want.insert(gradient.first);
+  std::vector<std::string> missing, extra;
+  std::set_difference(want.begin(), want.end(), have.begin(), have.end(),
+                      std::back_inserter(missing));
+  std::set_difference(have.begin(), have.end(), want.begin(), want.end(),
+                      std::back_inserter(extra));
+  if (missing.empty() && extra.empty() && have.size() == actual.gradients.size() &&
+      want.size() == reference.gradients.size()) {
+    return absl::OkStatus();
+  }
+  constexpr size_t kShown = 4;
+  const auto listed = [&](const std::vector<std::string>& names) {
+    std::string text = absl::StrJoin(
+        names.begin(), names.begin() + std::min(names.size(), kShown), ", ",
+        [](std::string* out, const std::string& name) { absl::StrAppend(out, "'", name, "'"); });
+    if (names.size() > kShown) absl::StrAppend(&text, " and ", names.size() - kShown, " more");
+    return text;
+  };
+  std::string problems;
+  if (!missing.empty()) {
+    absl::StrAppend(&problems, missing.size(), " reference gradients the step lacks (",
+                    listed(missing), ")");
+  }
+  if (!extra.empty()) {
+    absl::StrAppend(&problems, problems.empty() ? "" : "; ", extra.size(),
+                    " gradients the reference lacks (", listed(extra), ")");
+  }
+  if (problems.empty()) problems = "a gradient name appears twice";
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the step does not match %s: the step has %d gradients, the reference %d: %s", reference_name,
+      actual.gradients.size(), reference.gradients.size(), problems));
 }
 
 }  // namespace
@@ -72,15 +117,12 @@ absl::Status CompareStepResults(const StepResult& actual, const StepResult& refe
               loss_error, tolerances.loss);
   std::map<std::string, const std::vector<float>*> expected;
   for (const auto& [name, values] : reference.gradients) expected[name] = &values;
+  HCP_RETURN_IF_ERROR(CheckSameGradientNames(actual, reference, reference_name));
   double worst = 0;
   std::string worst_name;
   int failures = 0;
   for (const auto& [name, values] : actual.gradients) {
     auto it = expected.find(name);
-    if (it == expected.end()) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s has no reference gradient for '%s'", reference_name, name));
-    }
     if (it->second->size() != values.size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: the gradient of '%s' has %d values, the step's has %d",

@@ -29,7 +29,8 @@ struct Tolerances {
 
 // Prints the loss error and the worst gradient error (every gradient with `verbose`, every one
 // over tolerance always), then "MATCH"; an error names how many gradients are over tolerance.
-// Every gradient of `actual` must be in `reference`, with the same size.
+// Both must hold gradients of the same parameters (an error lists the differences), each with
+// the same size; the count compared is printed.
 absl::Status CompareStepResults(const StepResult& actual, const StepResult& reference,
                                 const std::string& reference_name, const Tolerances& tolerances,
                                 bool verbose);

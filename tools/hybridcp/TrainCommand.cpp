@@ -11,6 +11,7 @@
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/train/CudaTrainer.h"
 #endif
+#include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/ByteTokenizer.h"
 #include "runtime/train/Plot.h"
@@ -53,6 +54,11 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
     if (!file) return absl::NotFoundError(absl::StrFormat("%s: cannot read the config", *config));
     o.model_config = text.str();
   }
+  if (!o.metrics.empty()) {
+    std::vector<std::string> inputs = {args.positionals().at(0), o.data};
+    if (std::optional<std::string> config = args.Get("config")) inputs.push_back(*config);
+    HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("--metrics", o.metrics, inputs));
+  }
   return o;
 }
 
@@ -90,6 +96,7 @@ absl::Status Tokenize(const Args& args) {
       files.push_back(input);  // a file (TokenizeTextFiles says if it cannot be read)
     }
   }
+  HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", *output, files));
   HCP_ASSIGN_OR_RETURN(int64_t tokens, train::TokenizeTextFiles(files, *output));
   std::printf("%s: %lld tokens from %zu files (bytes 0-255, BOS %d, EOS %d)\n", output->c_str(),
               static_cast<long long>(tokens), files.size(), train::kByteBos, train::kByteEos);
@@ -101,9 +108,16 @@ absl::Status Plot(const Args& args) {
   if (!output || args.positionals().empty()) {
     return absl::InvalidArgumentError("give metrics files (JSON lines) and -o FILE.svg");
   }
+  HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", *output, args.positionals()));
   train::PlotOptions options;
   if (std::optional<std::string> title = args.Get("title")) options.title = *title;
-  if (args.Get("x").value_or("step") == "tokens") options.x_axis = train::PlotXAxis::kTokens;
+  const std::string x_axis = args.Get("x").value_or("step");
+  if (x_axis == "tokens") {
+    options.x_axis = train::PlotXAxis::kTokens;
+  } else if (x_axis != "step") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--x %s: the x axis is step or tokens", x_axis));
+  }
   HCP_RETURN_IF_ERROR(train::PlotMetricsFiles(args.positionals(), *output, options));
   std::printf("wrote %s (%zu runs)\n", output->c_str(), args.positionals().size());
   return absl::OkStatus();

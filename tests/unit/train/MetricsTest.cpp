@@ -1,6 +1,8 @@
 // Metrics as JSON lines (writer, reader, crash tolerance, resume) and the progress line.
 #include "runtime/train/Metrics.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <limits>
 
@@ -76,7 +78,7 @@ TEST(Metrics, BadLinesSayWhatIsWrong) {
 TEST(Metrics, WriterAppendsAndReaderReads) {
   ScratchDir dir;
   {
-    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(dir / "m.jsonl");
+    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(dir / "m.jsonl", MetricsMode::kNew);
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (int step = 1; step <= 3; ++step)
       ASSERT_TRUE(writer->Append(Record(step, 5.0 - step)).ok());
@@ -86,7 +88,8 @@ TEST(Metrics, WriterAppendsAndReaderReads) {
     ASSERT_TRUE(log.ok());
     EXPECT_EQ(log->records.size(), 3u);
   }
-  absl::StatusOr<MetricsWriter> again = MetricsWriter::Open(dir / "m.jsonl");
+  absl::StatusOr<MetricsWriter> again =
+      MetricsWriter::Open(dir / "m.jsonl", MetricsMode::kContinue);
   ASSERT_TRUE(again.ok());
   ASSERT_TRUE(again->Append(Record(4, 0.5)).ok());
   absl::StatusOr<MetricsLog> log = ReadMetrics(dir / "m.jsonl");
@@ -111,7 +114,7 @@ TEST(Metrics, PartialLastLineIsToleratedAndCutOff) {
   EXPECT_TRUE(log->partial_last_line);
 
   {
-    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(path);
+    absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(path, MetricsMode::kContinue);
     ASSERT_TRUE(writer.ok());
     EXPECT_EQ(ReadFileBytes(path), text);
     ASSERT_TRUE(writer->Append(Record(3, 1.0)).ok());
@@ -123,13 +126,53 @@ TEST(Metrics, PartialLastLineIsToleratedAndCutOff) {
 
   // A file that is one fragment is cut to nothing.
   WriteFileBytes(dir / "f.jsonl", "{\"step\":1,\"lo");
-  ASSERT_TRUE(MetricsWriter::Open(dir / "f.jsonl").ok());
+  ASSERT_TRUE(MetricsWriter::Open(dir / "f.jsonl", MetricsMode::kContinue).ok());
   EXPECT_EQ(ReadFileBytes(dir / "f.jsonl"), "");
   // A complete last line without '\n' is still read.
   WriteFileBytes(dir / "g.jsonl", "{\"step\":1,\"loss\":2}");
   log = ReadMetrics(dir / "g.jsonl");
   ASSERT_TRUE(log.ok());
   EXPECT_EQ(log->records.size(), 1u);
+}
+
+// A fresh run never appends to an existing file, and a resumed one only to a metrics log: a data
+// file named by mistake stays byte for byte.
+TEST(Metrics, WriterRefusesFilesThatAreNotItsOwn) {
+  ScratchDir dir;
+  const std::string log = MetricsJsonLine(Record(1, 3.0)) + MetricsJsonLine(Record(2, 2.0));
+  WriteFileBytes(dir / "old.jsonl", log);
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir / "old.jsonl", MetricsMode::kNew).status(),
+                        "already exists"));
+  EXPECT_EQ(ReadFileBytes(dir / "old.jsonl"), log);
+
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  WriteFileBytes(dir / "tokens.bin", data);
+  for (MetricsMode mode : {MetricsMode::kNew, MetricsMode::kContinue}) {
+    absl::Status refused = MetricsWriter::Open(dir / "tokens.bin", mode).status();
+    EXPECT_FALSE(refused.ok());
+    EXPECT_EQ(ReadFileBytes(dir / "tokens.bin"), data);
+  }
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir / "tokens.bin", MetricsMode::kContinue).status(),
+                        "is not a metrics log (line 1"));
+  // Text without a newline is no crash's fragment of a record either.
+  WriteFileBytes(dir / "notes.txt", "remember the milk");
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir / "notes.txt", MetricsMode::kContinue).status(),
+                        "is not a metrics log"));
+  EXPECT_EQ(ReadFileBytes(dir / "notes.txt"), "remember the milk");
+  // A bad line after good ones.
+  WriteFileBytes(dir / "mixed.jsonl", log + "garbage\n");
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir / "mixed.jsonl", MetricsMode::kContinue).status(),
+                        "(line 3: not a metrics record)"));
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir.path(), MetricsMode::kContinue).status(),
+                        "Is a directory"));
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  EXPECT_TRUE(FailsWith(MetricsWriter::Open(dir / "pipe", MetricsMode::kNew).status(),
+                        "is not a regular file"));
+  // An empty or missing file is fine in either mode.
+  WriteFileBytes(dir / "empty.jsonl", "");
+  EXPECT_TRUE(MetricsWriter::Open(dir / "empty.jsonl", MetricsMode::kNew).ok());
+  EXPECT_TRUE(MetricsWriter::Open(dir / "new.jsonl", MetricsMode::kContinue).ok());
 }
 
 TEST(Metrics, BadLineInTheMiddleIsAnError) {

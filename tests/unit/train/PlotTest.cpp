@@ -60,7 +60,7 @@ std::string Points(const std::string& svg, int k) {
 }
 
 void WriteRun(const std::string& path, const std::vector<double>& losses) {
-  absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(path);
+  absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(path, MetricsMode::kNew);
   ASSERT_TRUE(writer.ok());
   for (size_t i = 0; i < losses.size(); ++i) {
     MetricsRecord r;

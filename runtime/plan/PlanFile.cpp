@@ -212,6 +212,7 @@ absl::Status CheckVersionAndChecksum(std::string_view bytes) {
   const uint32_t version = static_cast<uint32_t>(GetLittleEndian(bytes, 8, 4));
   if (bytes.size() < kPlanHeaderBytes + kPlanChecksumBytes) {
     if (version != kPlanSchemaVersion) return OtherVersionError(version);
+    // No checksum to compare: the detail is the file's size against its header's.
     return absl::InvalidArgumentError(DamagedMessage(DamageDetail(bytes, 0, 0)));
   }
   const std::string_view content = bytes.substr(0, bytes.size() - kPlanChecksumBytes);

@@ -10,9 +10,9 @@
 //
 // The checksum is a trailer, after the bytes it covers, so the whole file is one CRC codeword
 // and every guarantee of runtime/support/Crc32c.h holds for any change anywhere in it, the
-// checksum's own bits included: every 1-bit change is refused, and every 2- or 3-bit change
-// and every burst of up to 32 bits in a plan of up to 256 MiB. (A 64-bit hash would only make
-// an unnoticed change unlikely; the CRC makes these impossible.)
+// checksum's own bits included: every change of 1 or 3 bits and every burst of up to 32 bits is
+// refused, and every 2-bit change in a plan of up to 256 MiB (plans are well under 1 MiB). (A
+// 64-bit hash would only make an unnoticed change unlikely; the CRC makes these impossible.)
 //
 // Loading checks, in order: the magic, the version, the checksum, the payload size against the
 // file, the FlatBuffers verifier, the fields the schema leaves optional or open (absent names,

@@ -16,6 +16,7 @@
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/CommVolume.h"
+#include "runtime/support/Bytes.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 
@@ -87,9 +88,9 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
   }
   const uint64_t memory = PhysicalMemoryBytes();
   if (total > memory) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the plan's arenas need %d bytes, more than this machine's %d bytes of memory", total,
-        memory));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the plan's arenas need %s, more than this machine's %s of memory",
+                        FormatGiB(total), FormatGiB(memory)));
   }
 
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan, &comm));
@@ -102,8 +103,8 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
         (std::max<uint64_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
     auto* memory_block = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, rounded));
     if (memory_block == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate the %s arena (%d bytes)",
-                                                          plan::ArenaName(plan::Arena(a)), bytes));
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cannot allocate the %s arena (%s)", plan::ArenaName(plan::Arena(a)), FormatGiB(bytes)));
     }
     exec->arenas_[a].reset(memory_block);
     exec->bases_[a] = memory_block;

@@ -13,6 +13,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
+#include "runtime/support/Bytes.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 
@@ -42,8 +43,6 @@ constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
 uint64_t RoundUp(uint64_t bytes) {
   return (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
 }
-
-std::string GiB(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / 1073741824.0); }
 
 // bf16 as bits: round to nearest even (what cuda::cast and the kernels' stores do); a NaN stays a
 // quiet NaN instead of rounding into infinity.
@@ -169,8 +168,9 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the plan needs %s on GPU %d (arenas %s, workspace %s, cuBLASLt %s, optimizer state %s), "
         "but only %s of its %s are free",
-        GiB(needed), options.device, GiB(need.arenas), GiB(need.workspace), GiB(need.gemm),
-        GiB(need.optimizer), GiB(free_bytes), GiB(total_bytes)));
+        FormatGiB(needed), options.device, FormatGiB(need.arenas), FormatGiB(need.workspace),
+        FormatGiB(need.gemm), FormatGiB(need.optimizer), FormatGiB(free_bytes),
+        FormatGiB(total_bytes)));
   }
 
   // From here on the destructor frees whatever has been allocated when an error returns.
@@ -260,7 +260,7 @@ absl::Status CudaExecutor::Allocate(void** ptr, uint64_t bytes, std::string_view
   if (cudaError_t error = cudaMalloc(ptr, bytes); error != cudaSuccess) {
     *ptr = nullptr;
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %s (%s) on GPU %d: %s",
-                                                        what, GiB(bytes), device_,
+                                                        what, FormatGiB(bytes), device_,
                                                         cudaGetErrorString(error)));
   }
   allocated_bytes_ += bytes;

@@ -210,9 +210,8 @@ std::string PlanBuilder::FinishUnchecked() const {
                              fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_);
   fb::FinishPlanBuffer(fbb, root);
 
-  std::string file = EncodePlanHeader(fbb.GetSize());
-  file.append(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
-  return file;
+  return EncodePlanFile(
+      std::string_view(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize()));
 }
 
 absl::StatusOr<std::string> PlanBuilder::Finish() const {

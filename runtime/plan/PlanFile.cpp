@@ -9,8 +9,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "flatbuffers/flatbuffers.h"
 #include "runtime/plan/plan_generated.h"
+#include "runtime/support/Crc32c.h"
 #include "runtime/support/Status.h"
 
 namespace hcp::plan {
@@ -171,6 +173,76 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   return plan;
 }
 
+absl::Status OtherVersionError(uint32_t version) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "plan schema version %d, this runtime reads version %d: recompile the plan with this "
+      "hybridcp",
+      version, kPlanSchemaVersion));
+}
+
+std::string DamagedMessage(std::string_view detail) {
+  return absl::StrFormat("checksum mismatch: the plan is damaged (%s); compile it again", detail);
+}
+
+// What the damage looks like, for the message: a file cut short or grown, or changed bytes.
+std::string DamageDetail(std::string_view bytes, uint32_t stored, uint32_t computed) {
+  const uint64_t payload_size = GetLittleEndian(bytes, 16, 8);
+  if (payload_size > kMaxPlanPayloadBytes) {
+    return absl::StrFormat("its header gives a payload of %d bytes, more than a plan can hold",
+                           payload_size);
+  }
+  const uint64_t expected = kPlanHeaderBytes + payload_size + kPlanChecksumBytes;
+  if (bytes.size() < expected) {
+    return absl::StrFormat("the file has %d of the %d bytes its header gives", bytes.size(),
+                           expected);
+  }
+  if (bytes.size() > expected) {
+    const uint64_t extra = bytes.size() - expected;
+    return absl::StrFormat("the file has %d byte%s after the %d its header gives", extra,
+                           extra == 1 ? "" : "s", expected);
+  }
+  return absl::StrFormat("checksum 0x%08x stored, 0x%08x computed", stored, computed);
+}
+
+// The version and the checksum, after the magic. An older plan (with no checksum) is named by its
+// version. Damage is told apart from another version, and a damaged header field from a file cut
+// short or grown, by the checksum: when it holds over the header as this runtime and this file's
+// length say it should read, the differing header fields are what is damaged.
+absl::Status CheckVersionAndChecksum(std::string_view bytes) {
+  const uint32_t version = static_cast<uint32_t>(GetLittleEndian(bytes, 8, 4));
+  if (bytes.size() < kPlanHeaderBytes + kPlanChecksumBytes) {
+    if (version != kPlanSchemaVersion) return OtherVersionError(version);
+    // No checksum to compare: the detail is the file's size against its header's.
+    return absl::InvalidArgumentError(DamagedMessage(DamageDetail(bytes, 0, 0)));
+  }
+  const std::string_view content = bytes.substr(0, bytes.size() - kPlanChecksumBytes);
+  const uint32_t stored = static_cast<uint32_t>(GetLittleEndian(bytes, content.size(), 4));
+  const uint32_t computed = Crc32c(content);
+  if (version == kPlanSchemaVersion && computed == stored) return absl::OkStatus();
+
+  const uint64_t payload_size = GetLittleEndian(bytes, 16, 8);
+  const uint64_t held = content.size() - kPlanHeaderBytes;
+  std::string header(content.substr(0, 8));  // the magic
+  PutLittleEndian(header, kPlanSchemaVersion, 4);
+  header.append(content.substr(12, 4));  // reserved
+  PutLittleEndian(header, held, 8);
+  if ((version != kPlanSchemaVersion || payload_size != held) &&
+      Crc32c(content.substr(kPlanHeaderBytes), Crc32c(header)) == stored) {
+    std::vector<std::string> fields;
+    if (version != kPlanSchemaVersion) {
+      fields.push_back(absl::StrFormat("its header's schema version reads %d, not %d", version,
+                                       kPlanSchemaVersion));
+    }
+    if (payload_size != held) {
+      fields.push_back(
+          absl::StrFormat("its header's payload size reads %d, not %d", payload_size, held));
+    }
+    return absl::InvalidArgumentError(DamagedMessage(absl::StrJoin(fields, "; ")));
+  }
+  if (version != kPlanSchemaVersion) return OtherVersionError(version);
+  return absl::InvalidArgumentError(DamagedMessage(DamageDetail(bytes, stored, computed)));
+}
+
 absl::StatusOr<Plan> ParseUnprefixed(std::string_view bytes) {
   if (bytes.size() < kPlanHeaderBytes) {
     return absl::InvalidArgumentError(
@@ -180,23 +252,14 @@ absl::StatusOr<Plan> ParseUnprefixed(std::string_view bytes) {
   if (bytes.substr(0, sizeof(kPlanMagic)) != std::string_view(kPlanMagic, sizeof(kPlanMagic))) {
     return absl::InvalidArgumentError("not a hybridcp plan (bad magic)");
   }
-  const uint32_t version = static_cast<uint32_t>(GetLittleEndian(bytes, 8, 4));
-  if (version != kPlanSchemaVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "plan schema version %d, this runtime reads version %d: recompile the plan with this "
-        "hybridcp",
-        version, kPlanSchemaVersion));
-  }
+  HCP_RETURN_IF_ERROR(CheckVersionAndChecksum(bytes));
+  // The checksum holds, so a size that disagrees with the file was written so.
   const uint64_t payload_size = GetLittleEndian(bytes, 16, 8);
-  const uint64_t rest = bytes.size() - kPlanHeaderBytes;
-  if (payload_size > rest) {
+  const uint64_t held = bytes.size() - kPlanHeaderBytes - kPlanChecksumBytes;
+  if (payload_size != held) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "truncated: the header promises a %d-byte payload, the file has %d bytes after it",
-        payload_size, rest));
-  }
-  if (payload_size < rest) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "trailing bytes: %d bytes after the %d-byte payload", rest - payload_size, payload_size));
+        "the header gives a %d-byte payload, the file holds %d bytes between header and checksum",
+        payload_size, held));
   }
   if (payload_size > kMaxPlanPayloadBytes) {
     return absl::InvalidArgumentError(
@@ -226,12 +289,14 @@ absl::StatusOr<Plan> ParseUnprefixed(std::string_view bytes) {
 
 }  // namespace
 
-std::string EncodePlanHeader(uint64_t payload_size) {
-  std::string header(kPlanMagic, sizeof(kPlanMagic));
-  PutLittleEndian(header, kPlanSchemaVersion, 4);
-  PutLittleEndian(header, 0, 4);  // reserved
-  PutLittleEndian(header, payload_size, 8);
-  return header;
+std::string EncodePlanFile(std::string_view payload) {
+  std::string file(kPlanMagic, sizeof(kPlanMagic));
+  PutLittleEndian(file, kPlanSchemaVersion, 4);
+  PutLittleEndian(file, 0, 4);  // reserved
+  PutLittleEndian(file, payload.size(), 8);
+  file.append(payload);
+  PutLittleEndian(file, Crc32c(file), 4);
+  return file;
 }
 
 absl::StatusOr<Plan> ParsePlan(std::string_view bytes, std::string_view source) {
@@ -250,7 +315,8 @@ absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
         absl::StrFormat("cannot open plan '%s': %s", path, std::strerror(errno)));
   }
   const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<uint64_t>(size) > kPlanHeaderBytes + kMaxPlanPayloadBytes) {
+  if (size < 0 ||
+      static_cast<uint64_t>(size) > kPlanHeaderBytes + kMaxPlanPayloadBytes + kPlanChecksumBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %d bytes is not a plan file size", path, static_cast<int64_t>(size)));
   }

@@ -1,16 +1,23 @@
-// Plan files: a 24-byte header, then the FlatBuffer of plan.fbs.
+// Plan files: a 24-byte header, the FlatBuffer of plan.fbs, then a checksum of all of it.
 //
 //   offset  size  field
 //        0     8  magic "HCPPLAN\0"
 //        8     4  schema version, little-endian uint32 (kPlanSchemaVersion)
 //       12     4  reserved, 0
-//       16     8  payload size in bytes, little-endian uint64 (the rest of the file)
-//       24     -  FlatBuffer, file identifier "HCPP"
+//       16     8  payload size n in bytes, little-endian uint64
+//       24     n  FlatBuffer, file identifier "HCPP"
+//     24+n     4  CRC32C of bytes [0, 24+n), little-endian
 //
-// Loading checks, in order: the header (magic, version, payload size against the file), the
-// FlatBuffers verifier, the fields the schema leaves optional or open (absent names, enum values
-// out of range, unknown kernels), then every semantic rule of ValidatePlan. Only a plan that
-// passes all of them comes back.
+// The checksum is a trailer, after the bytes it covers, so the whole file is one CRC codeword
+// and every guarantee of runtime/support/Crc32c.h holds for any change anywhere in it, the
+// checksum's own bits included: every change of 1 or 3 bits and every burst of up to 32 bits is
+// refused, and every 2-bit change in a plan of up to 256 MiB (plans are well under 1 MiB). (A
+// 64-bit hash would only make an unnoticed change unlikely; the CRC makes these impossible.)
+//
+// Loading checks, in order: the magic, the version, the checksum, the payload size against the
+// file, the FlatBuffers verifier, the fields the schema leaves optional or open (absent names,
+// enum values out of range, unknown kernels), then every semantic rule of ValidatePlan. Only a
+// plan that passes all of them comes back.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +29,7 @@
 
 namespace hcp::plan {
 
-// Bumped on any change to plan.fbs or to the meaning of a kernel's arguments.
+// Bumped on any change to plan.fbs, to the file's layout or to the meaning of a kernel's arguments.
 // 2: Mesh (context and data parallelism), conv halos, the collectives of context parallelism.
 // 3: the loss_scale input.
 // 4: expert parallelism: Mesh.ep, sharded parameters (Parameter.shards, full_shape), the
@@ -33,14 +40,16 @@ namespace hcp::plan {
 // 7: the gemm_add kernel (a GEMM with its following add folded in).
 // 8: the conv kernels' silu flag (a causal conv1d with the SiLU after it folded in).
 // 9: the moe_experts kernels' keep_h flag (the experts' first product kept for the backward).
-inline constexpr uint32_t kPlanSchemaVersion = 9;
+// 10: the CRC32C trailer (a checksum of the whole file).
+inline constexpr uint32_t kPlanSchemaVersion = 10;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
+inline constexpr size_t kPlanChecksumBytes = 4;
 // FlatBuffers addresses its buffer with 32-bit offsets.
 inline constexpr uint64_t kMaxPlanPayloadBytes = (1ull << 31) - 1;
 
-// The 24 header bytes for a payload of `payload_size` bytes.
-std::string EncodePlanHeader(uint64_t payload_size);
+// The plan file holding `payload` (a plan FlatBuffer): the header, the payload, the checksum.
+std::string EncodePlanFile(std::string_view payload);
 
 // Parses and validates a whole plan file held in memory. `source` (a path, or a label such as
 // "<memory>") starts every error message.

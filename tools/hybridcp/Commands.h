@@ -35,8 +35,12 @@ Command MakeTrainCommand();
 Command MakeTokenizeCommand();
 Command MakePlotCommand();
 
-// Plans: recognised by their magic bytes; inspected without MLIR.
-bool LooksLikePlanFile(const std::string& path);
+// Plans: inspected without MLIR. Whether `inspect PATH` reads PATH as a plan (true) or a model
+// config (false), by content and name: the plan magic makes a plan (a damaged one reports the
+// plan's error); otherwise a .json name or a text opening with '{' is a config, and any other
+// regular file is refused, saying what it is. Other paths go to the plan loader when named .plan
+// (a missing plan), else to the config (a preset name, a directory).
+absl::StatusOr<bool> InspectsAsPlan(const std::string& path);
 absl::Status InspectPlan(const std::string& path, bool list_buffers);
 // The bytes each rank sends per step, one row per rank, one column per kind, and a total:
 // what `inspect` predicts and `run-step --traffic` measures, in one format.

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_format.h"
 #include "compiler/cost/ModelCost.h"
+#include "runtime/support/Status.h"
 #include "tools/hybridcp/Commands.h"
 
 namespace hcp {
@@ -19,9 +20,9 @@ std::string WithCommas(int64_t value) {
 }
 
 absl::Status Inspect(const Args& args) {
-  if (args.positionals().size() == 1 && !args.Has("model") &&
-      LooksLikePlanFile(args.positionals()[0])) {
-    return InspectPlan(args.positionals()[0], args.Has("buffers"));
+  if (args.positionals().size() == 1 && !args.Has("model")) {
+    HCP_ASSIGN_OR_RETURN(const bool plan, InspectsAsPlan(args.positionals()[0]));
+    if (plan) return InspectPlan(args.positionals()[0], args.Has("buffers"));
   }
   absl::StatusOr<GraniteConfig> config = ResolveModelConfig(args);
   if (!config.ok()) return config.status();

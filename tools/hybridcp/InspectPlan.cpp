@@ -2,6 +2,7 @@
 // arena is the step's peak activation memory) and the optimizer state training adds, kernels,
 // FLOPs per step.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -52,11 +53,45 @@ void PrintBytesSent(const plan::CommVolume& volume) {
   }
 }
 
-bool LooksLikePlanFile(const std::string& path) {
+namespace {
+
+// A JSON object, as a config is.
+bool StartsLikeJson(std::string_view start) {
+  const size_t text = start.find_first_not_of(" \t\r\n");
+  return text != std::string_view::npos && start[text] == '{';
+}
+
+// What a file that is neither a plan nor a config is, from its first bytes and its size.
+std::string WhatItIs(std::string_view start, uint64_t size) {
+  if (size == 0) return "an empty file";
+  if (StartsLikeJson(start)) return "JSON text; a model config is read from a .json file";
+  // safetensors: an 8-byte little-endian header length, then the JSON header.
+  if (start.size() > 8 && start[8] == '{') {
+    uint64_t header = 0;
+    for (int i = 0; i < 8; ++i) header |= uint64_t{static_cast<uint8_t>(start[i])} << (8 * i);
+    if (header <= size - 8) return "a safetensors file";
+  }
+  return absl::StrFormat("%d bytes that do not start with the plan magic \"HCPPLAN\"", size);
+}
+
+}  // namespace
+
+absl::StatusOr<bool> InspectsAsPlan(const std::string& path) {
+  const std::string extension = std::filesystem::path(path).extension().string();
+  std::error_code error;
+  // What cannot be read here is left to the loader the name points to, which names the error.
+  if (!std::filesystem::is_regular_file(path, error)) return extension == ".plan";
   std::ifstream file(path, std::ios::binary);
-  char magic[sizeof(plan::kPlanMagic)] = {};
-  return file.read(magic, sizeof(magic)) &&
-         std::equal(magic, magic + sizeof(magic), plan::kPlanMagic);
+  if (!file) return extension == ".plan";
+  std::string start(64, '\0');
+  file.read(start.data(), static_cast<std::streamsize>(start.size()));
+  start.resize(static_cast<size_t>(file.gcount()));
+  if (start.starts_with(std::string_view(plan::kPlanMagic, sizeof(plan::kPlanMagic)))) return true;
+  if (extension == ".json" || (extension != ".plan" && StartsLikeJson(start))) return false;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s is not a hybridcp plan (%s); inspect reads a plan (FILE.plan) or a model config "
+      "(CONFIG.json, --model NAME)",
+      path, WhatItIs(start, std::filesystem::file_size(path, error))));
 }
 
 // Where the plan runs: an f32 plan on CPU ranks (the reference backend), a bf16 plan on GPUs, one

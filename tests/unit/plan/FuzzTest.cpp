@@ -1,6 +1,9 @@
-// Mutation fuzzing of loading and validation. Two kinds of mutation:
-//   - bytes: random byte changes and truncations of a valid plan file (mostly caught by the
-//     header checks and the FlatBuffers verifier);
+// Corruption and mutation fuzzing of loading and validation:
+//   - damage: every single-bit change of a small plan file, and every byte set to 0x00, 0xFF or
+//     its complement, is refused (the checksum; the magic for its own bytes), exhaustively;
+//   - bytes: random byte changes and truncations of a valid plan file, refused by the checksum
+//     and then, resealed as a faulty writer would, by the header checks and the FlatBuffers
+//     verifier;
 //   - structure: random edits of a valid plan's ints, buffer indices, offsets, shapes, dtypes,
 //     arena sizes, kernel names and mesh, written as a well-formed file, over a plan that uses
 //     every kernel of the table (these reach the semantic checks of every kernel).
@@ -12,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +30,7 @@
 namespace hcp::plan {
 namespace {
 
+using hcp::testing::Reseal;
 using hcp::testing::TinyLm;
 
 // 3000 per test by default; HCP_FUZZ_MUTATIONS and HCP_FUZZ_SEED run longer or other
@@ -90,6 +95,48 @@ void LoadAndMaybeRun(const std::string& bytes, int64_t vocab, int mutation, Coun
   if ((*exec)->RunStep().ok()) ++counts.ran_to_end;
 }
 
+// Whether `bytes`, a damaged copy of a plan, is refused as such: for the magic's bytes as not a
+// plan, anywhere else as damaged. Returns the message when it is not.
+std::optional<std::string> NotRefusedAsDamaged(const std::string& bytes, size_t changed_at) {
+  absl::StatusOr<Plan> plan = ParsePlan(bytes, "damaged");
+  if (plan.ok()) return "loaded";
+  const std::string expected = changed_at < sizeof(kPlanMagic)
+                                   ? "damaged: not a hybridcp plan (bad magic)"
+                                   : "damaged: checksum mismatch: the plan is damaged (";
+  const std::string message(plan.status().message());
+  if (message.rfind(expected, 0) == 0) return std::nullopt;
+  return message;
+}
+
+TEST(PlanFuzz, EverySingleBitChangeIsRefused) {
+  const std::string original = TinyLm().Bytes();
+  int wrong = 0;
+  for (size_t bit = 0; bit < original.size() * 8; ++bit) {
+    std::string bytes = original;
+    bytes[bit / 8] ^= static_cast<char>(1u << (bit % 8));
+    if (std::optional<std::string> error = NotRefusedAsDamaged(bytes, bit / 8)) {
+      if (++wrong <= 10) ADD_FAILURE() << "bit " << bit << " (byte " << bit / 8 << "): " << *error;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << original.size() * 8 << " bits";
+}
+
+TEST(PlanFuzz, EveryByteSetToAnExtremeOrItsComplementIsRefused) {
+  const std::string original = TinyLm().Bytes();
+  int wrong = 0;
+  for (size_t at = 0; at < original.size(); ++at) {
+    for (const char value : {'\x00', '\xFF', static_cast<char>(~original[at])}) {
+      if (value == original[at]) continue;
+      std::string bytes = original;
+      bytes[at] = value;
+      if (std::optional<std::string> error = NotRefusedAsDamaged(bytes, at)) {
+        if (++wrong <= 10) ADD_FAILURE() << "byte " << at << ": " << *error;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(PlanFuzz, ByteMutationsLoadOrFailCleanly) {
   const std::string original = TinyLm().Bytes();
   std::mt19937_64 rng(Seed(20261129));
@@ -115,6 +162,11 @@ TEST(PlanFuzz, ByteMutationsLoadOrFailCleanly) {
       }
     }
     if (rng() % 8 == 0) bytes.resize(rng() % bytes.size());
+    if (bytes != original) {
+      EXPECT_FALSE(ParsePlan(bytes, "mutated").ok()) << "mutation " << m;
+    }
+    // Behind a correct checksum, the change reaches the checks that follow it.
+    Reseal(bytes);
     LoadAndMaybeRun(bytes, TinyLm::kVocab, m, counts);
     if (HasFatalFailure()) return;
   }

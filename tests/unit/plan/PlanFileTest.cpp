@@ -1,6 +1,7 @@
-// Plan files: round trip through PlanBuilder and LoadPlan, and every header and FlatBuffer-level
-// error (bad magic, other version, truncation at every length, trailing bytes, identifier,
-// corrupt payload, fields the schema leaves open).
+// Plan files: round trip through PlanBuilder and LoadPlan, and every header, checksum and
+// FlatBuffer-level error (bad magic, other version, damage, truncation at every length, trailing
+// bytes, identifier, corrupt payload, fields the schema leaves open). Changes behind a correct
+// checksum (Reseal) stand for a faulty writer.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,13 +16,17 @@
 #include "runtime/plan/PlanBuilder.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/plan/plan_generated.h"
+#include "runtime/support/Crc32c.h"
 #include "tests/unit/plan/TinyLm.h"
 
 namespace hcp::plan {
 namespace {
 
+using hcp::testing::Reseal;
 using hcp::testing::TinyLm;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::string ErrorOf(std::string_view bytes) {
   absl::StatusOr<Plan> plan = ParsePlan(bytes, "test.plan");
@@ -32,18 +37,23 @@ std::string ErrorOf(std::string_view bytes) {
 
 // A payload written with the generated API directly, for what PlanBuilder cannot express.
 std::string WrapPayload(flatbuffers::FlatBufferBuilder& fbb) {
-  std::string file = EncodePlanHeader(fbb.GetSize());
-  file.append(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
-  return file;
+  return EncodePlanFile(
+      std::string_view(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize()));
 }
 
-TEST(PlanFile, HeaderLayout) {
-  const std::string header = EncodePlanHeader(0x0102030405060708ull);
-  ASSERT_EQ(header.size(), kPlanHeaderBytes);
-  EXPECT_EQ(header.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(header.substr(8, 4), std::string("\x09\x00\x00\x00", 4));  // version 9, LE
-  EXPECT_EQ(header.substr(12, 4), std::string(4, '\0'));               // reserved
-  EXPECT_EQ(header.substr(16, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
+TEST(PlanFile, Layout) {
+  const std::string file = EncodePlanFile("123456789");
+  ASSERT_EQ(file.size(), kPlanHeaderBytes + 9 + kPlanChecksumBytes);
+  EXPECT_EQ(file.substr(0, 8), std::string("HCPPLAN\0", 8));
+  EXPECT_EQ(file.substr(8, 4), std::string("\x0A\x00\x00\x00", 4));  // version 10, LE
+  EXPECT_EQ(file.substr(12, 4), std::string(4, '\0'));               // reserved
+  EXPECT_EQ(file.substr(16, 8), std::string("\x09\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(file.substr(24, 9), "123456789");
+  // The trailer: the CRC32C of everything before it, little-endian.
+  const uint32_t crc = Crc32c(file.substr(0, 33));
+  EXPECT_EQ(file.substr(33),
+            std::string({static_cast<char>(crc), static_cast<char>(crc >> 8),
+                         static_cast<char>(crc >> 16), static_cast<char>(crc >> 24)}));
 }
 
 TEST(PlanFile, RoundTripKeepsEveryField) {
@@ -175,11 +185,44 @@ TEST(PlanFile, BadMagic) {
 }
 
 TEST(PlanFile, OtherVersion) {
-  std::string bytes = TinyLm().Bytes();
-  bytes[8] = 6;
-  EXPECT_EQ(ErrorOf(bytes),
-            "test.plan: plan schema version 6, this runtime reads version 9: recompile the plan "
+  // A plan of version 9: the same FlatBuffer, no checksum.
+  std::string old = TinyLm().Bytes();
+  old.resize(old.size() - kPlanChecksumBytes);
+  old[8] = 9;
+  EXPECT_EQ(ErrorOf(old),
+            "test.plan: plan schema version 9, this runtime reads version 10: recompile the plan "
             "with this hybridcp");
+  // A later version, with a checksum of its own.
+  std::string later = TinyLm().Bytes();
+  later[8] = 11;
+  Reseal(later);
+  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 11, this runtime reads version 10"));
+}
+
+TEST(PlanFile, DamageIsNamedSo) {
+  const std::string bytes = TinyLm().Bytes();
+  const size_t size = bytes.size();
+  // A changed byte in the FlatBuffer, or in the checksum itself.
+  for (size_t at : {kPlanHeaderBytes + 100, size - 1}) {
+    std::string damaged = bytes;
+    damaged[at] ^= 0x10;
+    const std::string error = ErrorOf(damaged);
+    EXPECT_THAT(error,
+                StartsWith("test.plan: checksum mismatch: the plan is damaged (checksum 0x"));
+    EXPECT_THAT(error, EndsWith(" computed); compile it again"));
+  }
+  // A damaged version field is no other version, a damaged size field no truncation.
+  std::string version = bytes;
+  version[8] ^= 0x04;
+  EXPECT_EQ(ErrorOf(version),
+            "test.plan: checksum mismatch: the plan is damaged (its header's schema version reads "
+            "14, not 10); compile it again");
+  std::string payload_size = bytes;
+  payload_size[16 + 7] ^= 0x80;  // near 2^64: must not wrap around
+  EXPECT_EQ(ErrorOf(payload_size),
+            absl::StrFormat("test.plan: checksum mismatch: the plan is damaged (its header's "
+                            "payload size reads %d, not %d); compile it again",
+                            (uint64_t{1} << 63) + (size - 28), size - 28));
 }
 
 TEST(PlanFile, TruncatedAtEveryLength) {
@@ -187,29 +230,43 @@ TEST(PlanFile, TruncatedAtEveryLength) {
   for (size_t length = 0; length < bytes.size(); ++length) {
     const std::string error = ErrorOf(std::string_view(bytes).substr(0, length));
     if (length < kPlanHeaderBytes) {
-      EXPECT_THAT(error, HasSubstr("shorter than the 24-byte header")) << length;
+      EXPECT_THAT(error, HasSubstr("not a hybridcp plan: " + std::to_string(length) +
+                                   " bytes, shorter than the 24-byte header"));
     } else {
-      EXPECT_THAT(error, HasSubstr("truncated")) << length;
+      EXPECT_EQ(error,
+                absl::StrFormat("test.plan: checksum mismatch: the plan is damaged (the file "
+                                "has %d of the %d bytes its header gives); compile it "
+                                "again",
+                                length, bytes.size()));
     }
   }
 }
 
 TEST(PlanFile, TrailingBytes) {
-  EXPECT_THAT(ErrorOf(TinyLm().Bytes() + "x"), HasSubstr("trailing bytes: 1 bytes after"));
+  const std::string bytes = TinyLm().Bytes();
+  EXPECT_THAT(ErrorOf(bytes + "x"),
+              HasSubstr(absl::StrFormat("damaged (the file has 1 byte after the %d its header "
+                                        "gives)",
+                                        bytes.size())));
+  EXPECT_THAT(ErrorOf(bytes + "xyz"), HasSubstr("(the file has 3 bytes after the"));
 }
 
-TEST(PlanFile, PayloadSizeLies) {
-  // A header that claims less than the file holds reads as trailing bytes, more as truncated;
-  // a size near 2^64 must not wrap around.
+TEST(PlanFile, PayloadSizeLiesBehindACorrectChecksum) {
   std::string bytes = TinyLm().Bytes();
-  bytes[16 + 7] = '\xFF';
-  EXPECT_THAT(ErrorOf(bytes), HasSubstr("truncated"));
+  const size_t payload = bytes.size() - kPlanHeaderBytes - kPlanChecksumBytes;
+  bytes[16] ^= 0x01;
+  Reseal(bytes);
+  EXPECT_THAT(ErrorOf(bytes),
+              HasSubstr(absl::StrFormat("the header gives a %d-byte payload, the file holds %d "
+                                        "bytes between header and checksum",
+                                        payload ^ 1, payload)));
 }
 
 TEST(PlanFile, WrongFileIdentifier) {
   std::string bytes = TinyLm().Bytes();
   // The identifier sits at payload bytes 4..7.
   bytes[kPlanHeaderBytes + 4] = 'X';
+  Reseal(bytes);
   EXPECT_THAT(ErrorOf(bytes), HasSubstr("no \"HCPP\" file identifier"));
 }
 
@@ -217,9 +274,10 @@ TEST(PlanFile, CorruptPayloadFailsVerification) {
   std::string bytes = TinyLm().Bytes();
   // The root offset (payload bytes 0..3) pointing far outside the buffer.
   bytes[kPlanHeaderBytes + 2] = '\x7F';
+  Reseal(bytes);
   EXPECT_THAT(ErrorOf(bytes), HasSubstr("fails FlatBuffers verification"));
   // A payload of only the identifier.
-  std::string tiny = EncodePlanHeader(8) + std::string("\0\0\0\0HCPP", 8);
+  const std::string tiny = EncodePlanFile(std::string("\0\0\0\0HCPP", 8));
   EXPECT_THAT(ErrorOf(tiny), HasSubstr("fails FlatBuffers verification"));
 }
 

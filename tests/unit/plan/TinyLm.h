@@ -7,6 +7,8 @@
 #include <string>
 
 #include "runtime/plan/PlanBuilder.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Crc32c.h"
 
 namespace hcp::testing {
 
@@ -86,5 +88,15 @@ struct TinyLm {
 
   std::string Bytes() const { return builder.FinishUnchecked(); }
 };
+
+// Rewrites the checksum of a (changed) plan file to match its content, as a faulty writer would:
+// the change then reaches the checks behind the checksum.
+inline void Reseal(std::string& file) {
+  if (file.size() < plan::kPlanChecksumBytes) return;
+  const size_t at = file.size() - plan::kPlanChecksumBytes;
+  const uint32_t crc = Crc32c(std::string_view(file).substr(0, at));
+  for (size_t i = 0; i < plan::kPlanChecksumBytes; ++i)
+    file[at + i] = static_cast<char>(crc >> (8 * i));
+}
 
 }  // namespace hcp::testing

@@ -272,6 +272,19 @@ std::vector<ParamSpec> FullParameters(const plan::Plan& plan) {
   return full;
 }
 
+// Renames damaged checkpoints to "step-N.damaged": kept for a look, but no longer counted (or
+// chosen) as checkpoints, so that rotation keeps intact ones.
+void SetAside(const std::string& checkpoint_dir, const std::vector<std::string>& damaged) {
+  for (const std::string& name : damaged) {
+    const fs::path from = fs::path(checkpoint_dir) / name;
+    const fs::path to = fs::path(checkpoint_dir) / (name + ".damaged");
+    std::error_code error;
+    if (fs::exists(to, error)) continue;
+    fs::rename(from, to, error);
+    if (!error) std::printf("set %s aside as %s\n", from.string().c_str(), to.string().c_str());
+  }
+}
+
 }  // namespace
 
 absl::Status PrepareCheckpointDir(comm::Communicator& comm, const TrainOptions& options) {
@@ -317,6 +330,7 @@ absl::StatusOr<ResumeChoice> ChooseCheckpoint(
   // What is wrong with `latest`, in words, when it does not name an intact checkpoint.
   std::string problem;
   std::optional<int64_t> named;
+  std::vector<std::string> damaged;
   if (!fs::exists(fs::symlink_status(latest_path, error))) {
     if (all.empty()) {
       return absl::NotFoundError(
@@ -350,8 +364,9 @@ absl::StatusOr<ResumeChoice> ChooseCheckpoint(
         return outside("a link out of the checkpoint directory");
       } else {
         absl::Status opened = open(target.string());
-        if (opened.ok()) return ResumeChoice{target.string(), *named, ""};
+        if (opened.ok()) return ResumeChoice{target.string(), *named, "", {}};
         problem = absl::StrFormat("latest names %s, which is damaged (%s)", name, opened.message());
+        damaged.push_back(name);
       }
     }
   }
@@ -363,9 +378,11 @@ absl::StatusOr<ResumeChoice> ChooseCheckpoint(
     absl::Status opened = open(path.string());
     if (opened.ok()) {
       return ResumeChoice{path.string(), c.step,
-                          absl::StrFormat("%s; resuming from %s instead", problem, c.name)};
+                          absl::StrFormat("%s; resuming from %s instead", problem, c.name),
+                          std::move(damaged)};
     }
     failed.push_back(absl::StrFormat("%s: %s", c.name, opened.message()));
+    damaged.push_back(c.name);
   }
   return absl::FailedPreconditionError(absl::StrFormat(
       "cannot resume from %s: %s, and %s", checkpoint_dir, problem,
@@ -390,6 +407,7 @@ absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const p
       return TrainStateReader::Open(dir, full).status();
     });
     if (choice.ok() && !choice->note.empty()) std::printf("%s\n", choice->note.c_str());
+    if (choice.ok()) SetAside(options.checkpoint_dir, choice->damaged);
   }
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, choice.status()));
   double step = comm.world_rank() == 0 ? static_cast<double>(choice->step) : 0.0;
@@ -506,15 +524,16 @@ absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t fi
     if (!checkpoint) continue;
     if (!applied_since_saved) {
       if (root) {
+        const std::string skipped =
+            saved + 1 == step + 1
+                ? absl::StrFormat("step %d was skipped", step + 1)
+                : absl::StrFormat("steps %d-%d were all skipped", saved + 1, step + 1);
         const std::string kept =
             options.resume || saved > first_step
                 ? absl::StrFormat("; %s stays the latest", CheckpointName(saved))
                 : "";
-        std::printf(
-            "no checkpoint after step %lld: steps %lld-%lld were all skipped (no update "
-            "to save)%s\n",
-            static_cast<long long>(step + 1), static_cast<long long>(saved + 1),
-            static_cast<long long>(step + 1), kept.c_str());
+        std::printf("no checkpoint after step %lld: %s (no update to save)%s\n",
+                    static_cast<long long>(step + 1), skipped.c_str(), kept.c_str());
         std::fflush(stdout);
       }
       continue;

@@ -60,13 +60,16 @@ absl::Status PrepareCheckpointDir(comm::Communicator& comm, const TrainOptions& 
 void RemoveStaleStaging(const std::string& checkpoint_dir);
 
 // The checkpoint a resume starts from: `latest`'s, or when that is damaged (missing, incomplete,
-// garbage, or open() fails on it) the newest older step-N that opens; `note` then says so.
+// garbage, or open() fails on it) the newest older step-N that opens; `note` then says so, and
+// `damaged` lists the checkpoints that failed to open on the way (CheckpointToResume renames them
+// to step-N.damaged, so that rotation counts only intact ones).
 // `latest` naming anything outside checkpoint_dir (a path, "..", a link out) is refused, as is a
 // directory with no intact checkpoint (naming what failed).
 struct ResumeChoice {
   std::string path;
   int64_t step = 0;
   std::string note;  // empty when latest's checkpoint was taken
+  std::vector<std::string> damaged;
 };
 absl::StatusOr<ResumeChoice> ChooseCheckpoint(
     const std::string& checkpoint_dir, const std::function<absl::Status(const std::string&)>& open);

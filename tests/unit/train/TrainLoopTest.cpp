@@ -185,6 +185,7 @@ TEST(ChooseCheckpoint, FallsBackFromADamagedLatestToThePreviousIntactOne) {
   EXPECT_EQ(choice->note,
             "latest names step-000012, which is damaged (no marker); resuming from step-000009 "
             "instead");
+  EXPECT_EQ(choice->damaged, std::vector<std::string>{"step-000012"});
 }
 
 // Garbage, an empty file, a missing checkpoint or no latest at all: the newest that opens.

@@ -144,7 +144,7 @@ namespace {
 std::optional<int64_t> CheckpointStep(std::string_view name) {
   if (!name.starts_with("step-")) return std::nullopt;
   name.remove_prefix(5);
-  if (name.empty() || name.size() > 18) return std::nullopt;
+  if (name.empty() || name.size() > 18 || name[0] < '0' || name[0] > '9') return std::nullopt;
   int64_t step = 0;
   auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), step);
   if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;

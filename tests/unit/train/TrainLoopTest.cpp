@@ -195,6 +195,7 @@ TEST(ChooseCheckpoint, FallsBackFromAnyCorruptLatest) {
       {"", "is empty"},
       {"\x01garbage\xff", "holds '\\x01garbage\\xff', not a checkpoint's name"},
       {"step-12x", "not a checkpoint's name"},
+      {"step--5", "not a checkpoint's name"},
   };
   for (const auto& [text, why] : cases) {
     ScratchDir dir;

@@ -38,15 +38,17 @@ struct TrainOptions {
   std::string checkpoint_dir;    // where checkpoints go (optional); --resume reads from here
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only after the last step
   bool resume = false;           // continue from checkpoint_dir's latest checkpoint
-  int64_t keep_checkpoints = 2;  // the newest N checkpoints stay (0: all)
-  bool overwrite_checkpoints = false;  // a new run replaces checkpoint_dir's checkpoints
-  int64_t stop_after = 0;              // stop after this step as if interrupted (0: run all steps)
-  std::string metrics;                 // JSON-lines file to append to (optional)
-  std::string model_config;            // config.json text written into each checkpoint (optional)
+  int64_t stop_after = 0;        // stop after this step as if interrupted (0: run all steps)
+  std::string metrics;           // JSON-lines file to append to (optional)
+  std::string model_config;      // config.json text written into each checkpoint (optional)
   bool shard_optimizer = false;  // AdamW moments of replicated parameters sliced over the ranks
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`
   AdamWConfig adamw;
+
+  // The checkpoint directory's rotation, and a new run's claim on it.
+  int64_t keep_checkpoints = 2;        // the newest N checkpoints stay (0: all)
+  bool overwrite_checkpoints = false;  // a new run replaces checkpoint_dir's checkpoints
 };
 
 // Trains on `comm`, whose mesh must already be the plan's (comm::CheckRanksAgree). Collective:

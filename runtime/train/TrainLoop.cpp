@@ -207,33 +207,32 @@ absl::Status ProbeWritable(const fs::path& dir) {
 }
 
 // A new run's directory must hold no checkpoints, unless it replaces them on purpose.
+// A new run's directory must hold no checkpoints, unless it replaces them on purpose: then they
+// stay until the run's first checkpoint takes their place (a run that fails early loses nothing).
 absl::Status ClaimForNewRun(const fs::path& dir, bool overwrite) {
-  std::vector<std::string> names;
-  for (const CheckpointEntry& c : ListCheckpoints(dir)) names.push_back(c.name);
+  const std::vector<CheckpointEntry> checkpoints = ListCheckpoints(dir);
   std::error_code error;
+  bool held = !checkpoints.empty();
   for (const char* file : {kLatestFileName, kLatestFiniteFileName}) {
-    if (fs::exists(fs::symlink_status(dir / file, error))) names.push_back(file);
+    held = held || fs::exists(fs::symlink_status(dir / file, error));
   }
-  if (names.empty()) return absl::OkStatus();
-  if (!overwrite) {
-    const std::string latest = ReadName(dir / kLatestFileName);
-    std::string newest = CheckpointStep(latest) ? latest : names.front();
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "--checkpoint-dir %s already holds checkpoints (the latest: %s), which a new run would "
-        "overwrite: add --resume to continue that run, give another --checkpoint-dir, or add "
-        "--overwrite-checkpoints to replace them",
-        dir.string(), newest));
+  if (!held) return absl::OkStatus();
+  const std::string latest = ReadName(dir / kLatestFileName);
+  const std::string newest = CheckpointStep(latest) ? latest
+                             : !checkpoints.empty() ? checkpoints.front().name
+                                                    : std::string("none complete");
+  if (overwrite) {
+    std::printf(
+        "--overwrite-checkpoints: the checkpoints in %s (the latest: %s) go when this run writes "
+        "its first\n",
+        dir.string().c_str(), newest.c_str());
+    return absl::OkStatus();
   }
-  for (const std::string& name : names) {
-    fs::remove_all(dir / name, error);
-    if (error) {
-      return absl::InternalError(absl::StrFormat("--overwrite-checkpoints: cannot remove %s: %s",
-                                                 (dir / name).string(), error.message()));
-    }
-  }
-  std::printf("--overwrite-checkpoints: removed %s from %s\n", absl::StrJoin(names, ", ").c_str(),
-              dir.string().c_str());
-  return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--checkpoint-dir %s already holds checkpoints (the latest: %s), which a new run would "
+      "overwrite: add --resume to continue that run, give another --checkpoint-dir, or add "
+      "--overwrite-checkpoints to replace them",
+      dir.string(), newest));
 }
 
 absl::Status PrepareCheckpointDirOnRoot(const TrainOptions& options) {
@@ -443,6 +442,21 @@ absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_
     return written;
   }
   std::printf("checkpoint %s\n", (dir / name).string().c_str());
+  if (retention.replace_others) {
+    std::vector<std::string> removed;
+    for (const CheckpointEntry& c : ListCheckpoints(dir)) {
+      if (c.step == steps_done) continue;
+      fs::remove_all(dir / c.name, error);
+      removed.push_back(c.name);
+    }
+    // An earlier run's latest-finite names one of them.
+    if (!retention.finite) fs::remove(dir / kLatestFiniteFileName, error);
+    if (!removed.empty()) {
+      std::printf("--overwrite-checkpoints: removed the earlier checkpoints %s\n",
+                  absl::StrJoin(removed, ", ").c_str());
+    }
+    return absl::OkStatus();
+  }
   if (retention.keep == 0) return absl::OkStatus();
   // The newest `keep` stay, and the newest known finite: never rotate away the last good weights
   // because later steps were skipped.
@@ -539,7 +553,9 @@ absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t fi
       continue;
     }
     const bool finite = !record.skipped;
-    const Retention retention{options.keep_checkpoints, finite, finite ? -1 : newest_finite};
+    // With --overwrite-checkpoints, the run's first checkpoint replaces the earlier ones.
+    const Retention retention{options.keep_checkpoints, finite, finite ? -1 : newest_finite,
+                              options.overwrite_checkpoints && saved == first_step};
     HCP_RETURN_IF_ERROR(hooks.save(step + 1, retention));
     if (finite) newest_finite = step + 1;
     saved = step + 1;

@@ -52,8 +52,8 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
 // a directory this process can write into: created for a new run, then probed by creating and
 // removing a file (permission bits do not stop root, a real write does). Staging directories of
 // interrupted writes whose process has ended are removed. A new run (no --resume) refuses a
-// directory that holds checkpoints, naming its latest, unless options.overwrite_checkpoints,
-// which removes them first.
+// directory that holds checkpoints, naming its latest, unless options.overwrite_checkpoints: then
+// they stay until the run's first checkpoint replaces them (Retention::replace_others).
 absl::Status PrepareCheckpointDir(comm::Communicator& comm, const TrainOptions& options);
 // Removes checkpoint_dir's leftovers of interrupted writes (".step-N.tmp.PID" staging directories,
 // "latest.tmp.PID") whose process PID no longer runs on this machine; never a live process's.
@@ -95,9 +95,10 @@ TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const Tra
 // before it applied its update (its weights come from a finite loss and gradient), or when the
 // run resumed from it (it loaded); kLatestFiniteFileName names the newest such one written.
 struct Retention {
-  int64_t keep = 2;        // the newest `keep` checkpoints stay, the new one included; 0: all
-  bool finite = true;      // the new one is known finite: latest-finite names it
-  int64_t also_keep = -1;  // the step of a checkpoint that stays anyway (-1: none)
+  int64_t keep = 2;             // the newest `keep` checkpoints stay, the new one included; 0: all
+  bool finite = true;           // the new one is known finite: latest-finite names it
+  int64_t also_keep = -1;       // the step of a checkpoint that stays anyway (-1: none)
+  bool replace_others = false;  // every other checkpoint goes (--overwrite-checkpoints' first)
 };
 
 // Writes checkpoint CheckpointName(steps_done) into checkpoint_dir: write(staging) fills a

@@ -321,8 +321,13 @@ TEST(PrepareCheckpointDir, ANewRunRefusesCheckpointsUnlessItOverwrites) {
   EXPECT_TRUE(Contains(Prepare(bare.path()), "(the latest: step-000004)"));
   EXPECT_TRUE(Prepare(dir.path(), /*resume=*/true).ok());
   EXPECT_EQ(dir.List(), before);
+  // --overwrite-checkpoints: they stay until the run's first checkpoint replaces them all.
   ASSERT_TRUE(Prepare(dir.path(), /*resume=*/false, /*overwrite=*/true).ok());
-  EXPECT_TRUE(dir.List().empty());
+  EXPECT_EQ(dir.List(), before);
+  ASSERT_TRUE(
+      PublishCheckpoint(dir.path(), 2, {.finite = false, .replace_others = true}, WriteMarker)
+          .ok());
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "step-000002"}));
 }
 
 TEST(RunTrainingSteps, RunsFromTheFirstStepAndCheckpointsOnSchedule) {
@@ -394,6 +399,27 @@ TEST(RunTrainingSteps, SavesNoCheckpointWithoutAnAppliedUpdate) {
   // keeps 8.
   EXPECT_EQ(saved, (std::vector<std::tuple<int64_t, bool, int64_t>>{
                        {6, false, 2}, {8, true, -1}, {10, false, 8}}));
+}
+
+// --overwrite-checkpoints: the run's first checkpoint replaces the earlier ones, later ones rotate.
+TEST(RunTrainingSteps, ReplacesTheEarlierCheckpointsWithTheFirst) {
+  TrainOptions options;
+  options.steps = 4;
+  options.checkpoint_dir = "unused";
+  options.checkpoint_every = 2;
+  options.overwrite_checkpoints = true;
+  LoopHooks hooks;
+  hooks.step = [](int64_t step, MetricsRecord& record) {
+    record.step = step + 1;
+    return absl::OkStatus();
+  };
+  std::vector<bool> replaced;
+  hooks.save = [&](int64_t, const Retention& r) {
+    replaced.push_back(r.replace_others);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(RunTrainingSteps(options, false, 0, 1, nullptr, hooks).ok());
+  EXPECT_EQ(replaced, (std::vector<bool>{true, false}));
 }
 
 }  // namespace

@@ -151,7 +151,9 @@ Command MakeTrainCommand() {
         "continue from the latest checkpoint in --checkpoint-dir (the previous intact one when "
         "that is damaged)"},
        {"overwrite-checkpoints", "", "a new run replaces the checkpoints in --checkpoint-dir"},
-       {"stop-after", "N", "stop after step N as if interrupted (writes a checkpoint)"},
+       {"stop-after", "N",
+        "stop after step N as if interrupted (writes a checkpoint, unless every step since the "
+        "last one was skipped)"},
        {"metrics", "FILE", "append one JSON line per step"},
        {"shard-optimizer", "",
         "shard the AdamW moments (on GPUs also the fp32 masters) over the ranks"},

@@ -37,7 +37,7 @@ class GpuLoop {
   absl::Status Agree(const absl::Status& local) { return comm::AgreeOnStatus(comm_, local); }
   absl::Status ResumeFrom(const std::string& checkpoint);
   absl::Status Step(int64_t step, MetricsRecord& record);
-  absl::Status SaveCheckpoint(int64_t steps_done);
+  absl::Status SaveCheckpoint(int64_t steps_done, const Retention& retention);
 
   comm::Communicator& comm_;
   const plan::Plan& plan_;
@@ -52,6 +52,7 @@ class GpuLoop {
 
 absl::Status GpuLoop::Setup() {
   HCP_RETURN_IF_ERROR(PrepareOptions(options_));
+  HCP_RETURN_IF_ERROR(PrepareCheckpointDir(comm_, options_));
   // One GPU per rank; NCCL between them when there are several.
   CudaExecutor::Options exec_options;
   exec_options.shard_optimizer = options_.shard_optimizer;
@@ -70,7 +71,7 @@ absl::Status GpuLoop::Setup() {
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
 
   if (options_.resume) {
-    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, plan_, options_));
     HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else {
     absl::Status set;
@@ -178,7 +179,7 @@ absl::Status GpuLoop::Step(int64_t step, MetricsRecord& record) {
 // sharded; an expert tensor split over ep ranks is gathered over the ep group, a sharded
 // optimizer's slices over the world, so every rank fetches those (their values only matter on
 // rank 0, and a rank whose download fails ends the job in the gather).
-absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
+absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done, const Retention& retention) {
   absl::Status written = absl::OkStatus();
   std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
   for (const plan::Parameter& p : plan_.parameters) {
@@ -202,9 +203,9 @@ absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
       const CheckpointContents contents{values, exp_avg, exp_avg_sq,
                                         StateAfter(steps_done, *data_.batcher, options_, updates_),
                                         options_.model_config};
-      written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
-        return WriteCheckpointFiles(dir, plan_, contents);
-      });
+      written = PublishCheckpoint(
+          options_.checkpoint_dir, steps_done, retention,
+          [&](const std::string& dir) { return WriteCheckpointFiles(dir, plan_, contents); });
     }
     if (written.ok() && metrics_) written = metrics_->Sync();
   }
@@ -214,7 +215,9 @@ absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done) {
 absl::Status GpuLoop::Run() {
   LoopHooks hooks;
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
-  hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
+  hooks.save = [this](int64_t steps_done, const Retention& retention) {
+    return SaveCheckpoint(steps_done, retention);
+  };
   return RunTrainingSteps(options_, root(), first_step_,
                           data_.batcher->config().global_batch() * plan_.seq,
                           metrics_ ? &*metrics_ : nullptr, hooks);

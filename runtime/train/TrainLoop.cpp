@@ -1,14 +1,24 @@
 #include "runtime/train/TrainLoop.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
@@ -32,6 +42,40 @@ int64_t CountValid(std::span<const int32_t> targets) {
 
 absl::Status PrepareOptions(TrainOptions& options) {
   if (options.steps <= 0) return absl::InvalidArgumentError("--steps must be positive");
+  if (options.log_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--log-every must be at least 1, got %d", options.log_every));
+  }
+  if (!(options.adamw.max_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--clip must be >= 0 (0 disables clipping), got %g", options.adamw.max_grad_norm));
+  }
+  if (!options.init_weights.empty() && options.resume) {
+    return absl::InvalidArgumentError(
+        "--weights and --resume both say where the weights come from: a resumed run takes its "
+        "checkpoint's; give one of them");
+  }
+  if (options.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--checkpoint-every must be positive, got %d", options.checkpoint_every));
+  }
+  if (options.keep_checkpoints < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--keep-checkpoints must be >= 0 (0 keeps all), got %d", options.keep_checkpoints));
+  }
+  if (options.checkpoint_dir.empty()) {
+    if (options.checkpoint_every > 0) {
+      return absl::InvalidArgumentError("--checkpoint-every needs --checkpoint-dir");
+    }
+    if (options.overwrite_checkpoints) {
+      return absl::InvalidArgumentError("--overwrite-checkpoints needs --checkpoint-dir");
+    }
+  }
+  if (options.overwrite_checkpoints && options.resume) {
+    return absl::InvalidArgumentError(
+        "--overwrite-checkpoints replaces the checkpoints that --resume continues from; give one "
+        "of them");
+  }
   options.schedule.total_steps = options.steps;
   HCP_RETURN_IF_ERROR(ValidateSchedule(options.schedule));
   return ValidateAdamWConfig(options.adamw);
@@ -49,16 +93,6 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
-                                               const TrainOptions& options) {
-  if (options.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
-  }
-  absl::StatusOr<std::string> latest = LatestCheckpoint(options.checkpoint_dir);
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, latest.status()));
-  return latest;
 }
 
 absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
@@ -105,21 +139,288 @@ TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const Tra
   return state;
 }
 
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir) {
-  std::ifstream latest(fs::path(checkpoint_dir) / kLatestFileName);
+namespace {
+
+// N of a checkpoint's name "step-N" (CheckpointName); nullopt for any other name.
+std::optional<int64_t> CheckpointStep(std::string_view name) {
+  if (!name.starts_with("step-")) return std::nullopt;
+  name.remove_prefix(5);
+  if (name.empty() || name.size() > 18 || name[0] < '0' || name[0] > '9') return std::nullopt;
+  int64_t step = 0;
+  auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), step);
+  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return step;
+}
+
+struct CheckpointEntry {
+  int64_t step;
   std::string name;
-  if (!(latest >> name)) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s has no complete checkpoint to resume from (no '%s' file)",
-                        checkpoint_dir, kLatestFileName));
+};
+// The entries of `dir` named like checkpoints, newest first.
+std::vector<CheckpointEntry> ListCheckpoints(const fs::path& dir) {
+  std::vector<CheckpointEntry> found;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (std::optional<int64_t> step = CheckpointStep(name)) found.push_back({*step, name});
   }
-  return (fs::path(checkpoint_dir) / name).string();
+  std::sort(found.begin(), found.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step > b.step; });
+  return found;
+}
+
+// Whether `entry` (a name in `dir`) resolves to something directly inside `dir`: not a link out.
+bool InsideDir(const fs::path& dir, const fs::path& entry) {
+  std::error_code error;
+  const fs::path target = fs::weakly_canonical(entry, error);
+  if (error) return false;
+  const fs::path home = fs::canonical(dir, error);
+  return !error && target.parent_path() == home;
+}
+
+// A file's first bytes (`latest` is one short line; anything longer is garbage anyway).
+std::string ReadStart(const fs::path& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(limit, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(limit));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+// The name a `latest`-style file holds: its text without surrounding whitespace.
+std::string ReadName(const fs::path& path) {
+  return std::string(absl::StripAsciiWhitespace(ReadStart(path, 256)));
+}
+
+// Creates and removes a file in `dir`: the one test of writability that also holds for root.
+absl::Status ProbeWritable(const fs::path& dir) {
+  const fs::path probe = dir / absl::StrFormat(".write-probe.%d", getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  int error = fd < 0 ? errno : 0;
+  if (fd >= 0) {
+    close(fd);
+    if (unlink(probe.c_str()) != 0) error = errno;
+  }
+  if (error == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "cannot write into --checkpoint-dir %s (%s): no checkpoint could be saved; give a directory "
+      "this process can write into",
+      dir.string(), std::strerror(error)));
+}
+
+// A new run's directory must hold no checkpoints, unless it replaces them on purpose.
+// A new run's directory must hold no checkpoints, unless it replaces them on purpose: then they
+// stay until the run's first checkpoint takes their place (a run that fails early loses nothing).
+absl::Status ClaimForNewRun(const fs::path& dir, bool overwrite) {
+  const std::vector<CheckpointEntry> checkpoints = ListCheckpoints(dir);
+  std::error_code error;
+  bool held = !checkpoints.empty();
+  for (const char* file : {kLatestFileName, kLatestFiniteFileName}) {
+    held = held || fs::exists(fs::symlink_status(dir / file, error));
+  }
+  if (!held) return absl::OkStatus();
+  const std::string latest = ReadName(dir / kLatestFileName);
+  const std::string newest = CheckpointStep(latest) ? latest
+                             : !checkpoints.empty() ? checkpoints.front().name
+                                                    : std::string("none complete");
+  if (overwrite) {
+    std::printf(
+        "--overwrite-checkpoints: the checkpoints in %s (the latest: %s) go when this run writes "
+        "its first\n",
+        dir.string().c_str(), newest.c_str());
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--checkpoint-dir %s already holds checkpoints (the latest: %s), which a new run would "
+      "overwrite: add --resume to continue that run, give another --checkpoint-dir, or add "
+      "--overwrite-checkpoints to replace them",
+      dir.string(), newest));
+}
+
+absl::Status PrepareCheckpointDirOnRoot(const TrainOptions& options) {
+  const fs::path dir(options.checkpoint_dir);
+  std::error_code error;
+  const fs::file_status status = fs::status(dir, error);
+  if (fs::exists(status) && !fs::is_directory(status)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--checkpoint-dir %s is not a directory (a file is in its place); give a directory for the "
+        "checkpoints",
+        dir.string()));
+  }
+  if (!fs::exists(status)) {
+    if (options.resume) {
+      return absl::NotFoundError(absl::StrFormat(
+          "--resume: --checkpoint-dir %s does not exist, so there is no checkpoint to resume from",
+          dir.string()));
+    }
+    fs::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("cannot create --checkpoint-dir %s: %s", dir.string(), error.message()));
+    }
+  }
+  HCP_RETURN_IF_ERROR(ProbeWritable(dir));
+  RemoveStaleStaging(dir.string());
+  return options.resume ? absl::OkStatus() : ClaimForNewRun(dir, options.overwrite_checkpoints);
+}
+
+// The plan's parameters as a checkpoint holds them: whole (an expert parameter's every shard).
+std::vector<ParamSpec> FullParameters(const plan::Plan& plan) {
+  std::vector<ParamSpec> full;
+  for (const plan::Parameter& p : plan.parameters) {
+    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan.FullShape(p)));
+  }
+  return full;
+}
+
+// Renames damaged checkpoints to "step-N.damaged": kept for a look, but no longer counted (or
+// chosen) as checkpoints, so that rotation keeps intact ones.
+void SetAside(const std::string& checkpoint_dir, const std::vector<std::string>& damaged) {
+  for (const std::string& name : damaged) {
+    const fs::path from = fs::path(checkpoint_dir) / name;
+    const fs::path to = fs::path(checkpoint_dir) / (name + ".damaged");
+    std::error_code error;
+    if (fs::exists(to, error)) continue;
+    fs::rename(from, to, error);
+    if (!error) std::printf("set %s aside as %s\n", from.string().c_str(), to.string().c_str());
+  }
+}
+
+}  // namespace
+
+absl::Status PrepareCheckpointDir(comm::Communicator& comm, const TrainOptions& options) {
+  if (options.checkpoint_dir.empty()) return absl::OkStatus();
+  const absl::Status local =
+      comm.world_rank() == 0 ? PrepareCheckpointDirOnRoot(options) : absl::OkStatus();
+  return comm::AgreeOnStatus(comm, local);
+}
+
+void RemoveStaleStaging(const std::string& checkpoint_dir) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.rfind(".tmp.");
+    if (tmp == std::string::npos) continue;
+    std::string_view base = std::string_view(name).substr(0, tmp);
+    const bool ours = base == kLatestFileName || base == kLatestFiniteFileName ||
+                      (base.starts_with(".") && CheckpointStep(base.substr(1)));
+    std::string_view digits = std::string_view(name).substr(tmp + 5);
+    int pid = 0;
+    auto [end, parsed] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (!ours || parsed != std::errc() || end != digits.data() + digits.size() || pid <= 0) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    fs::remove_all(entry.path(), error);
+    if (!error) {
+      std::printf(
+          "removed %s (left by an interrupted checkpoint write of process %d, which has "
+          "ended)\n",
+          entry.path().string().c_str(), pid);
+    }
+  }
+}
+
+absl::StatusOr<ResumeChoice> ChooseCheckpoint(
+    const std::string& checkpoint_dir,
+    const std::function<absl::Status(const std::string&)>& open) {
+  const fs::path dir(checkpoint_dir);
+  const fs::path latest_path = dir / kLatestFileName;
+  const std::vector<CheckpointEntry> all = ListCheckpoints(dir);
+  std::error_code error;
+  // What is wrong with `latest`, in words, when it does not name an intact checkpoint.
+  std::string problem;
+  std::optional<int64_t> named;
+  std::vector<std::string> damaged;
+  if (!fs::exists(fs::symlink_status(latest_path, error))) {
+    if (all.empty()) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s has no complete checkpoint to resume from (no '%s' file)",
+                          checkpoint_dir, kLatestFileName));
+    }
+    problem = absl::StrFormat("%s has no '%s' file", checkpoint_dir, kLatestFileName);
+  } else {
+    const std::string text = ReadStart(latest_path, 256);
+    const std::string name(absl::StripAsciiWhitespace(text));
+    const auto outside = [&](std::string_view why) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s names '%s', %s: a checkpoint is read only from inside --checkpoint-dir %s; fix or "
+          "remove %s",
+          latest_path.string(), absl::CHexEscape(name), why, checkpoint_dir, latest_path.string()));
+    };
+    if (name.find('/') != std::string::npos || name == "." || name == "..") {
+      return outside("a path outside the checkpoint directory");
+    }
+    named = CheckpointStep(name);
+    if (name.empty()) {
+      problem = absl::StrFormat("%s is empty", latest_path.string());
+    } else if (!named) {
+      problem = absl::StrFormat("%s holds '%s', not a checkpoint's name", latest_path.string(),
+                                absl::CHexEscape(text.substr(0, 40)));
+    } else {
+      const fs::path target = dir / name;
+      if (!fs::exists(target, error)) {
+        problem = absl::StrFormat("latest names %s, which is missing", name);
+      } else if (!InsideDir(dir, target)) {
+        return outside("a link out of the checkpoint directory");
+      } else {
+        absl::Status opened = open(target.string());
+        if (opened.ok()) return ResumeChoice{target.string(), *named, "", {}};
+        problem = absl::StrFormat("latest names %s, which is damaged (%s)", name, opened.message());
+        damaged.push_back(name);
+      }
+    }
+  }
+  // The previous intact checkpoint: the newest older one that opens.
+  std::vector<std::string> failed;
+  for (const CheckpointEntry& c : all) {
+    const fs::path path = dir / c.name;
+    if ((named && c.step >= *named) || !InsideDir(dir, path)) continue;
+    absl::Status opened = open(path.string());
+    if (opened.ok()) {
+      return ResumeChoice{path.string(), c.step,
+                          absl::StrFormat("%s; resuming from %s instead", problem, c.name),
+                          std::move(damaged)};
+    }
+    failed.push_back(absl::StrFormat("%s: %s", c.name, opened.message()));
+    damaged.push_back(c.name);
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "cannot resume from %s: %s, and %s", checkpoint_dir, problem,
+      failed.empty()
+          ? std::string("there is no older checkpoint to fall back to")
+          : "no older checkpoint is intact either (" + absl::StrJoin(failed, "; ") + ")"));
+}
+
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const plan::Plan& plan,
+                                               const TrainOptions& options) {
+  if (options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
+  }
+  // Rank 0 decides and tells the others (ranks on other nodes may see the files at another
+  // moment; they must all load the same checkpoint).
+  absl::StatusOr<ResumeChoice> choice = ResumeChoice{};
+  if (comm.world_rank() == 0) {
+    const std::vector<ParamSpec> full = FullParameters(plan);
+    choice = ChooseCheckpoint(options.checkpoint_dir, [&](const std::string& dir) {
+      absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(dir);
+      if (!weights.ok()) return weights.status();
+      return TrainStateReader::Open(dir, full).status();
+    });
+    if (choice.ok() && !choice->note.empty()) std::printf("%s\n", choice->note.c_str());
+    if (choice.ok()) SetAside(options.checkpoint_dir, choice->damaged);
+  }
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, choice.status()));
+  double step = comm.world_rank() == 0 ? static_cast<double>(choice->step) : 0.0;
+  comm.AllReduceSum(&step, 1, comm::Group::kWorld);
+  return (fs::path(options.checkpoint_dir) / CheckpointName(static_cast<int64_t>(step))).string();
 }
 
 absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_done,
+                               const Retention& retention,
                                const std::function<absl::Status(const std::string&)>& write) {
   const std::string name = CheckpointName(steps_done);
   const fs::path dir(checkpoint_dir);
+  RemoveStaleStaging(checkpoint_dir);
   // The previous checkpoint stays the valid one until the new one is whole.
   const fs::path staging = dir / absl::StrFormat(".%s.tmp.%d", name, getpid());
   std::error_code error;
@@ -134,19 +435,43 @@ absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_
     }
   }
   if (written.ok()) written = WriteFileAtomically((dir / kLatestFileName).string(), name + "\n");
+  if (written.ok() && retention.finite) {
+    written = WriteFileAtomically((dir / kLatestFiniteFileName).string(), name + "\n");
+  }
   if (!written.ok()) {
     fs::remove_all(staging, error);
     return written;
   }
   std::printf("checkpoint %s\n", (dir / name).string().c_str());
-  // Keep the newest two complete checkpoints.
-  std::vector<std::string> old;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string n = entry.path().filename().string();
-    if (n.rfind("step-", 0) == 0 && n < name) old.push_back(n);
+  if (retention.replace_others) {
+    std::vector<std::string> removed;
+    for (const CheckpointEntry& c : ListCheckpoints(dir)) {
+      if (c.step == steps_done) continue;
+      fs::remove_all(dir / c.name, error);
+      removed.push_back(c.name);
+    }
+    // An earlier run's latest-finite names one of them.
+    if (!retention.finite) fs::remove(dir / kLatestFiniteFileName, error);
+    if (!removed.empty()) {
+      std::printf("--overwrite-checkpoints: removed the earlier checkpoints %s\n",
+                  absl::StrJoin(removed, ", ").c_str());
+    }
+    return absl::OkStatus();
   }
-  std::sort(old.begin(), old.end());
-  for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(dir / old[i], error);
+  if (retention.keep == 0) return absl::OkStatus();
+  // The newest `keep` stay, and the newest known finite: never rotate away the last good weights
+  // because later steps were skipped.
+  const std::optional<int64_t> finite = CheckpointStep(ReadName(dir / kLatestFiniteFileName));
+  int64_t kept = 1;  // the new one
+  for (const CheckpointEntry& c : ListCheckpoints(dir)) {
+    if (c.step >= steps_done) continue;  // the new one, or newer ones this run did not write
+    if (kept < retention.keep) {
+      ++kept;
+      continue;
+    }
+    if (c.step == finite || c.step == retention.also_keep) continue;
+    fs::remove_all(dir / c.name, error);
+  }
   return absl::OkStatus();
 }
 
@@ -183,6 +508,13 @@ absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t fi
       options.stop_after > 0 ? std::min(options.stop_after, options.steps) : options.steps;
   const auto start = Clock::now();
   const int64_t tokens_at_start = record.tokens;
+  // The last checkpoint (or the start) and whether an update was applied since: skipped steps
+  // change nothing worth saving.
+  int64_t saved = first_step;
+  bool applied_since_saved = false;
+  // The newest checkpoint known finite: the one the run resumed from, then each one written after
+  // an applied update.
+  int64_t newest_finite = options.resume ? first_step : -1;
   for (int64_t step = first_step; step < last; ++step) {
     HCP_RETURN_IF_ERROR(hooks.step(step, record));
     record.tokens += tokens_per_step;
@@ -199,11 +531,36 @@ absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t fi
         std::fflush(stdout);
       }
     }
+    applied_since_saved = applied_since_saved || !record.skipped;
     const bool checkpoint =
         !options.checkpoint_dir.empty() &&
         ((options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) ||
          step + 1 == last);
-    if (checkpoint) HCP_RETURN_IF_ERROR(hooks.save(step + 1));
+    if (!checkpoint) continue;
+    if (!applied_since_saved) {
+      if (root) {
+        const std::string skipped =
+            saved + 1 == step + 1
+                ? absl::StrFormat("step %d was skipped", step + 1)
+                : absl::StrFormat("steps %d-%d were all skipped", saved + 1, step + 1);
+        const std::string kept =
+            options.resume || saved > first_step
+                ? absl::StrFormat("; %s stays the latest", CheckpointName(saved))
+                : "";
+        std::printf("no checkpoint after step %lld: %s (no update to save)%s\n",
+                    static_cast<long long>(step + 1), skipped.c_str(), kept.c_str());
+        std::fflush(stdout);
+      }
+      continue;
+    }
+    const bool finite = !record.skipped;
+    // With --overwrite-checkpoints, the run's first checkpoint replaces the earlier ones.
+    const Retention retention{options.keep_checkpoints, finite, finite ? -1 : newest_finite,
+                              options.overwrite_checkpoints && saved == first_step};
+    HCP_RETURN_IF_ERROR(hooks.save(step + 1, retention));
+    if (finite) newest_finite = step + 1;
+    saved = step + 1;
+    applied_since_saved = false;
   }
   return absl::OkStatus();
 }

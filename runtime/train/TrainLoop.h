@@ -1,8 +1,9 @@
 // What the training loops share, whichever backend runs the steps (Trainer.cpp on CPU ranks,
 // CudaTrainer.cpp on GPUs): the vocabulary and valid-target count of a batch, the step loop with
 // its progress lines, metrics and checkpoint cadence, and the checkpoint directory's protocol
-// (files written under a temporary name, renamed when whole, `latest` switched over, the newest
-// two kept).
+// (checked before step 1; files written under a temporary name, renamed when whole, `latest`
+// switched over, the newest --keep-checkpoints kept; a damaged `latest` falls back to the previous
+// intact checkpoint).
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,11 @@ int64_t CountValid(std::span<const int32_t> targets);
 // the same error:
 //   - the options: steps > 0, a valid schedule (its total_steps set to steps) and AdamW config;
 //   - the token file and its batcher (the plan's micro-batch and dp, options.grad_accum);
-//   - with --resume, the checkpoint to resume from (checkpoint_dir's latest);
+//   - the checkpoint directory (PrepareCheckpointDir), before anything else is written;
+//   - with --resume, the checkpoint to resume from (checkpoint_dir's latest, or the previous
+//     intact one);
 //   - rank 0's metrics file.
+// PrepareOptions refuses contradictory or senseless options, naming the option.
 absl::Status PrepareOptions(TrainOptions& options);
 struct TrainingData {
   std::unique_ptr<TokenFile> file;
@@ -44,7 +48,34 @@ struct TrainingData {
 };
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data);
-absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
+// Rank 0 checks checkpoint_dir (every rank gets its status); nothing to do without one. It must be
+// a directory this process can write into: created for a new run, then probed by creating and
+// removing a file (permission bits do not stop root, a real write does). Staging directories of
+// interrupted writes whose process has ended are removed. A new run (no --resume) refuses a
+// directory that holds checkpoints, naming its latest, unless options.overwrite_checkpoints: then
+// they stay until the run's first checkpoint replaces them (Retention::replace_others).
+absl::Status PrepareCheckpointDir(comm::Communicator& comm, const TrainOptions& options);
+// Removes checkpoint_dir's leftovers of interrupted writes (".step-N.tmp.PID" staging directories,
+// "latest.tmp.PID") whose process PID no longer runs on this machine; never a live process's.
+void RemoveStaleStaging(const std::string& checkpoint_dir);
+
+// The checkpoint a resume starts from: `latest`'s, or when that is damaged (missing, incomplete,
+// garbage, or open() fails on it) the newest older step-N that opens; `note` then says so, and
+// `damaged` lists the checkpoints that failed to open on the way (CheckpointToResume renames them
+// to step-N.damaged, so that rotation counts only intact ones).
+// `latest` naming anything outside checkpoint_dir (a path, "..", a link out) is refused, as is a
+// directory with no intact checkpoint (naming what failed).
+struct ResumeChoice {
+  std::string path;
+  int64_t step = 0;
+  std::string note;  // empty when latest's checkpoint was taken
+  std::vector<std::string> damaged;
+};
+absl::StatusOr<ResumeChoice> ChooseCheckpoint(
+    const std::string& checkpoint_dir, const std::function<absl::Status(const std::string&)>& open);
+// ChooseCheckpoint on rank 0 with the readers a resume uses (CheckpointReader, TrainStateReader
+// against the plan's parameters); every rank gets the same path or the same error.
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const plan::Plan& plan,
                                                const TrainOptions& options);
 absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
                          std::optional<MetricsWriter>& metrics);
@@ -60,13 +91,23 @@ void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, dou
 TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const TrainOptions& options,
                       int64_t optimizer_updates);
 
-// The path of checkpoint_dir's latest complete checkpoint; NotFound when there is none.
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir);
+// Which checkpoints stay when a new one is published. A checkpoint is known finite when the step
+// before it applied its update (its weights come from a finite loss and gradient), or when the
+// run resumed from it (it loaded); kLatestFiniteFileName names the newest such one written.
+struct Retention {
+  int64_t keep = 2;             // the newest `keep` checkpoints stay, the new one included; 0: all
+  bool finite = true;           // the new one is known finite: latest-finite names it
+  int64_t also_keep = -1;       // the step of a checkpoint that stays anyway (-1: none)
+  bool replace_others = false;  // every other checkpoint goes (--overwrite-checkpoints' first)
+};
 
 // Writes checkpoint CheckpointName(steps_done) into checkpoint_dir: write(staging) fills a
-// temporary directory, which is then renamed into place and named in `latest`; older
-// checkpoints beyond the newest two are removed. One rank calls it (the others hold the same).
+// temporary directory, which is then renamed into place and named in `latest` (and in
+// latest-finite when retention.finite); then the older checkpoints beyond retention.keep are
+// removed, except the one latest-finite names and retention.also_keep. One rank calls it (the
+// others hold the same).
 absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_done,
+                               const Retention& retention,
                                const std::function<absl::Status(const std::string&)>& write);
 
 // A checkpoint's files in `dir`: model.safetensors (every parameter's whole fp32 tensor, Hugging
@@ -84,12 +125,14 @@ absl::Status WriteCheckpointFiles(const std::string& dir, const plan::Plan& plan
 
 // The loop: steps [first_step, last) with last = options.stop_after or options.steps; after each,
 // on the root rank the metrics line and (every log_every steps, the first and the last) the
-// progress line, then, when due, save(steps_done) on every rank. step(step, record) runs one
-// optimizer step and fills record's step, loss, lr, grad_norm and skipped; the loop adds tokens
-// (tokens_per_step each), elapsed time and throughput.
+// progress line, then, when due, save(steps_done, retention) on every rank. step(step, record)
+// runs one optimizer step and fills record's step, loss, lr, grad_norm and skipped; the loop adds
+// tokens (tokens_per_step each), elapsed time and throughput. A skipped step is no progress: a
+// checkpoint due when every step since the last one (or the start) was skipped is not written
+// (the root says so), and the retention keeps the newest checkpoint known finite.
 struct LoopHooks {
   std::function<absl::Status(int64_t step, MetricsRecord& record)> step;
-  std::function<absl::Status(int64_t steps_done)> save;
+  std::function<absl::Status(int64_t steps_done, const Retention& retention)> save;
 };
 absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t first_step,
                               int64_t tokens_per_step, MetricsWriter* metrics,

@@ -70,7 +70,7 @@ class Loop {
   void CopyGradients(bool accumulate);
   void WriteBackGradients();
   absl::Status Update(const AdamWUpdate& update);
-  absl::Status SaveCheckpoint(int64_t steps_done);
+  absl::Status SaveCheckpoint(int64_t steps_done, const Retention& retention);
 
   comm::Communicator& comm_;
   const plan::Plan& plan_;
@@ -97,6 +97,7 @@ class Loop {
 
 absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(PrepareOptions(options_));
+  HCP_RETURN_IF_ERROR(PrepareCheckpointDir(comm_, options_));
   CpuExecutor::Options executor_options;
   executor_options.threads = CpuExecutor::ThreadsPerRank(comm_.world_size());
   HCP_ASSIGN_OR_RETURN(executor_, CpuExecutor::Create(plan_, comm_, executor_options));
@@ -110,7 +111,7 @@ absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(CreateOptimizer());
 
   if (options_.resume) {
-    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, plan_, options_));
     HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else if (!options_.init_weights.empty()) {
     absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
@@ -303,7 +304,9 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
 absl::Status Loop::Run() {
   LoopHooks hooks;
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
-  hooks.save = [this](int64_t steps_done) { return SaveCheckpoint(steps_done); };
+  hooks.save = [this](int64_t steps_done, const Retention& retention) {
+    return SaveCheckpoint(steps_done, retention);
+  };
   return RunTrainingSteps(options_, root(), first_step_,
                           data_.batcher->config().global_batch() * plan_.seq,
                           metrics_ ? &*metrics_ : nullptr, hooks);
@@ -311,7 +314,7 @@ absl::Status Loop::Run() {
 
 // --- checkpoints ----------------------------------------------------------------------------
 
-absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
+absl::Status Loop::SaveCheckpoint(int64_t steps_done, const Retention& retention) {
   // Every rank: the moments of this rank's parameters in the whole layout (sliced parts
   // gathered).
   std::vector<float> exp_avg(layout_->total()), exp_avg_sq(layout_->total());
@@ -351,9 +354,9 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done) {
         full_values_, full_exp_avg_, full_exp_avg_sq_,
         StateAfter(steps_done, *data_.batcher, options_, optimizer_.front().adamw.updates()),
         options_.model_config};
-    written = PublishCheckpoint(options_.checkpoint_dir, steps_done, [&](const std::string& dir) {
-      return WriteCheckpointFiles(dir, plan_, contents);
-    });
+    written = PublishCheckpoint(
+        options_.checkpoint_dir, steps_done, retention,
+        [&](const std::string& dir) { return WriteCheckpointFiles(dir, plan_, contents); });
     if (written.ok() && metrics_) written = metrics_->Sync();
   }
   return Agree(written);

@@ -45,6 +45,10 @@ struct TrainOptions {
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`
   AdamWConfig adamw;
+
+  // The checkpoint directory's rotation, and a new run's claim on it.
+  int64_t keep_checkpoints = 2;        // the newest N checkpoints stay (0: all)
+  bool overwrite_checkpoints = false;  // a new run replaces checkpoint_dir's checkpoints
 };
 
 // Trains on `comm`, whose mesh must already be the plan's (comm::CheckRanksAgree). Collective:
@@ -55,5 +59,8 @@ absl::Status Train(comm::Communicator& comm, const plan::Plan& plan, const Train
 std::string CheckpointName(int64_t step);
 // The file in checkpoint_dir naming the last complete checkpoint.
 inline constexpr char kLatestFileName[] = "latest";
+// The file in checkpoint_dir naming the newest checkpoint written after an applied update (see
+// Retention in TrainLoop.h): rotation never removes it.
+inline constexpr char kLatestFiniteFileName[] = "latest-finite";
 
 }  // namespace hcp::train

@@ -35,6 +35,16 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   o.init_weights = args.Get("weights").value_or("");
   o.checkpoint_dir = args.Get("checkpoint-dir").value_or("");
   HCP_ASSIGN_OR_RETURN(o.checkpoint_every, args.GetInt("checkpoint-every", 0));
+  if (args.Has("checkpoint-every") && o.checkpoint_every <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--checkpoint-every must be positive, got %d (leave it out to checkpoint only at the end)",
+        o.checkpoint_every));
+  }
+  HCP_ASSIGN_OR_RETURN(o.keep_checkpoints, args.GetInt("keep-checkpoints", 2));
+  if (args.Has("keep-checkpoints") && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--keep-checkpoints needs --checkpoint-dir");
+  }
+  o.overwrite_checkpoints = args.Has("overwrite-checkpoints");
   o.resume = args.Has("resume");
   HCP_ASSIGN_OR_RETURN(o.stop_after, args.GetInt("stop-after", 0));
   o.metrics = args.Get("metrics").value_or("");
@@ -131,7 +141,8 @@ Command MakeTrainCommand() {
       "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
       "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
       "train FILE.plan --data TOKENS --steps N [--grad-accum N] [--lr X --warmup N --min-lr X] "
-      "[--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--metrics FILE.jsonl]",
+      "[--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints N] [--resume | "
+      "--overwrite-checkpoints]] [--metrics FILE.jsonl]",
       {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},
        {"steps", "N", "optimizer steps of the run (the learning-rate schedule's length)"},
        {"grad-accum", "N", "micro-batches per rank per step (default 1)"},
@@ -143,10 +154,20 @@ Command MakeTrainCommand() {
        {"seed", "N", "parameter initialisation seed (default 0)"},
        {"weights", "DIR", "start from a Hugging Face checkpoint instead"},
        {"config", "FILE", "config.json to write into each checkpoint (loadable by transformers)"},
-       {"checkpoint-dir", "DIR", "write checkpoints here"},
+       {"checkpoint-dir", "DIR",
+        "write checkpoints here (checked before step 1; a new run refuses one that holds "
+        "checkpoints)"},
        {"checkpoint-every", "N", "steps between checkpoints (default: only at the end)"},
-       {"resume", "", "continue from the latest checkpoint in --checkpoint-dir"},
-       {"stop-after", "N", "stop after step N as if interrupted (writes a checkpoint)"},
+       {"keep-checkpoints", "N",
+        "keep the newest N checkpoints (default 2; 0 keeps all), and always the newest written "
+        "after an applied update"},
+       {"resume", "",
+        "continue from the latest checkpoint in --checkpoint-dir (the previous intact one when "
+        "that is damaged)"},
+       {"overwrite-checkpoints", "", "a new run replaces the checkpoints in --checkpoint-dir"},
+       {"stop-after", "N",
+        "stop after step N as if interrupted (writes a checkpoint, unless every step since the "
+        "last one was skipped)"},
        {"metrics", "FILE", "append one JSON line per step"},
        {"shard-optimizer", "",
         "shard the AdamW moments (on GPUs also the fp32 masters) over the ranks"},

@@ -1,26 +1,49 @@
-// The checkpoint directory protocol both training loops use (runtime/train/TrainLoop.h): a
-// checkpoint appears whole or not at all, `latest` names the last complete one, the newest two
-// are kept; and the step loop's cadence of steps and checkpoints.
+// The checkpoint directory protocol both training loops use (runtime/train/TrainLoop.h): the
+// directory is checked before step 1 (a new run never overwrites checkpoints), a checkpoint
+// appears whole or not at all, `latest` names the last complete one, the newest N are kept and
+// never the newest known finite one removed, leftovers of dead writers are cleaned, a damaged
+// `latest` falls back to the previous intact checkpoint; and the step loop's cadence of steps and
+// checkpoints, where skipped steps are no progress.
 #include "runtime/train/TrainLoop.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/unit/ScratchFiles.h"
 
 namespace hcp::train {
 namespace {
 
+namespace fs = std::filesystem;
+using hcp::testing::ReadFileBytes;
 using hcp::testing::ScratchDir;
+using hcp::testing::WriteFileBytes;
+
+bool Contains(const absl::Status& status, const std::string& text) {
+  return status.message().find(text) != std::string_view::npos;
+}
 
 // A checkpoint writer that puts one file into the staging directory.
 absl::Status WriteMarker(const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::ofstream(std::filesystem::path(dir) / "marker") << "x";
   return absl::OkStatus();
+}
+
+// Opens when the writer's marker is there.
+absl::Status OpensWithMarker(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "marker")) return absl::OkStatus();
+  return absl::DataLossError("no marker");
 }
 
 std::string ReadLatest(const ScratchDir& dir) {
@@ -33,35 +56,278 @@ std::string ReadLatest(const ScratchDir& dir) {
 TEST(PublishCheckpoint, KeepsTheNewestTwoAndNamesTheLast) {
   ScratchDir dir;
   for (int64_t step : {3, 6, 9, 12}) {
-    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, WriteMarker).ok());
+    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, {}, WriteMarker).ok());
   }
-  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "step-000009", "step-000012"}));
+  EXPECT_EQ(dir.List(),
+            (std::vector<std::string>{"latest", "latest-finite", "step-000009", "step-000012"}));
   EXPECT_EQ(ReadLatest(dir), "step-000012");
-  EXPECT_TRUE(std::filesystem::exists(dir / "step-000012/marker"));
-  absl::StatusOr<std::string> latest = LatestCheckpoint(dir.path());
+  EXPECT_TRUE(fs::exists(dir / "step-000012/marker"));
+  absl::StatusOr<ResumeChoice> latest = ChooseCheckpoint(dir.path(), OpensWithMarker);
   ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(*latest, dir / "step-000012");
+  EXPECT_EQ(latest->path, dir / "step-000012");
+  EXPECT_EQ(latest->note, "");
+}
+
+TEST(PublishCheckpoint, KeepsAsManyAsAskedOrAll) {
+  ScratchDir three, all;
+  for (int64_t step : {1, 2, 3, 4, 5}) {
+    ASSERT_TRUE(PublishCheckpoint(three.path(), step, {.keep = 3}, WriteMarker).ok());
+    ASSERT_TRUE(PublishCheckpoint(all.path(), step, {.keep = 0}, WriteMarker).ok());
+  }
+  EXPECT_EQ(three.List(), (std::vector<std::string>{"latest", "latest-finite", "step-000003",
+                                                    "step-000004", "step-000005"}));
+  EXPECT_EQ(all.List().size(), 7u);
+}
+
+// Steps are numbers, not strings: step-1000000 is newer than step-999999.
+TEST(PublishCheckpoint, RotatesByStepNumber) {
+  ScratchDir dir;
+  for (int64_t step : {999998, 999999, 1000000}) {
+    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, {}, WriteMarker).ok());
+  }
+  EXPECT_EQ(dir.List(),
+            (std::vector<std::string>{"latest", "latest-finite", "step-1000000", "step-999999"}));
+}
+
+// Checkpoints written after skipped steps do not rotate away the last one known finite, which
+// latest-finite names.
+TEST(PublishCheckpoint, NeverRemovesTheNewestKnownFinite) {
+  ScratchDir dir;
+  ASSERT_TRUE(PublishCheckpoint(dir.path(), 3, {.finite = true}, WriteMarker).ok());
+  for (int64_t step : {6, 9, 12}) {
+    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, {.finite = false}, WriteMarker).ok());
+  }
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "latest-finite", "step-000003",
+                                                  "step-000009", "step-000012"}));
+  EXPECT_EQ(ReadFileBytes(dir / "latest-finite"), "step-000003\n");
+  // A finite one takes over; the old one may go.
+  ASSERT_TRUE(PublishCheckpoint(dir.path(), 15, {.finite = true}, WriteMarker).ok());
+  EXPECT_EQ(dir.List(),
+            (std::vector<std::string>{"latest", "latest-finite", "step-000012", "step-000015"}));
+}
+
+// The checkpoint a run resumed from stays while it is the newest known finite (also_keep).
+TEST(PublishCheckpoint, KeepsTheCheckpointTheRunResumedFrom) {
+  ScratchDir dir;
+  for (int64_t step : {2, 4}) {
+    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, {.finite = false}, WriteMarker).ok());
+  }
+  ASSERT_TRUE(
+      PublishCheckpoint(dir.path(), 6, {.keep = 1, .finite = false, .also_keep = 2}, WriteMarker)
+          .ok());
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "step-000002", "step-000006"}));
 }
 
 TEST(PublishCheckpoint, AFailedWriteLeavesThePreviousCheckpointInCharge) {
   ScratchDir dir;
-  ASSERT_TRUE(PublishCheckpoint(dir.path(), 4, WriteMarker).ok());
-  absl::Status failed = PublishCheckpoint(dir.path(), 8, [](const std::string& staging) {
+  ASSERT_TRUE(PublishCheckpoint(dir.path(), 4, {}, WriteMarker).ok());
+  absl::Status failed = PublishCheckpoint(dir.path(), 8, {}, [](const std::string& staging) {
     WriteMarker(staging).IgnoreError();  // half written, then the disk is full
     return absl::ResourceExhaustedError("no space left on device");
   });
   EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted);
   // No staging directory, no step-8 checkpoint, `latest` unchanged.
-  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "step-000004"}));
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "latest-finite", "step-000004"}));
   EXPECT_EQ(ReadLatest(dir), "step-000004");
 }
 
-TEST(LatestCheckpoint, SaysThereIsNoneToResumeFrom) {
+// A process id that is no longer running: a child that has exited and been reaped.
+pid_t DeadPid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+TEST(RemoveStaleStaging, RemovesTheLeftoversOfEndedProcessesOnly) {
   ScratchDir dir;
-  absl::StatusOr<std::string> latest = LatestCheckpoint(dir.path());
+  const pid_t dead = DeadPid();
+  const std::string dead_staging = absl::StrFormat(".step-000008.tmp.%d", dead);
+  const std::string live_staging = absl::StrFormat(".step-000008.tmp.%d", getpid());
+  for (const std::string& name : {dead_staging, live_staging})
+    WriteMarker(dir / name).IgnoreError();
+  WriteFileBytes(dir / absl::StrFormat("latest.tmp.%d", dead), "step-000008\n");
+  WriteFileBytes(dir / absl::StrFormat("notes.tmp.%d", dead), "not ours");
+  RemoveStaleStaging(dir.path());
+  EXPECT_EQ(dir.List(),
+            (std::vector<std::string>{live_staging, absl::StrFormat("notes.tmp.%d", dead)}));
+  // The next checkpoint cleans up too.
+  const std::string again = absl::StrFormat(".step-000004.tmp.%d", dead);
+  WriteMarker(dir / again).IgnoreError();
+  ASSERT_TRUE(PublishCheckpoint(dir.path(), 12, {}, WriteMarker).ok());
+  EXPECT_FALSE(fs::exists(dir / again));
+  EXPECT_TRUE(fs::exists(dir / live_staging));
+}
+
+// --- resuming ----------------------------------------------------------------------------------
+
+void MakeCheckpoint(const ScratchDir& dir, int64_t step) {
+  WriteMarker(dir / CheckpointName(step)).IgnoreError();
+}
+
+TEST(ChooseCheckpoint, SaysThereIsNoneToResumeFrom) {
+  ScratchDir dir;
+  absl::StatusOr<ResumeChoice> latest = ChooseCheckpoint(dir.path(), OpensWithMarker);
   EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(latest.status().message().find("no complete checkpoint to resume from"),
-            std::string::npos);
+  EXPECT_TRUE(Contains(latest.status(), "no complete checkpoint to resume from"));
+}
+
+TEST(ChooseCheckpoint, FallsBackFromADamagedLatestToThePreviousIntactOne) {
+  ScratchDir dir;
+  MakeCheckpoint(dir, 6);
+  MakeCheckpoint(dir, 9);
+  fs::create_directories(dir / "step-000012");  // incomplete: no marker
+  WriteFileBytes(dir / "latest", "step-000012\n");
+  absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(dir.path(), OpensWithMarker);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->path, dir / "step-000009");
+  EXPECT_EQ(choice->step, 9);
+  EXPECT_EQ(choice->note,
+            "latest names step-000012, which is damaged (no marker); resuming from step-000009 "
+            "instead");
+  EXPECT_EQ(choice->damaged, std::vector<std::string>{"step-000012"});
+}
+
+// Garbage, an empty file, a missing checkpoint or no latest at all: the newest that opens.
+TEST(ChooseCheckpoint, FallsBackFromAnyCorruptLatest) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"step-000012\n", "latest names step-000012, which is missing"},
+      {"", "is empty"},
+      {"\x01garbage\xff", "holds '\\x01garbage\\xff', not a checkpoint's name"},
+      {"step-12x", "not a checkpoint's name"},
+      {"step--5", "not a checkpoint's name"},
+  };
+  for (const auto& [text, why] : cases) {
+    ScratchDir dir;
+    MakeCheckpoint(dir, 3);
+    MakeCheckpoint(dir, 6);
+    WriteFileBytes(dir / "latest", text);
+    absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(dir.path(), OpensWithMarker);
+    ASSERT_TRUE(choice.ok()) << text << ": " << choice.status();
+    EXPECT_EQ(choice->step, 6) << text;
+    EXPECT_NE(choice->note.find(why), std::string::npos) << choice->note;
+    EXPECT_NE(choice->note.find("resuming from step-000006 instead"), std::string::npos);
+  }
+  ScratchDir no_latest;
+  MakeCheckpoint(no_latest, 6);
+  absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(no_latest.path(), OpensWithMarker);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_NE(choice->note.find("has no 'latest' file"), std::string::npos) << choice->note;
+}
+
+TEST(ChooseCheckpoint, RefusesALatestOutsideTheDirectory) {
+  ScratchDir elsewhere;
+  MakeCheckpoint(elsewhere, 5);
+  for (const std::string& text : {elsewhere / "step-000005", std::string("../step-000005"),
+                                  std::string(".."), std::string("step-000005/../../x")}) {
+    ScratchDir dir;
+    MakeCheckpoint(dir, 3);
+    WriteFileBytes(dir / "latest", text + "\n");
+    absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(dir.path(), OpensWithMarker);
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kFailedPrecondition) << text;
+    EXPECT_TRUE(Contains(choice.status(), "outside the checkpoint directory")) << choice.status();
+  }
+  ScratchDir dir;
+  fs::create_directory_symlink(elsewhere / "step-000005", dir / "step-000007");
+  WriteFileBytes(dir / "latest", "step-000007\n");
+  absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(dir.path(), OpensWithMarker);
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(choice.status(), "a link out of the checkpoint directory"))
+      << choice.status();
+}
+
+TEST(ChooseCheckpoint, RefusesWhenNoCheckpointIsIntactNamingThemAll) {
+  ScratchDir dir;
+  fs::create_directories(dir / "step-000004");
+  fs::create_directories(dir / "step-000008");
+  WriteFileBytes(dir / "latest", "step-000008\n");
+  absl::StatusOr<ResumeChoice> choice = ChooseCheckpoint(dir.path(), OpensWithMarker);
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(choice.status().message(),
+            absl::StrFormat("cannot resume from %s: latest names step-000008, which is damaged "
+                            "(no marker), and no older checkpoint is intact either "
+                            "(step-000004: no marker)",
+                            dir.path()));
+}
+
+// --- the directory, before step 1 -----------------------------------------------------------
+
+absl::Status Prepare(const std::string& dir, bool resume = false, bool overwrite = false) {
+  comm::LocalCommunicator comm;
+  TrainOptions options;
+  options.checkpoint_dir = dir;
+  options.resume = resume;
+  options.overwrite_checkpoints = overwrite;
+  return PrepareCheckpointDir(comm, options);
+}
+
+TEST(PrepareCheckpointDir, CreatesTheDirectoryOfANewRun) {
+  ScratchDir dir;
+  ASSERT_TRUE(Prepare(dir / "a/b").ok());
+  EXPECT_TRUE(fs::is_directory(dir / "a/b"));
+  EXPECT_TRUE(fs::is_empty(dir / "a/b"));  // the probe is gone
+}
+
+TEST(PrepareCheckpointDir, RefusesWhatCannotHoldCheckpoints) {
+  ScratchDir dir;
+  WriteFileBytes(dir / "file", "data");
+  absl::Status file = Prepare(dir / "file");
+  EXPECT_EQ(file.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(file, "--checkpoint-dir " + (dir / "file") + " is not a directory")) << file;
+  absl::Status under = Prepare(dir / "file/ckpt");
+  EXPECT_TRUE(Contains(under, "cannot create --checkpoint-dir " + (dir / "file/ckpt"))) << under;
+  EXPECT_EQ(ReadFileBytes(dir / "file"), "data");
+  absl::Status resume = Prepare(dir / "none", /*resume=*/true);
+  EXPECT_EQ(resume.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(resume, "does not exist")) << resume;
+}
+
+// Permission bits do not stop root: the check must agree with what a real write does.
+TEST(PrepareCheckpointDir, RefusesADirectoryItCannotWriteInto) {
+  ScratchDir dir;
+  const std::string ro = dir / "ro";
+  fs::create_directories(ro);
+  chmod(ro.c_str(), 0555);
+  const bool writable = std::ofstream(ro + "/try").good();
+  fs::remove(ro + "/try");
+  absl::Status status = Prepare(ro);
+  chmod(ro.c_str(), 0755);
+  if (writable) {
+    EXPECT_TRUE(status.ok()) << status;
+  } else {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(status, "cannot write into --checkpoint-dir " + ro)) << status;
+  }
+}
+
+TEST(PrepareCheckpointDir, ANewRunRefusesCheckpointsUnlessItOverwrites) {
+  ScratchDir dir;
+  for (int64_t step : {3, 6})
+    ASSERT_TRUE(PublishCheckpoint(dir.path(), step, {}, WriteMarker).ok());
+  const std::vector<std::string> before = dir.List();
+  absl::Status refused = Prepare(dir.path());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(),
+            absl::StrFormat("--checkpoint-dir %s already holds checkpoints (the latest: "
+                            "step-000006), which a new run would overwrite: add --resume to "
+                            "continue that run, give another --checkpoint-dir, or add "
+                            "--overwrite-checkpoints to replace them",
+                            dir.path()));
+  EXPECT_EQ(dir.List(), before);
+  EXPECT_EQ(ReadFileBytes(dir / "step-000006/marker"), "x");
+  // A step directory alone (latest lost) counts too.
+  ScratchDir bare;
+  MakeCheckpoint(bare, 4);
+  EXPECT_TRUE(Contains(Prepare(bare.path()), "(the latest: step-000004)"));
+  EXPECT_TRUE(Prepare(dir.path(), /*resume=*/true).ok());
+  EXPECT_EQ(dir.List(), before);
+  // --overwrite-checkpoints: they stay until the run's first checkpoint replaces them all.
+  ASSERT_TRUE(Prepare(dir.path(), /*resume=*/false, /*overwrite=*/true).ok());
+  EXPECT_EQ(dir.List(), before);
+  ASSERT_TRUE(
+      PublishCheckpoint(dir.path(), 2, {.finite = false, .replace_others = true}, WriteMarker)
+          .ok());
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"latest", "step-000002"}));
 }
 
 TEST(RunTrainingSteps, RunsFromTheFirstStepAndCheckpointsOnSchedule) {
@@ -78,7 +344,7 @@ TEST(RunTrainingSteps, RunsFromTheFirstStepAndCheckpointsOnSchedule) {
     record.step = step + 1;
     return absl::OkStatus();
   };
-  hooks.save = [&](int64_t steps_done) {
+  hooks.save = [&](int64_t steps_done, const Retention&) {
     saved.push_back(steps_done);
     return absl::OkStatus();
   };
@@ -99,10 +365,61 @@ TEST(RunTrainingSteps, StopsAtTheFirstFailingStep) {
     ++calls;
     return step == 1 ? absl::InternalError("step failed") : absl::OkStatus();
   };
-  hooks.save = [](int64_t) { return absl::OkStatus(); };
+  hooks.save = [](int64_t, const Retention&) { return absl::OkStatus(); };
   EXPECT_EQ(RunTrainingSteps(options, false, 0, 1, nullptr, hooks).code(),
             absl::StatusCode::kInternal);
   EXPECT_EQ(calls, 2);
+}
+
+// Skipped steps are no progress: no checkpoint when every step since the last one was skipped;
+// one after a skipped step is not known finite and keeps the newest one that is.
+TEST(RunTrainingSteps, SavesNoCheckpointWithoutAnAppliedUpdate) {
+  TrainOptions options;
+  options.steps = 10;
+  options.checkpoint_dir = "unused";
+  options.checkpoint_every = 2;
+  options.keep_checkpoints = 3;
+  options.resume = true;
+  // Resumed after step 2; 1-based steps 3, 4, 6 and 10 are skipped.
+  const std::vector<int64_t> skipped = {3, 4, 6, 10};
+  LoopHooks hooks;
+  hooks.step = [&](int64_t step, MetricsRecord& record) {
+    record.step = step + 1;
+    record.skipped = std::find(skipped.begin(), skipped.end(), step + 1) != skipped.end();
+    return absl::OkStatus();
+  };
+  std::vector<std::tuple<int64_t, bool, int64_t>> saved;
+  hooks.save = [&](int64_t steps_done, const Retention& r) {
+    EXPECT_EQ(r.keep, 3);
+    saved.emplace_back(steps_done, r.finite, r.also_keep);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(RunTrainingSteps(options, false, /*first_step=*/2, 1, nullptr, hooks).ok());
+  // 4: nothing applied since 2. 6: not finite, keeps 2 (the start). 8: finite. 10: not finite,
+  // keeps 8.
+  EXPECT_EQ(saved, (std::vector<std::tuple<int64_t, bool, int64_t>>{
+                       {6, false, 2}, {8, true, -1}, {10, false, 8}}));
+}
+
+// --overwrite-checkpoints: the run's first checkpoint replaces the earlier ones, later ones rotate.
+TEST(RunTrainingSteps, ReplacesTheEarlierCheckpointsWithTheFirst) {
+  TrainOptions options;
+  options.steps = 4;
+  options.checkpoint_dir = "unused";
+  options.checkpoint_every = 2;
+  options.overwrite_checkpoints = true;
+  LoopHooks hooks;
+  hooks.step = [](int64_t step, MetricsRecord& record) {
+    record.step = step + 1;
+    return absl::OkStatus();
+  };
+  std::vector<bool> replaced;
+  hooks.save = [&](int64_t, const Retention& r) {
+    replaced.push_back(r.replace_others);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(RunTrainingSteps(options, false, 0, 1, nullptr, hooks).ok());
+  EXPECT_EQ(replaced, (std::vector<bool>{true, false}));
 }
 
 }  // namespace

@@ -59,6 +59,8 @@ compare() {
 }
 
 "$hcp" compile "$config" --seq "$seq" --micro-batch "$batch" -o "$work/single.plan" 2>/dev/null
+# Every parameter has a gradient: each comparison must cover them all.
+params=$("$hcp" inspect "$work/single.plan" | sed -n 's/^parameters: \([0-9]*\) tensors.*/\1/p')
 "$hcp" run-step "$work/single.plan" --seed "$seed" --inputs "$work/batch.safetensors" \
   --save "$work/single.safetensors" >/dev/null
 
@@ -80,7 +82,7 @@ for mesh in "2 1 2" "4 1 4" "8 1 8" "1 2 1" "1 4 4" "4 2 1" "2 2 4" "2 2 2 zigza
     failures=$((failures + 1))
     continue
   fi
-  if ! errors=$(compare "$result" "$work/single.safetensors"); then
+  if ! errors=$(compare "$result" "$work/single.safetensors" "$params"); then
     echo "$name: MISMATCH" >&2
     failures=$((failures + 1))
     continue

@@ -44,6 +44,9 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   HCP_ASSIGN_OR_RETURN(o.schedule.warmup_steps, args.GetInt("warmup", 0));
   HCP_ASSIGN_OR_RETURN(o.adamw.weight_decay, args.GetDouble("weight-decay", 0.1));
   HCP_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, args.GetDouble("clip", 1.0));
+  for (const char* name : {"lr", "min-lr", "warmup", "weight-decay", "clip", "seed"}) {
+    if (args.Has(name)) o.given.insert(name);
+  }
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
   if (o.stop_after < 0) return absl::InvalidArgumentError("--stop-after must not be negative");
   if (std::optional<std::string> config = args.Get("config")) {

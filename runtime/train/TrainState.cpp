@@ -281,12 +281,23 @@ absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
     tensors.push_back({ExpAvgName(p.name), DType::F32, p.shape, p.exp_avg, {}});
     tensors.push_back({ExpAvgSqName(p.name), DType::F32, p.shape, p.exp_avg_sq, {}});
   }
-  HCP_RETURN_IF_ERROR(WriteCheckpoint(Join(dir, kOptimizerDirName), tensors, max_shard_bytes,
-                                      {{kOptimizerStepKey, absl::StrCat(state.step)}}));
-  return WriteFileAtomically(Join(dir, kTrainStateFileName), TrainStateJson(state));
+  const std::string text = TrainStateJson(state);
+  HCP_RETURN_IF_ERROR(
+      WriteCheckpoint(Join(dir, kOptimizerDirName), tensors, max_shard_bytes,
+                      {{kOptimizerStepKey, absl::StrCat(state.step)},
+                       {kTrainStateCrcKey, Crc32cHex(Crc32c(0, text.data(), text.size()))}}));
+  return WriteFileAtomically(Join(dir, kTrainStateFileName), text);
 }
 
-absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
+namespace {
+
+// DIR/train_state.json, parsed, and the headers of DIR/optimizer/, which must record the JSON's
+// step and its CRC32C.
+struct CheckedState {
+  TrainState state;
+  CheckpointReader tensors;  // DIR/optimizer/, headers read
+};
+absl::StatusOr<CheckedState> ReadCheckedState(const std::string& dir) {
   const std::string json_path = Join(dir, kTrainStateFileName);
   std::ifstream in(json_path, std::ios::binary);
   if (!in) {
@@ -296,26 +307,42 @@ absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
                      "finish)"));
   }
   std::string text(std::istreambuf_iterator<char>(in), {});
-  return ParseTrainStateJson(text, json_path);
+  HCP_ASSIGN_OR_RETURN(TrainState state, ParseTrainStateJson(text, json_path));
+
+  const std::string tensor_dir = Join(dir, kOptimizerDirName);
+  HCP_ASSIGN_OR_RETURN(CheckpointReader tensors, CheckpointReader::Open(tensor_dir));
+  const std::map<std::string, std::string>& metadata = tensors.metadata();
+  auto step = metadata.find(kOptimizerStepKey);
+  const std::string want_step = absl::StrCat(state.step);
+  if (step == metadata.end() || step->second != want_step) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s holds the optimizer state of step %s, but %s is for step %s (a later save that did "
+        "not finish?)",
+        tensor_dir, step == metadata.end() ? "(unknown)" : step->second, json_path, want_step));
+  }
+  auto crc = metadata.find(kTrainStateCrcKey);
+  const std::string read_crc = Crc32cHex(Crc32c(0, text.data(), text.size()));
+  if (crc == metadata.end() || crc->second != read_crc) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s does not match the checksum its save recorded in %s (crc32c %s recorded, %s read): "
+        "it was changed or damaged after it was written",
+        json_path, tensor_dir, crc == metadata.end() ? "(none)" : crc->second, read_crc));
+  }
+  return CheckedState{std::move(state), std::move(tensors)};
+}
+
+}  // namespace
+
+absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
+  HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
+  return std::move(checked.state);
 }
 
 absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
                                                         const std::vector<ParamSpec>& expected) {
-  const std::string json_path = Join(dir, kTrainStateFileName);
-  HCP_ASSIGN_OR_RETURN(TrainState state, ReadTrainState(dir));
-
-  const std::string tensor_dir = Join(dir, kOptimizerDirName);
-  HCP_ASSIGN_OR_RETURN(CheckpointReader tensors, CheckpointReader::Open(tensor_dir));
-  auto step = tensors.metadata().find(kOptimizerStepKey);
-  const std::string want_step = absl::StrCat(state.step);
-  if (step == tensors.metadata().end() || step->second != want_step) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s holds the optimizer state of step %s, but %s is for step %s (a later save that did "
-        "not finish?)",
-        tensor_dir, step == tensors.metadata().end() ? "(unknown)" : step->second, json_path,
-        want_step));
-  }
-
+  HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
+  TrainState& state = checked.state;
+  CheckpointReader& tensors = checked.tensors;
   // Every moment the model needs, with its shape; nothing else.
   std::vector<std::string> problems;
   std::set<std::string> wanted;

@@ -5,7 +5,8 @@
 //   DIR/optimizer/         the AdamW moments as a checkpoint directory (Checkpoint.h: one
 //                          model.safetensors, or shards + index above max_shard_bytes), F32,
 //                          full tensors under "<HF name>.exp_avg" and "<HF name>.exp_avg_sq".
-//                          Every file's metadata holds "hybridcp.step" = the state's step.
+//                          Every file's metadata holds "hybridcp.step" = the state's step and
+//                          "hybridcp.train_state.crc32c" = the CRC32C of train_state.json.
 //   DIR/train_state.json   {"format": "hybridcp.train_state", "version": 2, "step": 12,
 //                           "data": {"epoch": 0, "position": 49164},
 //                           "rng": {"seed": 1234, "counter": 0},
@@ -24,7 +25,8 @@
 // checked.
 // Every file is written atomically, the JSON last: a present train_state.json names tensors
 // that are complete, and the step in the tensor metadata catches a directory whose tensors were
-// rewritten by a later save that did not get to write its JSON.
+// rewritten by a later save that did not get to write its JSON; the JSON's CRC32C there catches a
+// train_state.json changed or damaged after it was written.
 // The moments are stored whole, by parameter name, so a run with another cp/dp split (another
 // sharding of the optimizer) can load them: a sharded writer gathers each tensor first and
 // hands SaveTrainState full per-parameter arrays; a sharded reader reads its slices
@@ -50,6 +52,9 @@ inline constexpr char kOptimizerDirName[] = "optimizer";
 inline constexpr char kTrainStateFormat[] = "hybridcp.train_state";
 inline constexpr int kTrainStateVersion = 2;
 inline constexpr char kOptimizerStepKey[] = "hybridcp.step";
+// The CRC32C of train_state.json's text, in the optimizer files' metadata too: the JSON has no
+// room for its own checksum, and the two are written by one save.
+inline constexpr char kTrainStateCrcKey[] = "hybridcp.train_state.crc32c";
 
 // The runtime's random-number state: the seed and the next counter of its counter-based streams
 // (runtime/weights/Init.h).
@@ -120,8 +125,9 @@ struct MomentsToWrite {
 // The moments of every parameter of an optimizer that owns them all (views into `optimizer`).
 absl::StatusOr<std::vector<MomentsToWrite>> MomentsOf(const AdamW& optimizer);
 
-// DIR/train_state.json, parsed (ParseTrainStateJson); what TrainStateReader::Open reads first,
-// for a caller that checks the run before it opens any tensor.
+// DIR/train_state.json, parsed (ParseTrainStateJson) and checked against the headers of
+// DIR/optimizer/ (the step and the JSON's CRC32C they record); what TrainStateReader::Open reads
+// first, for a caller that checks the run before it reads any tensor.
 absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
 
 // Writes DIR/optimizer/ then DIR/train_state.json (see above). `state` must validate.

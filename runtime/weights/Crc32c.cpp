@@ -52,7 +52,11 @@ __attribute__((target("sse4.2"))) uint32_t Hardware(uint32_t crc, const uint8_t*
   for (; n > 0; ++p, --n) c32 = __builtin_ia32_crc32qi(c32, *p);
   return c32;
 }
-const bool kHaveHardware = __builtin_cpu_supports("sse4.2");
+// __builtin_cpu_init first: this runs as a static initialiser, perhaps before libgcc's own.
+const bool kHaveHardware = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2") != 0;
+}();
 #endif
 
 }  // namespace

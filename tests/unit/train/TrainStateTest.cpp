@@ -275,6 +275,22 @@ TEST_F(TrainStateTest, BadJsonIsRefused) {
   EXPECT_TRUE(FailsWith(missing, "no train state"));
 }
 
+// A train_state.json changed after it was written (a value edited, a flipped bit) no longer
+// matches the CRC32C its save recorded in the optimizer files.
+TEST_F(TrainStateTest, ChangedJsonIsRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string path = dir_ / kTrainStateFileName;
+  std::string text = ReadFileBytes(path);
+  const size_t at = text.find("\"position\": 49164");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 13] = '5';  // 49164 -> 49165: still a valid state
+  WriteFileBytes(path, text);
+  absl::Status status = TrainStateReader::Open(dir_.path(), specs_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(FailsWith(status, "train_state.json does not match the checksum its save recorded"));
+  EXPECT_TRUE(FailsWith(ReadTrainState(dir_.path()).status(), "does not match the checksum"));
+}
+
 // The tensors of a later save whose JSON never got written do not pass for the older state.
 TEST_F(TrainStateTest, TensorsFromAnotherStepAreRefused) {
   ASSERT_TRUE(Save(state_).ok());

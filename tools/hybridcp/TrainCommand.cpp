@@ -122,7 +122,9 @@ Command MakeTrainCommand() {
       "train FILE.plan --data TOKENS --steps N [--grad-accum N] [--lr X --warmup N --min-lr X] "
       "[--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--metrics FILE.jsonl]",
       {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},
-       {"steps", "N", "optimizer steps of the run (the learning-rate schedule's length)"},
+       {"steps", "N",
+        "optimizer steps of the run (the learning-rate schedule's length; with --resume, where "
+        "the run ends: the saved schedule stays)"},
        {"grad-accum", "N", "micro-batches per rank per step (default 1)"},
        {"lr", "X", "peak learning rate (default 3e-3)"},
        {"min-lr", "X", "final learning rate of the cosine decay (default lr / 10)"},
@@ -134,7 +136,9 @@ Command MakeTrainCommand() {
        {"config", "FILE", "config.json to write into each checkpoint (loadable by transformers)"},
        {"checkpoint-dir", "DIR", "write checkpoints here"},
        {"checkpoint-every", "N", "steps between checkpoints (default: only at the end)"},
-       {"resume", "", "continue from the latest checkpoint in --checkpoint-dir"},
+       {"resume", "",
+        "continue from the latest checkpoint in --checkpoint-dir, with the saved run's AdamW "
+        "settings, schedule and seed (options that differ are named)"},
        {"stop-after", "N", "stop after step N as if interrupted (writes a checkpoint)"},
        {"metrics", "FILE", "append one JSON line per step"},
        {"shard-optimizer", "",

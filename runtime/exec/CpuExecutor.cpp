@@ -255,12 +255,16 @@ absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
 }
 
 absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& checkpoint) {
-  // Check everything first, so a bad checkpoint leaves the parameters as they were.
+  // Names, dtypes and shapes are checked first, so such a checkpoint leaves the parameters as
+  // they were. A NaN or infinity is refused as it is read (CheckpointReader::OpenVerified finds
+  // it before anything is loaded).
   HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
   for (const plan::Parameter& p : plan_.parameters) {
     std::span<float> value = F32Buffer(p.buffer);
     const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
     HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
+    HCP_RETURN_IF_ERROR(RefuseNonFinite(value.first(range.count), range.begin, range.full, p.name,
+                                        checkpoint.dir()));
   }
   return absl::OkStatus();
 }

@@ -100,7 +100,8 @@ class CpuExecutor {
   // Reads every parameter from `checkpoint`, converting bf16/f16 to f32. Each must be there with
   // the plan's checkpoint shape (Plan::FullShape) and a float dtype; otherwise nothing is read and
   // the error names the tensor. Replicated parameters are read whole; a sharded one, this rank's
-  // rows (ShardOf).
+  // rows (ShardOf). A NaN or infinity is refused, naming the tensor and the element
+  // (RefuseNonFinite).
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
 
   // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor

@@ -407,12 +407,15 @@ absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
 }
 
 absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
-  // Check everything first, so a bad checkpoint leaves the parameters as they were.
+  // Names, dtypes and shapes are checked first, so such a checkpoint leaves the parameters as
+  // they were. A NaN or infinity is refused as it is read (CheckpointReader::OpenVerified finds
+  // it before anything is loaded).
   HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
   for (const plan::Parameter& p : plan_.parameters) {
     const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
     std::vector<float> value(range.count);
     HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
+    HCP_RETURN_IF_ERROR(RefuseNonFinite(value, range.begin, range.full, p.name, checkpoint.dir()));
     HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
   }
   return absl::OkStatus();

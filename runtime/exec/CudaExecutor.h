@@ -118,7 +118,7 @@ class CudaExecutor {
   absl::Status InitializeParameters(uint64_t seed);
   // Reads every parameter from `checkpoint` as fp32 (as CpuExecutor does), converts and uploads
   // it. Each must be there with the plan's shape and a float dtype; otherwise nothing is read and
-  // the error names the tensor.
+  // the error names the tensor. A NaN or infinity is refused (RefuseNonFinite).
   absl::Status LoadParameters(const CheckpointReader& checkpoint);
 
   // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, whole sequences (targets

@@ -76,7 +76,8 @@ absl::Status GpuLoop::Setup() {
   } else {
     absl::Status set;
     if (!options_.init_weights.empty()) {
-      absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
+      absl::StatusOr<CheckpointReader> weights =
+          CheckpointReader::OpenVerified(options_.init_weights);
       set = weights.ok() ? executor_->LoadParameters(*weights) : weights.status();
     } else {
       set = executor_->InitializeParameters(options_.seed);
@@ -91,7 +92,13 @@ absl::Status GpuLoop::Setup() {
 // it (the bf16 compute copy rounded from the master), so the run continues as if it had not
 // stopped. Each tensor is read once.
 absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
-  absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
+  // The saved run first: another model's or batch shape's checkpoint is refused as such.
+  absl::StatusOr<TrainState> saved_run = ReadTrainState(checkpoint);
+  absl::StatusOr<std::vector<std::string>> notes =
+      saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, data_.run, options_)
+                     : saved_run.status();
+  HCP_RETURN_IF_ERROR(Agree(notes.status()));
+  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
   std::vector<ParamSpec> full;
   for (const plan::Parameter& p : plan_.parameters) {
     full.push_back(ParamSpec::WithDefaultDecay(p.name, plan_.FullShape(p)));
@@ -119,11 +126,10 @@ absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
   }
   HCP_RETURN_IF_ERROR(Agree(loaded));
   const TrainState& saved = state->state();
-  options_.adamw = saved.optimizer;
-  options_.schedule = saved.schedule;
   first_step_ = saved.step;
   updates_ = saved.optimizer_updates;
   if (root()) {
+    for (const std::string& note : *notes) std::printf("%s\n", note.c_str());
     std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
                 static_cast<long long>(saved.step));
   }
@@ -201,7 +207,7 @@ absl::Status GpuLoop::SaveCheckpoint(int64_t steps_done, const Retention& retent
   if (root()) {
     if (written.ok()) {
       const CheckpointContents contents{values, exp_avg, exp_avg_sq,
-                                        StateAfter(steps_done, *data_.batcher, options_, updates_),
+                                        StateAfter(steps_done, data_, options_, updates_),
                                         options_.model_config};
       written = PublishCheckpoint(
           options_.checkpoint_dir, steps_done, retention,

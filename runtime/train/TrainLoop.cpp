@@ -17,9 +17,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/support/Crc32c.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
 #include "runtime/weights/Checkpoint.h"
@@ -88,11 +90,39 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
   absl::StatusOr<TokenFile> file = TokenFile::Open(options.data);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, file.status()));
   data.file = std::make_unique<TokenFile>(std::move(*file));
+  absl::StatusOr<DataIdentity> identity = IdentifyData(options.data);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
+  data.run = IdentifyRun(plan, options.grad_accum, *std::move(identity));
   const BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum, *vocab};
   absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data.file, batch);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
   return absl::OkStatus();
+}
+
+RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data) {
+  std::vector<const plan::Parameter*> params;
+  for (const plan::Parameter& p : plan.parameters) params.push_back(&p);
+  std::sort(params.begin(), params.end(),
+            [](const plan::Parameter* a, const plan::Parameter* b) { return a->name < b->name; });
+  // Each parameter as its name, a NUL, its rank and dims as int64: no two models spell the same.
+  uint32_t crc = 0;
+  for (const plan::Parameter* p : params) {
+    crc = Crc32c(crc, p->name.c_str(), p->name.size() + 1);
+    const std::vector<int64_t>& shape = plan.FullShape(*p);
+    const auto rank = static_cast<int64_t>(shape.size());
+    crc = Crc32c(crc, &rank, sizeof(rank));
+    crc = Crc32c(crc, shape.data(), shape.size() * sizeof(int64_t));
+  }
+  RunIdentity run;
+  run.model = Crc32cHex(crc);
+  run.parameters = static_cast<int64_t>(plan.parameters.size());
+  run.seq = plan.seq;
+  run.micro_batch = plan.micro_batch;
+  run.global_batch = plan.micro_batch * plan.mesh.dp * grad_accum;
+  run.dtype = plan.StoresBf16() ? "bf16" : "f32";
+  run.data = std::move(data);
+  return run;
 }
 
 absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
@@ -127,16 +157,82 @@ void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, dou
   }
 }
 
-TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const TrainOptions& options,
+TrainState StateAfter(int64_t steps_done, const TrainingData& data, const TrainOptions& options,
                       int64_t optimizer_updates) {
   TrainState state;
   state.step = steps_done;
-  state.data = batcher.state();
+  state.data = data.batcher->state();
   state.rng = {options.seed, 0};
   state.optimizer_updates = optimizer_updates;
   state.optimizer = options.adamw;
   state.schedule = options.schedule;
+  state.run = data.run;
   return state;
+}
+
+absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkpoint,
+                                                       const TrainState& saved,
+                                                       const RunIdentity& now,
+                                                       TrainOptions& options) {
+  const RunIdentity& was = saved.run;
+  std::vector<std::string> differ;
+  if (was.model != now.model) {
+    differ.push_back(absl::StrFormat(
+        "another model (saved: %d parameters, identity %s; this plan: %d parameters, identity %s)",
+        was.parameters, was.model, now.parameters, now.model));
+  }
+  auto compare = [&](const char* what, const auto& saved_value, const auto& now_value) {
+    if (saved_value != now_value) {
+      differ.push_back(absl::StrCat(what, " ", saved_value, " saved, ", now_value, " now"));
+    }
+  };
+  compare("seq", was.seq, now.seq);
+  compare("micro-batch", was.micro_batch, now.micro_batch);
+  compare("global batch (micro-batch x dp x grad-accum)", was.global_batch, now.global_batch);
+  compare("dtype", was.dtype, now.dtype);
+  if (!differ.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot resume from %s: it was written by another run: %s; resume with the plan and "
+        "--grad-accum it was trained with (any cp/dp/ep split of the same global batch), or "
+        "start a new run in another --checkpoint-dir",
+        checkpoint, absl::StrJoin(differ, "; ")));
+  }
+  if (was.data.bytes != now.data.bytes || was.data.head_crc32c != now.data.head_crc32c) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot resume from %s: --data %s (%d bytes, crc32c of its first MiB %s) is not the data "
+        "the run trained on (%s: %d bytes, %s); give --data that file (moved or renamed is "
+        "fine), or start a new run in another --checkpoint-dir",
+        checkpoint, now.data.path, now.data.bytes, now.data.head_crc32c, was.data.path,
+        was.data.bytes, was.data.head_crc32c));
+  }
+
+  std::vector<std::string> notes;
+  auto note = [&](const char* option, const auto& given, const auto& kept) {
+    if (options.given.count(option) && given != kept) {
+      notes.push_back(absl::StrCat("--", option, " ", given, " differs from the saved run's ", kept,
+                                   ": the saved run's value is kept"));
+    }
+  };
+  note("lr", options.schedule.max_lr, saved.schedule.max_lr);
+  note("min-lr", options.schedule.min_lr, saved.schedule.min_lr);
+  note("warmup", options.schedule.warmup_steps, saved.schedule.warmup_steps);
+  note("weight-decay", options.adamw.weight_decay, saved.optimizer.weight_decay);
+  note("clip", options.adamw.max_grad_norm, saved.optimizer.max_grad_norm);
+  note("seed", options.seed, saved.rng.seed);
+  const int64_t total = saved.schedule.total_steps;
+  if (options.steps != total) {
+    notes.push_back(absl::StrFormat(
+        "--steps %d differs from the saved run's %d: this run ends after step %d, and the "
+        "learning-rate schedule stays the saved run's %d-step one%s",
+        options.steps, total, options.steps, total,
+        options.steps > total ? absl::StrCat(" (steps ", total + 1, "-", options.steps,
+                                             " at its min-lr ", saved.schedule.min_lr, ")")
+                              : std::string(" (it ends unfinished)")));
+  }
+  options.adamw = saved.optimizer;
+  options.schedule = saved.schedule;
+  options.seed = saved.rng.seed;
+  return notes;
 }
 
 namespace {
@@ -402,7 +498,8 @@ absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const p
   if (comm.world_rank() == 0) {
     const std::vector<ParamSpec> full = FullParameters(plan);
     choice = ChooseCheckpoint(options.checkpoint_dir, [&](const std::string& dir) {
-      absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(dir);
+      // Intact: every tensor matches its checksum and is finite, and the train state reads.
+      absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(dir);
       if (!weights.ok()) return weights.status();
       return TrainStateReader::Open(dir, full).status();
     });

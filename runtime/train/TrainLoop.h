@@ -45,7 +45,12 @@ absl::Status PrepareOptions(TrainOptions& options);
 struct TrainingData {
   std::unique_ptr<TokenFile> file;
   std::optional<TokenBatcher> batcher;
+  RunIdentity run;  // this run, as its checkpoints record it
 };
+// The run a plan trains with grad_accum micro-batches per rank on `data`: the model is the
+// CRC32C of the plan's parameters (names and full shapes, in name order), which is the same for
+// every cp, dp and ep split of one model.
+RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data);
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data);
 // Rank 0 checks checkpoint_dir (every rank gets its status); nothing to do without one. It must be
@@ -88,7 +93,7 @@ float StepLossScale(comm::Communicator& comm, const StepBatch& batch);
 void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, double grad_norm,
                 const StepDecision& decision, bool root);
 // What a checkpoint after steps_done records besides the tensors.
-TrainState StateAfter(int64_t steps_done, const TokenBatcher& batcher, const TrainOptions& options,
+TrainState StateAfter(int64_t steps_done, const TrainingData& data, const TrainOptions& options,
                       int64_t optimizer_updates);
 
 // Which checkpoints stay when a new one is published. A checkpoint is known finite when the step
@@ -100,6 +105,20 @@ struct Retention {
   int64_t also_keep = -1;       // the step of a checkpoint that stays anyway (-1: none)
   bool replace_others = false;  // every other checkpoint goes (--overwrite-checkpoints' first)
 };
+
+// Resuming from `checkpoint`, whose train state is `saved`, before any of its tensors is read:
+// refuses (FailedPrecondition, naming each difference as saved vs now and what to do) a
+// checkpoint of another model, seq, micro-batch, global batch, dtype or data than `now`; then
+// sets options' AdamW settings, schedule and seed to the saved run's, so that it continues
+// exactly, and returns one line for each option the command line gave (options.given) with
+// another value ("--lr 0.01 differs from the saved run's 0.003: the saved run's value is
+// kept"). --steps is the exception: it says where this run ends (it may extend the run or end
+// it early), while the learning-rate schedule stays the saved one (after its last step the rate
+// stays at its min-lr).
+absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkpoint,
+                                                       const TrainState& saved,
+                                                       const RunIdentity& now,
+                                                       TrainOptions& options);
 
 // Writes checkpoint CheckpointName(steps_done) into checkpoint_dir: write(staging) fills a
 // temporary directory, which is then renamed into place and named in `latest` (and in

@@ -1,5 +1,6 @@
 #include "runtime/train/TrainState.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -12,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
+#include "runtime/support/Crc32c.h"
 #include "runtime/weights/Json.h"
 
 namespace hcp::train {
@@ -71,6 +73,16 @@ class Fields {
     return Bad(path, "a number");
   }
 
+  absl::Status String(const json& parent, const char* key, const std::string& path,
+                      std::string* out) const {
+    auto it = parent.find(key);
+    if (it != parent.end() && it->is_string()) {
+      *out = it->get<std::string>();
+      return absl::OkStatus();
+    }
+    return Bad(path, "a string");
+  }
+
   absl::Status Bad(const std::string& path, std::string_view expected) const {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: \"%s\" is missing or not %s", what_, path, std::string(expected)));
@@ -100,7 +112,35 @@ absl::Status ValidateTrainState(const TrainState& s) {
                         s.data.epoch, s.data.position));
   }
   HCP_RETURN_IF_ERROR(ValidateAdamWConfig(s.optimizer));
-  return ValidateSchedule(s.schedule);
+  HCP_RETURN_IF_ERROR(ValidateSchedule(s.schedule));
+  const RunIdentity& r = s.run;
+  if (r.seq <= 0 || r.micro_batch <= 0 || r.global_batch <= 0 || r.parameters <= 0 ||
+      r.global_batch % r.micro_batch != 0 || r.data.bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train state: the run's seq %d, micro-batch %d, global batch %d (a multiple of the "
+        "micro-batch), parameter count %d and data size %d must be positive",
+        r.seq, r.micro_batch, r.global_batch, r.parameters, r.data.bytes));
+  }
+  if (r.dtype != "f32" && r.dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("train state: the run's dtype is \"%s\", not f32 or bf16", r.dtype));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DataIdentity> IdentifyData(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code error;
+  const uintmax_t bytes = fs::file_size(path, error);
+  if (!in || error) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::string head(static_cast<size_t>(std::min<uintmax_t>(bytes, kDataHeadBytes)), '\0');
+  if (!in.read(head.data(), static_cast<std::streamsize>(head.size()))) {
+    return absl::InternalError(absl::StrCat("cannot read the start of ", path));
+  }
+  std::error_code ignored;  // without an absolute path, the one given is as good for messages
+  fs::path absolute = fs::absolute(path, ignored);
+  return DataIdentity{absolute.empty() ? path : absolute.lexically_normal().string(),
+                      static_cast<int64_t>(bytes), Crc32cHex(Crc32c(0, head.data(), head.size()))};
 }
 
 std::string TrainStateJson(const TrainState& s) {
@@ -121,6 +161,16 @@ std::string TrainStateJson(const TrainState& s) {
                    {"min_lr", s.schedule.min_lr},
                    {"warmup_steps", s.schedule.warmup_steps},
                    {"total_steps", s.schedule.total_steps}};
+  const RunIdentity& r = s.run;
+  j["run"] = {
+      {"model", r.model},
+      {"parameters", r.parameters},
+      {"seq", r.seq},
+      {"micro_batch", r.micro_batch},
+      {"global_batch", r.global_batch},
+      {"dtype", r.dtype},
+      {"data",
+       {{"path", r.data.path}, {"bytes", r.data.bytes}, {"head_crc32c", r.data.head_crc32c}}}};
   return j.dump(2) + "\n";
 }
 
@@ -138,6 +188,13 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
   }
   int64_t version = 0;
   HCP_RETURN_IF_ERROR(f.Int(j, "version", "version", &version));
+  if (version == 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: version 1, written by an older hybridcp, without the run's identity and the tensor "
+        "checksums that a resume checks; this build resumes version %d only: start the run "
+        "again, or finish it with the hybridcp that wrote it",
+        std::string(what), kTrainStateVersion));
+  }
   if (version != kTrainStateVersion) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: version %d; this build reads version %d",
                                                       std::string(what), version,
@@ -173,6 +230,19 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
       f.Int(*sched, "warmup_steps", "schedule.warmup_steps", &s.schedule.warmup_steps));
   HCP_RETURN_IF_ERROR(
       f.Int(*sched, "total_steps", "schedule.total_steps", &s.schedule.total_steps));
+  HCP_ASSIGN_OR_RETURN(const json* run, f.Object(j, "run", "run"));
+  RunIdentity& r = s.run;
+  HCP_RETURN_IF_ERROR(f.String(*run, "model", "run.model", &r.model));
+  HCP_RETURN_IF_ERROR(f.Int(*run, "parameters", "run.parameters", &r.parameters));
+  HCP_RETURN_IF_ERROR(f.Int(*run, "seq", "run.seq", &r.seq));
+  HCP_RETURN_IF_ERROR(f.Int(*run, "micro_batch", "run.micro_batch", &r.micro_batch));
+  HCP_RETURN_IF_ERROR(f.Int(*run, "global_batch", "run.global_batch", &r.global_batch));
+  HCP_RETURN_IF_ERROR(f.String(*run, "dtype", "run.dtype", &r.dtype));
+  HCP_ASSIGN_OR_RETURN(const json* data_id, f.Object(*run, "data", "run.data"));
+  HCP_RETURN_IF_ERROR(f.String(*data_id, "path", "run.data.path", &r.data.path));
+  HCP_RETURN_IF_ERROR(f.Int(*data_id, "bytes", "run.data.bytes", &r.data.bytes));
+  HCP_RETURN_IF_ERROR(
+      f.String(*data_id, "head_crc32c", "run.data.head_crc32c", &r.data.head_crc32c));
   absl::Status valid = ValidateTrainState(s);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(ToAbsl(what), ": ", valid.message()));
@@ -211,13 +281,23 @@ absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
     tensors.push_back({ExpAvgName(p.name), DType::F32, p.shape, p.exp_avg, {}});
     tensors.push_back({ExpAvgSqName(p.name), DType::F32, p.shape, p.exp_avg_sq, {}});
   }
-  HCP_RETURN_IF_ERROR(WriteCheckpoint(Join(dir, kOptimizerDirName), tensors, max_shard_bytes,
-                                      {{kOptimizerStepKey, absl::StrCat(state.step)}}));
-  return WriteFileAtomically(Join(dir, kTrainStateFileName), TrainStateJson(state));
+  const std::string text = TrainStateJson(state);
+  HCP_RETURN_IF_ERROR(
+      WriteCheckpoint(Join(dir, kOptimizerDirName), tensors, max_shard_bytes,
+                      {{kOptimizerStepKey, absl::StrCat(state.step)},
+                       {kTrainStateCrcKey, Crc32cHex(Crc32c(0, text.data(), text.size()))}}));
+  return WriteFileAtomically(Join(dir, kTrainStateFileName), text);
 }
 
-absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
-                                                        const std::vector<ParamSpec>& expected) {
+namespace {
+
+// DIR/train_state.json, parsed, and the headers of DIR/optimizer/, which must record the JSON's
+// step and its CRC32C.
+struct CheckedState {
+  TrainState state;
+  CheckpointReader tensors;  // DIR/optimizer/, headers read
+};
+absl::StatusOr<CheckedState> ReadCheckedState(const std::string& dir) {
   const std::string json_path = Join(dir, kTrainStateFileName);
   std::ifstream in(json_path, std::ios::binary);
   if (!in) {
@@ -231,16 +311,38 @@ absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
 
   const std::string tensor_dir = Join(dir, kOptimizerDirName);
   HCP_ASSIGN_OR_RETURN(CheckpointReader tensors, CheckpointReader::Open(tensor_dir));
-  auto step = tensors.metadata().find(kOptimizerStepKey);
+  const std::map<std::string, std::string>& metadata = tensors.metadata();
+  auto step = metadata.find(kOptimizerStepKey);
   const std::string want_step = absl::StrCat(state.step);
-  if (step == tensors.metadata().end() || step->second != want_step) {
+  if (step == metadata.end() || step->second != want_step) {
     return absl::DataLossError(absl::StrFormat(
         "%s holds the optimizer state of step %s, but %s is for step %s (a later save that did "
         "not finish?)",
-        tensor_dir, step == tensors.metadata().end() ? "(unknown)" : step->second, json_path,
-        want_step));
+        tensor_dir, step == metadata.end() ? "(unknown)" : step->second, json_path, want_step));
   }
+  auto crc = metadata.find(kTrainStateCrcKey);
+  const std::string read_crc = Crc32cHex(Crc32c(0, text.data(), text.size()));
+  if (crc == metadata.end() || crc->second != read_crc) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s does not match the checksum its save recorded in %s (crc32c %s recorded, %s read): "
+        "it was changed or damaged after it was written",
+        json_path, tensor_dir, crc == metadata.end() ? "(none)" : crc->second, read_crc));
+  }
+  return CheckedState{std::move(state), std::move(tensors)};
+}
 
+}  // namespace
+
+absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
+  HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
+  return std::move(checked.state);
+}
+
+absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
+                                                        const std::vector<ParamSpec>& expected) {
+  HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
+  TrainState& state = checked.state;
+  CheckpointReader& tensors = checked.tensors;
   // Every moment the model needs, with its shape; nothing else.
   std::vector<std::string> problems;
   std::set<std::string> wanted;
@@ -276,6 +378,7 @@ absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
     return absl::FailedPreconditionError(
         absl::StrCat("optimizer state in ", dir, " does not match the model: ", listed));
   }
+  HCP_RETURN_IF_ERROR(tensors.Verify());
   return TrainStateReader(dir, std::move(tensors), std::move(state));
 }
 

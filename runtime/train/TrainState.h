@@ -5,18 +5,28 @@
 //   DIR/optimizer/         the AdamW moments as a checkpoint directory (Checkpoint.h: one
 //                          model.safetensors, or shards + index above max_shard_bytes), F32,
 //                          full tensors under "<HF name>.exp_avg" and "<HF name>.exp_avg_sq".
-//                          Every file's metadata holds "hybridcp.step" = the state's step.
-//   DIR/train_state.json   {"format": "hybridcp.train_state", "version": 1, "step": 12,
+//                          Every file's metadata holds "hybridcp.step" = the state's step and
+//                          "hybridcp.train_state.crc32c" = the CRC32C of train_state.json.
+//   DIR/train_state.json   {"format": "hybridcp.train_state", "version": 2, "step": 12,
 //                           "data": {"epoch": 0, "position": 49164},
 //                           "rng": {"seed": 1234, "counter": 0},
 //                           "optimizer": {"name": "adamw", "updates": 11, "beta1": 0.9,
 //                                         "beta2": 0.95, "eps": 1e-08, "weight_decay": 0.1,
 //                                         "max_grad_norm": 1.0},
 //                           "schedule": {"max_lr": 0.0003, "min_lr": 3e-05,
-//                                        "warmup_steps": 100, "total_steps": 1000}}
+//                                        "warmup_steps": 100, "total_steps": 1000},
+//                           "run": {"model": "5d1c0a7e", "parameters": 26, "seq": 64,
+//                                   "micro_batch": 2, "global_batch": 4, "dtype": "f32",
+//                                   "data": {"path": "corpus.bin", "bytes": 123456,
+//                                            "head_crc32c": "0b6f3c21"}}}
+// "run" says what produced the checkpoint (RunIdentity), so that a resume with another model,
+// batch shape, dtype or data is refused rather than silently trained. Version 1 files, written
+// before it existed (and before the tensor checksums), are refused: their runs cannot be
+// checked.
 // Every file is written atomically, the JSON last: a present train_state.json names tensors
 // that are complete, and the step in the tensor metadata catches a directory whose tensors were
-// rewritten by a later save that did not get to write its JSON.
+// rewritten by a later save that did not get to write its JSON; the JSON's CRC32C there catches a
+// train_state.json changed or damaged after it was written.
 // The moments are stored whole, by parameter name, so a run with another cp/dp split (another
 // sharding of the optimizer) can load them: a sharded writer gathers each tensor first and
 // hands SaveTrainState full per-parameter arrays; a sharded reader reads its slices
@@ -40,8 +50,11 @@ namespace hcp::train {
 inline constexpr char kTrainStateFileName[] = "train_state.json";
 inline constexpr char kOptimizerDirName[] = "optimizer";
 inline constexpr char kTrainStateFormat[] = "hybridcp.train_state";
-inline constexpr int kTrainStateVersion = 1;
+inline constexpr int kTrainStateVersion = 2;
 inline constexpr char kOptimizerStepKey[] = "hybridcp.step";
+// The CRC32C of train_state.json's text, in the optimizer files' metadata too: the JSON has no
+// room for its own checksum, and the two are written by one save.
+inline constexpr char kTrainStateCrcKey[] = "hybridcp.train_state.crc32c";
 
 // The runtime's random-number state: the seed and the next counter of its counter-based streams
 // (runtime/weights/Init.h).
@@ -51,6 +64,32 @@ struct RngState {
   bool operator==(const RngState&) const = default;
 };
 
+// The token file a run reads: its size and the CRC32C of its first kDataHeadBytes bytes (all of
+// it when shorter) identify it wherever it is moved; its absolute path is kept for messages.
+inline constexpr int64_t kDataHeadBytes = int64_t{1} << 20;
+struct DataIdentity {
+  std::string path;
+  int64_t bytes = 0;
+  std::string head_crc32c;  // Crc32cHex
+  bool operator==(const DataIdentity&) const = default;
+};
+// Reads the file's size and first MiB.
+absl::StatusOr<DataIdentity> IdentifyData(const std::string& path);
+
+// What a checkpoint's training run was: which model (the CRC32C of its parameters' names and
+// full shapes, which name every layer's kind: TrainLoop.h's IdentifyRun), the batch shape, the
+// dtype and the data. Another cp, dp or ep split of the same global batch is the same run.
+struct RunIdentity {
+  std::string model;       // Crc32cHex
+  int64_t parameters = 0;  // how many (for messages)
+  int64_t seq = 0;
+  int64_t micro_batch = 0;
+  int64_t global_batch = 0;  // sequences per step: micro_batch * dp * grad_accum
+  std::string dtype;         // "f32" or "bf16"
+  DataIdentity data;
+  bool operator==(const RunIdentity&) const = default;
+};
+
 struct TrainState {
   int64_t step = 0;  // steps completed, skipped ones included: the next step's index
   DataState data;    // where the next step's data begins
@@ -58,10 +97,12 @@ struct TrainState {
   int64_t optimizer_updates = 0;  // AdamW updates applied (its t); step minus the skipped steps
   AdamWConfig optimizer;
   LrSchedule schedule;
+  RunIdentity run;
 };
 
 // Every value in range: step >= 0, 0 <= optimizer_updates <= step, data state non-negative,
-// ValidateAdamWConfig and ValidateSchedule.
+// ValidateAdamWConfig and ValidateSchedule, a run identity with positive batch dimensions (the
+// global batch a multiple of the micro-batch) and a known dtype.
 absl::Status ValidateTrainState(const TrainState& state);
 
 // train_state.json's text, and back. Parsing is strict: every field present with its type, a
@@ -84,6 +125,11 @@ struct MomentsToWrite {
 // The moments of every parameter of an optimizer that owns them all (views into `optimizer`).
 absl::StatusOr<std::vector<MomentsToWrite>> MomentsOf(const AdamW& optimizer);
 
+// DIR/train_state.json, parsed (ParseTrainStateJson) and checked against the headers of
+// DIR/optimizer/ (the step and the JSON's CRC32C they record); what TrainStateReader::Open reads
+// first, for a caller that checks the run before it reads any tensor.
+absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
+
 // Writes DIR/optimizer/ then DIR/train_state.json (see above). `state` must validate.
 absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
                             const std::vector<MomentsToWrite>& moments,
@@ -95,7 +141,8 @@ class TrainStateReader {
   // parameters `expected`: for each one both moments present, F32, with the parameter's shape,
   // and no other tensors; every problem is listed in one message ("optimizer state in DIR does
   // not match the model: 'w.exp_avg' has shape [3, 2], the parameter [2, 3]; missing
-  // 'b.exp_avg_sq'; ..."). Also checks the tensors were written for the JSON's step.
+  // 'b.exp_avg_sq'; ..."). Also checks the tensors were written for the JSON's step, and
+  // verifies them (CheckpointReader::Verify: their checksums, and every value finite).
   static absl::StatusOr<TrainStateReader> Open(const std::string& dir,
                                                const std::vector<ParamSpec>& expected);
 

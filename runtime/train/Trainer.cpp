@@ -114,7 +114,8 @@ absl::Status Loop::Setup() {
     HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, plan_, options_));
     HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else if (!options_.init_weights.empty()) {
-    absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(options_.init_weights);
+    absl::StatusOr<CheckpointReader> weights =
+        CheckpointReader::OpenVerified(options_.init_weights);
     HCP_RETURN_IF_ERROR(Agree(weights.status()));
     HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
   } else {
@@ -165,7 +166,13 @@ absl::Status Loop::CreateOptimizer() {
 }
 
 absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
-  absl::StatusOr<CheckpointReader> weights = CheckpointReader::Open(checkpoint);
+  // The saved run first: another model's or batch shape's checkpoint is refused as such.
+  absl::StatusOr<TrainState> saved_run = ReadTrainState(checkpoint);
+  absl::StatusOr<std::vector<std::string>> notes =
+      saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, data_.run, options_)
+                     : saved_run.status();
+  HCP_RETURN_IF_ERROR(Agree(notes.status()));
+  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
   HCP_RETURN_IF_ERROR(Agree(weights.status()));
   HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
   // The checkpoint holds every parameter's whole tensor (an expert parameter's all shards).
@@ -175,11 +182,8 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   }
   absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, full);
   HCP_RETURN_IF_ERROR(Agree(state.status()));
-  // The saved run's optimizer and schedule, so that it continues exactly (whatever this
-  // command line says).
   const TrainState& saved = state->state();
-  options_.adamw = saved.optimizer;
-  options_.schedule = saved.schedule;
+  // With the saved run's AdamW settings (AdoptSavedRun set them).
   absl::Status loaded = CreateOptimizer();
   if (loaded.ok()) loaded = LoadMoments(*state);
   if (loaded.ok()) loaded = data_.batcher->Restore(saved.data);
@@ -190,9 +194,11 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   }
   HCP_RETURN_IF_ERROR(Agree(loaded));
   first_step_ = saved.step;
-  if (root())
+  if (root()) {
+    for (const std::string& note : *notes) std::printf("%s\n", note.c_str());
     std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
                 static_cast<long long>(saved.step));
+  }
   return absl::OkStatus();
 }
 
@@ -352,7 +358,7 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done, const Retention& retention
   if (root()) {
     const CheckpointContents contents{
         full_values_, full_exp_avg_, full_exp_avg_sq_,
-        StateAfter(steps_done, *data_.batcher, options_, optimizer_.front().adamw.updates()),
+        StateAfter(steps_done, data_, options_, optimizer_.front().adamw.updates()),
         options_.model_config};
     written = PublishCheckpoint(
         options_.checkpoint_dir, steps_done, retention,

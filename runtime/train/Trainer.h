@@ -12,7 +12,8 @@
 //      the learning rate of the warmup + cosine schedule, and AdamW with fp32 master weights,
 //      its state optionally sharded over the ranks (each updates its slice of the replicated
 //      parameters, which are then all-gathered; an expert shard's state stays on its rank);
-//      a resumed run takes the saved run's AdamW settings and schedule;
+//      a resumed run takes the saved run's AdamW settings, schedule and seed, and says which
+//      options of its command line differ (AdoptSavedRun);
 //   6. rank 0 prints a progress line, appends a metrics line, and every N steps writes a
 //      checkpoint (Hugging Face safetensors + optimizer state + data position + step),
 //      atomically: `latest` names the last complete checkpoint, so a crash mid-write leaves the
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,6 +51,10 @@ struct TrainOptions {
   // The checkpoint directory's rotation, and a new run's claim on it.
   int64_t keep_checkpoints = 2;        // the newest N checkpoints stay (0: all)
   bool overwrite_checkpoints = false;  // a new run replaces checkpoint_dir's checkpoints
+
+  // The options the command line gave (without the dashes): those a resumed run keeps from the
+  // saved run are reported when they differ from it (TrainLoop.h's AdoptSavedRun).
+  std::set<std::string> given;
 };
 
 // Trains on `comm`, whose mesh must already be the plan's (comm::CheckRanksAgree). Collective:

@@ -136,6 +136,12 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
   return reader;
 }
 
+absl::StatusOr<CheckpointReader> CheckpointReader::OpenVerified(const std::string& dir) {
+  HCP_ASSIGN_OR_RETURN(CheckpointReader reader, Open(dir));
+  HCP_RETURN_IF_ERROR(reader.Verify());
+  return reader;
+}
+
 std::vector<std::string> CheckpointReader::names() const {
   std::vector<std::string> out;
   out.reserve(file_of_.size());
@@ -171,6 +177,11 @@ absl::Status CheckpointReader::ReadF32Range(std::string_view name, int64_t begin
 absl::StatusOr<std::vector<int64_t>> CheckpointReader::ReadInt(std::string_view name) const {
   HCP_ASSIGN_OR_RETURN(const SafetensorsFile* file, FileOf(name));
   return file->ReadInt(name);
+}
+
+absl::Status CheckpointReader::Verify() const {
+  for (const SafetensorsFile& file : files_) HCP_RETURN_IF_ERROR(file.Verify());
+  return absl::OkStatus();
 }
 
 const std::map<std::string, std::string>& CheckpointReader::metadata() const {

@@ -26,6 +26,9 @@ class CheckpointReader {
   // last and removes the other form after it, so a present index always names a complete set.
   // Every shard is opened (headers validated) and checked to hold the tensors the index says.
   static absl::StatusOr<CheckpointReader> Open(const std::string& dir);
+  // Open, then Verify: how a checkpoint that is trained from is opened (every tensor read once
+  // more, to know it is intact before any of it is used).
+  static absl::StatusOr<CheckpointReader> OpenVerified(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
   // All tensor names, sorted.
@@ -36,6 +39,9 @@ class CheckpointReader {
   absl::StatusOr<std::vector<float>> ReadF32(std::string_view name) const;
   absl::Status ReadF32Range(std::string_view name, int64_t begin, int64_t count, float* out) const;
   absl::StatusOr<std::vector<int64_t>> ReadInt(std::string_view name) const;
+  // SafetensorsFile::Verify on every file: the tensors match their checksums and the float ones
+  // are finite. Reads the whole checkpoint.
+  absl::Status Verify() const;
   // The "__metadata__" of the first file (WriteCheckpoint puts the same metadata in every shard).
   const std::map<std::string, std::string>& metadata() const;
   size_t num_files() const { return files_.size(); }

@@ -6,14 +6,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
+#include "runtime/support/Crc32c.h"
 #include "runtime/weights/Json.h"
 
 namespace hcp {
@@ -103,6 +106,42 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& entry
   return info;
 }
 
+// A checksum as Crc32cHex writes it: eight lowercase hex digits.
+std::optional<uint32_t> ParseCrc(std::string_view text) {
+  if (text.size() != 8) return std::nullopt;
+  uint32_t crc = 0;
+  for (char c : text) {
+    int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    crc = (crc << 4) | static_cast<uint32_t>(digit);
+  }
+  return crc;
+}
+
+// Whether bits (one element of a float dtype, as stored) are a NaN or an infinity: the exponent
+// all ones.
+bool NonFiniteBits(DType dtype, const uint8_t* element) {
+  if (dtype == DType::F32) {
+    uint32_t bits;
+    std::memcpy(&bits, element, 4);
+    return (bits & 0x7F800000u) == 0x7F800000u;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, element, 2);
+  return dtype == DType::BF16 ? (bits & 0x7F80u) == 0x7F80u : (bits & 0x7C00u) == 0x7C00u;
+}
+
+float ElementAsF32(DType dtype, const uint8_t* element) {
+  if (dtype == DType::F32) {
+    float value;
+    std::memcpy(&value, element, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, element, 2);
+  return dtype == DType::BF16 ? Bf16ToF32(bits) : F16ToF32(bits);
+}
+
 absl::Status ReadWhole(int fd, uint64_t offset, uint64_t size, void* out) {
   auto* bytes = static_cast<uint8_t*>(out);
   while (size > 0) {
@@ -172,7 +211,17 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
           return Corrupt(path,
                          absl::StrCat("__metadata__ value of ", Quote(mkey), " is not a string"));
         }
-        file.metadata_[mkey] = mvalue.get<std::string>();
+        const std::string& text = mvalue.get_ref<const std::string&>();
+        if (mkey.rfind(kCrc32cKeyPrefix, 0) == 0) {
+          std::optional<uint32_t> crc = ParseCrc(text);
+          if (!crc) {
+            return Corrupt(path, absl::StrCat("__metadata__ ", Quote(mkey), " is ", Quote(text),
+                                              ", not a checksum (8 hex digits)"));
+          }
+          file.checksums_[mkey.substr(sizeof(kCrc32cKeyPrefix) - 1)] = *crc;
+        } else {
+          file.metadata_[mkey] = text;
+        }
       }
       continue;
     }
@@ -181,6 +230,22 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       return Corrupt(path, absl::StrCat("tensor ", Quote(key), ": ", info.status().message()));
     }
     file.tensors_.emplace(key, *std::move(info));
+  }
+  // A file with checksums has one for every tensor and none for a tensor it does not hold (a
+  // corrupt header could otherwise drop a tensor from the check).
+  if (!file.checksums_.empty()) {
+    for (const auto& [name, crc] : file.checksums_) {
+      if (!file.tensors_.count(name)) {
+        return Corrupt(path, absl::StrCat("__metadata__ holds a checksum of tensor ", Quote(name),
+                                          ", which the file does not hold"));
+      }
+    }
+    for (const auto& [name, info] : file.tensors_) {
+      if (!file.checksums_.count(name)) {
+        return Corrupt(path, absl::StrCat("tensor ", Quote(name),
+                                          " has no checksum, while the other tensors have one"));
+      }
+    }
   }
 
   // Tensors may not share bytes. Gaps are tolerated (the format has no use for them, but they
@@ -209,7 +274,8 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
       fd_(std::exchange(other.fd_, -1)),
       data_start_(other.data_start_),
       tensors_(std::move(other.tensors_)),
-      metadata_(std::move(other.metadata_)) {}
+      metadata_(std::move(other.metadata_)),
+      checksums_(std::move(other.checksums_)) {}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
   if (this != &other) {
@@ -219,6 +285,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     data_start_ = other.data_start_;
     tensors_ = std::move(other.tensors_);
     metadata_ = std::move(other.metadata_);
+    checksums_ = std::move(other.checksums_);
   }
   return *this;
 }
@@ -319,6 +386,55 @@ absl::StatusOr<std::vector<int64_t>> SafetensorsFile::ReadInt(std::string_view n
   return out;
 }
 
+absl::Status SafetensorsFile::Verify() const {
+  constexpr uint64_t kChunkBytes = uint64_t{8} << 20;
+  std::vector<uint8_t> chunk;
+  for (const auto& [name, info] : tensors_) {
+    const bool is_float = IsFloatDType(info.dtype);
+    const uint64_t element = static_cast<uint64_t>(DTypeSize(info.dtype));
+    uint32_t crc = 0;
+    int64_t non_finite = -1;  // the first NaN or infinity, by element index
+    float non_finite_value = 0;
+    // Chunks hold whole elements (kChunkBytes is a multiple of every element size).
+    for (uint64_t done = 0; done < info.end - info.begin; done += chunk.size()) {
+      chunk.resize(std::min(kChunkBytes, info.end - info.begin - done));
+      HCP_RETURN_IF_ERROR(ReadAt(info.begin + done, chunk.size(), chunk.data(), name));
+      crc = Crc32c(crc, chunk.data(), chunk.size());
+      if (!is_float || non_finite >= 0) continue;
+      for (uint64_t at = 0; at < chunk.size(); at += element) {
+        if (NonFiniteBits(info.dtype, chunk.data() + at)) {
+          non_finite = static_cast<int64_t>((done + at) / element);
+          non_finite_value = ElementAsF32(info.dtype, chunk.data() + at);
+          break;
+        }
+      }
+    }
+    if (auto want = checksums_.find(name); want != checksums_.end() && want->second != crc) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: tensor %s does not match its checksum (crc32c %s recorded, %s read): the file was "
+          "changed or damaged after it was written",
+          path_, Quote(name), Crc32cHex(want->second), Crc32cHex(crc)));
+    }
+    if (non_finite >= 0) {
+      return RefuseNonFinite(std::span(&non_finite_value, 1), non_finite, info.numel, name, path_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefuseNonFinite(std::span<const float> values, int64_t first, int64_t numel,
+                             std::string_view name, std::string_view where) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    if (std::isfinite(v)) continue;
+    const char* what = std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: tensor %s holds %s at element %d (of %d): refusing to train from it",
+                        where, Quote(name), what, first + static_cast<int64_t>(i), numel));
+  }
+  return absl::OkStatus();
+}
+
 // ------------------------------------------------------------------------------------------------
 // Writing.
 
@@ -354,13 +470,14 @@ absl::StatusOr<int64_t> TensorBytesToWrite(const TensorToWrite& tensor) {
 
 namespace {
 
-// Converts and writes one tensor's data, a bounded chunk at a time.
-absl::Status WriteTensorData(AtomicFileWriter& writer, const TensorToWrite& tensor) {
+// Hands `sink` the tensor's bytes as stored, converted a bounded chunk at a time.
+template <typename Sink>
+absl::Status ForEachChunk(const TensorToWrite& tensor, Sink&& sink) {
   switch (tensor.dtype) {
     case DType::F32:
-      return writer.Write(tensor.f32.data(), tensor.f32.size_bytes());
+      return sink(tensor.f32.data(), tensor.f32.size_bytes());
     case DType::I64:
-      return writer.Write(tensor.ints.data(), tensor.ints.size_bytes());
+      return sink(tensor.ints.data(), tensor.ints.size_bytes());
     case DType::BF16:
     case DType::F16: {
       std::vector<uint16_t> chunk;
@@ -371,7 +488,7 @@ absl::Status WriteTensorData(AtomicFileWriter& writer, const TensorToWrite& tens
           float v = tensor.f32[done + i];
           chunk[i] = tensor.dtype == DType::BF16 ? F32ToBf16(v) : F32ToF16(v);
         }
-        HCP_RETURN_IF_ERROR(writer.Write(chunk.data(), n * sizeof(uint16_t)));
+        HCP_RETURN_IF_ERROR(sink(chunk.data(), n * sizeof(uint16_t)));
       }
       return absl::OkStatus();
     }
@@ -380,7 +497,7 @@ absl::Status WriteTensorData(AtomicFileWriter& writer, const TensorToWrite& tens
       for (size_t done = 0; done < tensor.ints.size(); done += kChunkElements) {
         size_t n = std::min<size_t>(tensor.ints.size() - done, kChunkElements);
         chunk.assign(tensor.ints.begin() + done, tensor.ints.begin() + done + n);
-        HCP_RETURN_IF_ERROR(writer.Write(chunk.data(), n * sizeof(int32_t)));
+        HCP_RETURN_IF_ERROR(sink(chunk.data(), n * sizeof(int32_t)));
       }
       return absl::OkStatus();
     }
@@ -413,15 +530,28 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
     if (!size.ok()) return error(size.status().message());
     bytes.push_back(*size);
   }
+  std::map<std::string, std::string> header_metadata = metadata;
   for (const auto& [key, value] : metadata) {
     if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
       return error(absl::StrCat("metadata ", Quote(key), " is not valid UTF-8"));
     }
+    if (key.rfind(kCrc32cKeyPrefix, 0) == 0) {
+      return error(absl::StrCat("metadata ", Quote(key), " would pass for a tensor checksum"));
+    }
+  }
+  // The checksums go into the header, before the data: a first pass over each tensor's bytes.
+  for (const TensorToWrite* tensor : sorted) {
+    uint32_t crc = 0;
+    HCP_RETURN_IF_ERROR(ForEachChunk(*tensor, [&](const void* data, size_t size) {
+      crc = Crc32c(crc, data, size);
+      return absl::OkStatus();
+    }));
+    header_metadata[kCrc32cKeyPrefix + tensor->name] = Crc32cHex(crc);
   }
 
   // ordered_json keeps insertion order: __metadata__ first, then tensors by name.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  if (!header_metadata.empty()) header["__metadata__"] = header_metadata;
   uint64_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     header[sorted[i]->name] = {{"dtype", std::string(DTypeName(sorted[i]->dtype))},
@@ -438,7 +568,10 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   HCP_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
   HCP_RETURN_IF_ERROR(writer.Write(length, sizeof(length)));
   HCP_RETURN_IF_ERROR(writer.Write(text.data(), text.size()));
-  for (const TensorToWrite* tensor : sorted) HCP_RETURN_IF_ERROR(WriteTensorData(writer, *tensor));
+  for (const TensorToWrite* tensor : sorted) {
+    HCP_RETURN_IF_ERROR(ForEachChunk(
+        *tensor, [&](const void* data, size_t size) { return writer.Write(data, size); }));
+  }
   return writer.Commit();
 }
 

@@ -185,7 +185,7 @@ absl::Status RunStep(const Args& args) {
   HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor,
                        CpuExecutor::Create(plan, comm, options));
   if (std::optional<std::string> weights = args.Get("weights")) {
-    absl::StatusOr<CheckpointReader> checkpoint = CheckpointReader::Open(*weights);
+    absl::StatusOr<CheckpointReader> checkpoint = CheckpointReader::OpenVerified(*weights);
     HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, checkpoint.status()));
     HCP_RETURN_IF_ERROR(executor->LoadParameters(*checkpoint));
   } else {

@@ -55,6 +55,9 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   HCP_ASSIGN_OR_RETURN(o.schedule.warmup_steps, args.GetInt("warmup", 0));
   HCP_ASSIGN_OR_RETURN(o.adamw.weight_decay, args.GetDouble("weight-decay", 0.1));
   HCP_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, args.GetDouble("clip", 1.0));
+  for (const char* name : {"lr", "min-lr", "warmup", "weight-decay", "clip", "seed"}) {
+    if (args.Has(name)) o.given.insert(name);
+  }
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
   if (o.stop_after < 0) return absl::InvalidArgumentError("--stop-after must not be negative");
   if (std::optional<std::string> config = args.Get("config")) {
@@ -144,7 +147,9 @@ Command MakeTrainCommand() {
       "[--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints N] [--resume | "
       "--overwrite-checkpoints]] [--metrics FILE.jsonl]",
       {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},
-       {"steps", "N", "optimizer steps of the run (the learning-rate schedule's length)"},
+       {"steps", "N",
+        "optimizer steps of the run (the learning-rate schedule's length; with --resume, where "
+        "the run ends: the saved schedule stays)"},
        {"grad-accum", "N", "micro-batches per rank per step (default 1)"},
        {"lr", "X", "peak learning rate (default 3e-3)"},
        {"min-lr", "X", "final learning rate of the cosine decay (default lr / 10)"},
@@ -163,7 +168,8 @@ Command MakeTrainCommand() {
         "after an applied update"},
        {"resume", "",
         "continue from the latest checkpoint in --checkpoint-dir (the previous intact one when "
-        "that is damaged)"},
+        "that is damaged), with the saved run's AdamW settings, schedule and seed (options that "
+        "differ are named)"},
        {"overwrite-checkpoints", "", "a new run replaces the checkpoints in --checkpoint-dir"},
        {"stop-after", "N",
         "stop after step N as if interrupted (writes a checkpoint, unless every step since the "

@@ -330,6 +330,16 @@ TEST_F(LoadParametersTest, IntegerTensor) {
               HasSubstr("tensor 'model.norm.weight' is I32, expected a float tensor"));
 }
 
+TEST_F(LoadParametersTest, NonFiniteValueIsRefusedByName) {
+  // Weights that are not finite would make every loss NaN: refused, naming tensor and element.
+  norm_[4] = -std::numeric_limits<float>::infinity();
+  absl::Status status = Load({Table(), Norm(DType::F32)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("tensor 'model.norm.weight' holds -inf at element 4 (of 6): refusing to "
+                        "train from it"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inputs and runtime errors.
 

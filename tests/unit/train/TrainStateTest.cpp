@@ -26,6 +26,13 @@ TrainState SomeState() {
   s.optimizer = {
       .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .max_grad_norm = 1.0};
   s.schedule = {.max_lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 100, .total_steps = 1000};
+  s.run = {.model = "5d1c0a7e",
+           .parameters = 3,
+           .seq = 64,
+           .micro_batch = 2,
+           .global_batch = 8,
+           .dtype = "bf16",
+           .data = {.path = "/data/corpus.bin", .bytes = 123456, .head_crc32c = "0b6f3c21"}};
   return s;
 }
 
@@ -43,6 +50,7 @@ void ExpectSameState(const TrainState& a, const TrainState& b) {
   EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
   EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
   EXPECT_EQ(a.schedule.total_steps, b.schedule.total_steps);
+  EXPECT_EQ(a.run, b.run);
 }
 
 std::vector<float> ToVector(std::span<const float> s) { return {s.begin(), s.end()}; }
@@ -235,8 +243,19 @@ TEST_F(TrainStateTest, BadJsonIsRefused) {
     EXPECT_NE(pos, std::string::npos) << from;
     return text.replace(pos, from.size(), to);
   };
-  EXPECT_TRUE(FailsWith(open_with(replaced("\"version\": 1", "\"version\": 2")),
-                        "version 2; this build reads version 1"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"version\": 2", "\"version\": 3")),
+                        "version 3; this build reads version 2"));
+  // A checkpoint of an older hybridcp: its run cannot be checked.
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"version\": 2", "\"version\": 1")),
+                        "version 1, written by an older hybridcp, without the run's identity"));
+  EXPECT_TRUE(
+      FailsWith(open_with(replaced("\"run\"", "\"ran\"")), "\"run\" is missing or not an object"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"head_crc32c\": \"0b6f3c21\"", "\"head_crc32c\": 7")),
+                        "\"run.data.head_crc32c\" is missing or not a string"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"global_batch\": 8", "\"global_batch\": 7")),
+                        "global batch 7 (a multiple of the micro-batch)"));
+  EXPECT_TRUE(FailsWith(open_with(replaced("\"dtype\": \"bf16\"", "\"dtype\": \"f16\"")),
+                        "dtype is \"f16\", not f32 or bf16"));
   EXPECT_TRUE(FailsWith(open_with(replaced("\"position\": 49164", "\"position\": \"x\"")),
                         "\"data.position\" is missing or not an integer"));
   EXPECT_TRUE(FailsWith(open_with(replaced("\"seed\"", "\"sead\"")),
@@ -256,6 +275,22 @@ TEST_F(TrainStateTest, BadJsonIsRefused) {
   EXPECT_TRUE(FailsWith(missing, "no train state"));
 }
 
+// A train_state.json changed after it was written (a value edited, a flipped bit) no longer
+// matches the CRC32C its save recorded in the optimizer files.
+TEST_F(TrainStateTest, ChangedJsonIsRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string path = dir_ / kTrainStateFileName;
+  std::string text = ReadFileBytes(path);
+  const size_t at = text.find("\"position\": 49164");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 13] = '5';  // 49164 -> 49165: still a valid state
+  WriteFileBytes(path, text);
+  absl::Status status = TrainStateReader::Open(dir_.path(), specs_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(FailsWith(status, "train_state.json does not match the checksum its save recorded"));
+  EXPECT_TRUE(FailsWith(ReadTrainState(dir_.path()).status(), "does not match the checksum"));
+}
+
 // The tensors of a later save whose JSON never got written do not pass for the older state.
 TEST_F(TrainStateTest, TensorsFromAnotherStepAreRefused) {
   ASSERT_TRUE(Save(state_).ok());
@@ -266,6 +301,56 @@ TEST_F(TrainStateTest, TensorsFromAnotherStepAreRefused) {
   WriteFileBytes(dir_ / kTrainStateFileName, old_json);
   EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(),
                         "holds the optimizer state of step 13, but"));
+}
+
+// Open verifies the moments: a flipped bit (DataLoss, naming the file and the tensor) or a NaN
+// stored with its checksum (naming the tensor and the element) is refused.
+TEST_F(TrainStateTest, DamagedOrNonFiniteMomentsAreRefused) {
+  ASSERT_TRUE(Save(state_).ok());
+  const std::string good = ReadFileBytes(OptimizerFile());
+  std::string flipped = good;
+  flipped[flipped.size() - 3] = static_cast<char>(flipped[flipped.size() - 3] ^ 0x10);
+  WriteFileBytes(OptimizerFile(), flipped);
+  absl::Status status = TrainStateReader::Open(dir_.path(), specs_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  // Tensors are stored by name: the last bytes are model.norm.weight.exp_avg_sq's.
+  EXPECT_TRUE(FailsWith(status,
+                        "optimizer/model.safetensors: tensor "
+                        "'model.norm.weight.exp_avg_sq' does not match its checksum"));
+
+  std::vector<float> m(3, 0.0f), v(3, 0.0f);
+  v[1] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<MomentsToWrite> moments = *MomentsOf(*opt_);
+  moments[1] = {"model.norm.weight", {3}, m, v};
+  ASSERT_TRUE(SaveTrainState(dir_.path(), state_, moments).ok());
+  EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(),
+                        "tensor 'model.norm.weight.exp_avg_sq' holds NaN at element 1 (of 3): "
+                        "refusing to train from it"));
+}
+
+TEST(DataIdentity, SizeAndTheStartIdentifyTheFileWhereverItIs) {
+  ScratchDir dir;
+  std::string bytes(kDataHeadBytes + 100, 'a');
+  WriteFileBytes(dir / "a.bin", bytes);
+  WriteFileBytes(dir / "moved.bin", bytes);
+  bytes.back() = 'b';  // past the first MiB: the same identity
+  WriteFileBytes(dir / "tail.bin", bytes);
+  bytes[10] = 'b';
+  WriteFileBytes(dir / "head.bin", bytes);
+  WriteFileBytes(dir / "short.bin", bytes.substr(0, 1000));
+  absl::StatusOr<DataIdentity> a = IdentifyData(dir / "a.bin");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->path, dir / "a.bin");
+  EXPECT_EQ(a->bytes, kDataHeadBytes + 100);
+  auto same = [&](const std::string& name) {
+    absl::StatusOr<DataIdentity> other = IdentifyData(dir / name);
+    return other.ok() && other->bytes == a->bytes && other->head_crc32c == a->head_crc32c;
+  };
+  EXPECT_TRUE(same("moved.bin"));
+  EXPECT_TRUE(same("tail.bin"));
+  EXPECT_FALSE(same("head.bin"));
+  EXPECT_FALSE(same("short.bin"));
+  EXPECT_EQ(IdentifyData(dir / "none.bin").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ namespace hcp::comm {
 class NcclCommunicator {
  public:
   // Collective over the host world, whose mesh must be set. `device` is this rank's GPU.
+  // Refuses (the same error on every rank) ranks that would share a GPU: more ranks on a node
+  // than it has GPUs (CheckOneRankPerGpu, Launch.h).
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(Communicator& host, int device,
                                                                   std::chrono::seconds timeout);
   ~NcclCommunicator();

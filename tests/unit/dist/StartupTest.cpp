@@ -112,6 +112,41 @@ TEST(Startup, OneRankFailsToLoad) {
   }
 }
 
+// The command agreement, the first collective of every command: the same line everywhere
+// passes; another --lr on the last rank, or another command there, stops every rank with the
+// same message (and the ranks keep talking afterwards: nobody was left in a collective).
+TEST(Startup, RanksAgreeOnTheCommandLine) {
+  const int world = World().world_size();
+  auto comm = NewWorldCommunicator();
+  const bool last = comm->world_rank() == world - 1;
+  const comm::CommandLine same{"train", {{"data", "d.bin"}, {"lr", "0.003"}, {"steps", "12"}}};
+  const absl::Status agreed = comm::CheckCommandsAgree(*comm, same);
+  EXPECT_TRUE(agreed.ok()) << agreed;
+
+  const comm::CommandLine other_lr{
+      "train", {{"data", "d.bin"}, {"lr", last ? "0.01" : "0.003"}, {"steps", "12"}}};
+  const absl::Status lr = comm::CheckCommandsAgree(*comm, other_lr);
+  if (world == 1) {
+    EXPECT_TRUE(lr.ok());
+  } else {
+    EXPECT_EQ(lr.message(),
+              absl::StrFormat("ranks disagree on --lr: %s %s 0.003, rank %d has 0.01; start every "
+                              "rank with the same command",
+                              FirstRanks(world - 1), world == 2 ? "has" : "have", world - 1));
+  }
+
+  // run-step (a shorter line) on the last rank: the first gather is the same size anyway.
+  const comm::CommandLine command = last ? comm::CommandLine{"run-step", {{"inputs", "i"}}} : same;
+  const absl::Status commands = comm::CheckCommandsAgree(*comm, command);
+  if (world > 1) {
+    EXPECT_EQ(commands.message(),
+              absl::StrFormat("ranks disagree on the command: %s %s train, rank %d runs run-step; "
+                              "start every rank with the same command",
+                              FirstRanks(world - 1), world == 2 ? "runs" : "run", world - 1));
+  }
+  EXPECT_TRUE(comm::AgreeOnStatus(*comm, absl::OkStatus()).ok());
+}
+
 // A token id outside the vocabulary on cp rank 0 only: the embedding fails there, the
 // all_reduce after it still runs everywhere, and every rank reports rank 0's error.
 TEST(RunStep, ADataErrorOnOneRankStopsEveryRank) {

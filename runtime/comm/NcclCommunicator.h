@@ -71,7 +71,7 @@ class NcclCommunicator {
 
   // Waits for `stream` to drain; on an NCCL error or after the timeout, aborts the job with a
   // message that says what was being waited for; the host communicator's Abort puts the rank in
-  // front ("rank 0: error: running the plan's steps did not finish within 600 s: another rank
+  // front ("rank 0: error: running the plan's steps did not finish within 300 s: another rank
   // failed or hangs").
   void Wait(cudaStream_t stream, const std::string& what);
   // The same for one event (the work queued before it was recorded).

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/Launch.h"
 #include "tests/unit/dist/DistTestUtil.h"
 
 namespace hcp::testing {
@@ -145,6 +146,36 @@ TEST(Startup, RanksAgreeOnTheCommandLine) {
                               FirstRanks(world - 1), world == 2 ? "runs" : "run", world - 1));
   }
   EXPECT_TRUE(comm::AgreeOnStatus(*comm, absl::OkStatus()).ok());
+}
+
+// What NcclCommunicator::Create gathers before NCCL starts: every rank's node and GPU, in rank
+// order. The ranks of this test share a machine; given one GPU id, they would share it.
+TEST(Startup, RanksSharingAGpuAreSeenByEveryRank) {
+  const int world = World().world_size();
+  auto comm = NewWorldCommunicator();
+  comm::RankGpu mine;
+  mine.node = comm::HostName();
+  mine.gpu = absl::StrFormat("bus-%d", comm->world_rank());
+  mine.visible = world;
+  const std::vector<comm::RankGpu> own = comm::GatherRankGpus(*comm, mine);
+  ASSERT_EQ(static_cast<int>(own.size()), world);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(own[r].node, mine.node);
+    EXPECT_EQ(own[r].gpu, absl::StrFormat("bus-%d", r));
+  }
+  EXPECT_TRUE(comm::CheckOneRankPerGpu(own).ok());
+
+  mine.gpu = "bus-0";
+  mine.visible = 1;
+  const absl::Status shared = comm::CheckOneRankPerGpu(comm::GatherRankGpus(*comm, mine));
+  if (world == 1) {
+    EXPECT_TRUE(shared.ok());
+  } else {
+    EXPECT_THAT(std::string(shared.message()),
+                HasSubstr(absl::StrFormat("node %s has 1 GPU but %s were started on it (%s share "
+                                          "GPU bus-0)",
+                                          mine.node, FirstRanks(world), FirstRanks(world))));
+  }
 }
 
 // A token id outside the vocabulary on cp rank 0 only: the embedding fails there, the

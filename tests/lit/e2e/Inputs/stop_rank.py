@@ -15,22 +15,28 @@ SLACK_S = 45  # mpirun's abort of every rank, on a loaded 2-core CI machine
 STARTUP_S = 180
 
 
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def ranks_of(mpirun_pid):
-    """{world rank: pid} of the processes mpirun started on this machine."""
+    """{world rank: pid} of the ranks mpirun started on this machine (its descendants)."""
     ranks = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != mpirun_pid:
-                continue
             with open(f"/proc/{entry}/environ", "rb") as f:
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if b"OMPI_COMM_WORLD_RANK" not in env:
+                continue
+            pid = int(entry)
+            while pid > 1 and pid != mpirun_pid:
+                pid = parent(pid)
         except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours
-        if b"OMPI_COMM_WORLD_RANK" in env:
+            continue  # gone meanwhile, or not ours to read
+        if pid == mpirun_pid:
             ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(entry)
     return ranks
 

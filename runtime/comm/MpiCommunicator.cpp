@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -102,7 +104,19 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
-  if (owns_ && Initialized()) MPI_Finalize();
+  if (!owns_ || !Initialized()) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::thread([rank, timeout = finalize_timeout_] {
+    std::this_thread::sleep_for(timeout);
+    std::fprintf(stderr,
+                 "rank %d: error: the end of the job (MPI_Finalize) did not finish within %d s: "
+                 "another rank did not answer (stopped, hung or dead); ending this rank\n",
+                 rank, static_cast<int>(timeout.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+  MPI_Finalize();
 }
 
 bool MpiSession::Active() { return Initialized(); }

@@ -24,7 +24,9 @@ absl::StatusOr<World> World::Join(std::chrono::seconds timeout) {
   World world;
   if (StartedByLauncher()) {
 #ifdef HYBRIDCP_HAVE_MPI
-    world.session_ = std::make_shared<comm::MpiSession>(nullptr, nullptr);
+    auto session = std::make_shared<comm::MpiSession>(nullptr, nullptr);
+    session->set_finalize_timeout(timeout);
+    world.session_ = session;
     absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> mpi = comm::MpiCommunicator::Create();
     if (!mpi.ok()) return mpi.status();
     world.comm_ = std::move(*mpi);

@@ -26,9 +26,10 @@
 // the job. A rank that stops answering (stopped, deadlocked, or gone without its process ending)
 // is caught by the timeout: a collective or message that has not completed timeout() after it
 // began ends the whole job through Abort(), with a message naming this rank, the collective, its
-// group and, when they can be known, the peers that did not answer. (MPI's communicator
-// creation, MPI_Comm_dup and MPI_Comm_split at startup, has no deadline: it follows right after
-// the startup agreement's all-gathers, which do.)
+// group and, when they can be known, the peers that did not answer; MPI_Finalize at the end,
+// which waits for every rank, has the same deadline (MpiSession). (MPI's communicator creation,
+// MPI_Comm_dup and MPI_Comm_split at startup, has none: it follows right after the startup
+// agreement's all-gathers, which do.)
 #pragma once
 
 #include <chrono>

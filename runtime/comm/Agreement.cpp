@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -155,6 +156,112 @@ absl::Status CheckRanksAgree(Communicator& comm, const absl::StatusOr<plan::Plan
   // 3. The world is the plan's mesh; then its groups. Every rank holds the same plan, so every
   // rank takes the same branch.
   return comm.SetMesh(plan->mesh);
+}
+
+namespace {
+
+// NUL-separated: command, then name and value of each option (argv holds no NUL).
+std::string Encode(const CommandLine& line) {
+  std::string text = line.command;
+  text.push_back('\0');
+  for (const auto& [name, value] : line.options) {
+    text += name;
+    text.push_back('\0');
+    text += value;
+    text.push_back('\0');
+  }
+  return text;
+}
+
+CommandLine Decode(std::string_view text) {
+  std::vector<std::string> words;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\0', at), text.size());
+    words.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  CommandLine line;
+  if (!words.empty()) line.command = words[0];
+  for (size_t i = 1; i + 1 < words.size(); i += 2)
+    line.options.emplace_back(words[i], words[i + 1]);
+  return line;
+}
+
+// "ranks 0,1 have 0.003", "rank 2 gives it", "rank 3 does not give it".
+std::string DescribeValue(const std::optional<std::string>& value, const std::vector<int>& ranks) {
+  const bool one = ranks.size() == 1;
+  if (!value) return absl::StrCat(RankList(ranks), one ? " does not give it" : " do not give it");
+  if (value->empty()) return absl::StrCat(RankList(ranks), one ? " gives it" : " give it");
+  return absl::StrCat(RankList(ranks), one ? " has " : " have ", *value);
+}
+
+}  // namespace
+
+absl::Status CompareCommandLines(const std::vector<CommandLine>& per_rank) {
+  constexpr std::string_view kFix = "start every rank with the same command";
+  std::vector<std::string> commands;
+  for (const CommandLine& line : per_rank) commands.push_back(line.command);
+  if (const auto groups = GroupRanks(commands); groups.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [command, ranks] : groups) {
+      parts.push_back(
+          absl::StrCat(RankList(ranks), ranks.size() == 1 ? " runs " : " run ", command));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ranks disagree on the command: ", absl::StrJoin(parts, ", "), "; ", std::string(kFix)));
+  }
+  // Every option any rank gives, in name order, with each rank's value (or none).
+  std::map<std::string, std::vector<std::optional<std::string>>> values;
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    for (const auto& [name, value] : per_rank[r].options) {
+      auto& of_ranks = values[name];
+      of_ranks.resize(per_rank.size());
+      of_ranks[r] = value;
+    }
+  }
+  std::vector<std::string> differences;
+  for (const auto& [name, of_ranks] : values) {
+    const auto groups = GroupRanks(of_ranks);
+    if (groups.size() == 1) continue;
+    std::vector<std::string> parts;
+    for (const auto& [value, ranks] : groups) parts.push_back(DescribeValue(value, ranks));
+    differences.push_back(
+        absl::StrCat(name.size() == 1 ? "-" : "--", name, ": ", absl::StrJoin(parts, ", ")));
+  }
+  if (differences.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ranks disagree on ", absl::StrJoin(differences, "; on "), "; ", std::string(kFix)));
+}
+
+absl::Status CheckCommandsAgree(Communicator& comm, const CommandLine& mine) {
+  if (comm.world_size() == 1) return absl::OkStatus();
+  // Fixed-size records first, the same size whatever the command: ranks running different
+  // commands join the same all-gather.
+  struct Record {
+    uint64_t hash;
+    int64_t bytes;
+  };
+  const std::string text = Encode(mine);
+  const std::vector<Record> records =
+      GatherWorld(comm, Record{PlanBytesHash(text), static_cast<int64_t>(text.size())});
+  int64_t longest = 0;
+  bool same = true;
+  for (const Record& r : records) {
+    same = same && r.hash == records[0].hash && r.bytes == records[0].bytes;
+    longest = std::max(longest, r.bytes);
+  }
+  if (same) return absl::OkStatus();
+  // Every rank saw the difference: all join the second gather, of the command lines.
+  std::string padded = text;
+  padded.resize(longest, '\0');
+  std::string all(longest * comm.world_size(), '\0');
+  comm.AllGather(std::as_bytes(std::span(padded)), std::as_writable_bytes(std::span(all)),
+                 Group::kWorld);
+  std::vector<CommandLine> per_rank;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    per_rank.push_back(Decode(std::string_view(all).substr(r * longest, records[r].bytes)));
+  }
+  return CompareCommandLines(per_rank);
 }
 
 }  // namespace hcp::comm

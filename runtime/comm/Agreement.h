@@ -2,6 +2,7 @@
 // every rank with the same message instead of leaving the others waiting in a collective.
 //
 // The startup sequence of a multi-rank tool, before any other communication:
+//   HCP_RETURN_IF_ERROR(comm::CheckCommandsAgree(world, {"train", options}));  // the first
 //   comm::RankPlan mine = comm::LoadPlanForRank(path);   // never fails by itself
 //   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world, mine.plan, mine.hash));
 // A rank whose plan failed to load still calls CheckRanksAgree (with its error), so every rank
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,5 +62,27 @@ RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source);
 // run on `comm`.
 absl::Status CheckRanksAgree(Communicator& comm, const absl::StatusOr<plan::Plan>& plan,
                              uint64_t plan_hash);
+
+// What a rank is about to do: its command and options as given on its command line (name
+// without dashes -> value, "" for a flag). Option values are compared as text, so paths are
+// compared as given, not resolved: ranks on other nodes may see other files at one path, and one
+// file under other paths; the plan itself is compared by content (CheckRanksAgree).
+struct CommandLine {
+  std::string command;
+  std::vector<std::pair<std::string, std::string>> options;  // sorted by name
+};
+
+// Collective over the world, and the first communication a command does, so that ranks started
+// with different commands still meet here: OK if every rank runs the same command with the same
+// options; otherwise the same error on every rank, naming what differs and the ranks' values:
+//   "ranks disagree on --lr: ranks 0,1 have 0.003, rank 2 has 0.01; start every rank with the
+//    same command"
+//   "ranks disagree on the command: rank 0 runs train, rank 1 runs run-step; start every rank
+//    with the same command"
+// One small all-gather when all agree; a second (of the command lines) when not.
+absl::Status CheckCommandsAgree(Communicator& comm, const CommandLine& mine);
+
+// The comparison CheckCommandsAgree makes, of every rank's command line (index = world rank).
+absl::Status CompareCommandLines(const std::vector<CommandLine>& per_rank);
 
 }  // namespace hcp::comm

@@ -23,10 +23,16 @@
 // own errors are fatal (MPI_ERRORS_ARE_FATAL: MPI aborts every rank of the job). Errors of one
 // rank's own work are shared with AgreeOnStatus (Agreement.h) before anyone relies on them.
 // A rank that dies (a crash, a kill) is noticed by mpirun, which then kills every other rank of
-// the job; a rank that hangs outside MPI is only caught by a job time limit (mpirun --timeout N,
-// or MPIEXEC_TIMEOUT=N).
+// the job. A rank that stops answering (stopped, deadlocked, or gone without its process ending)
+// is caught by the timeout: a collective or message that has not completed timeout() after it
+// began ends the whole job through Abort(), with a message naming this rank, the collective, its
+// group and, when they can be known, the peers that did not answer; MPI_Finalize at the end,
+// which waits for every rank, has the same deadline (MpiSession). (MPI's communicator creation,
+// MPI_Comm_dup and MPI_Comm_split at startup, has none: it follows right after the startup
+// agreement's all-gathers, which do.)
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -47,6 +53,9 @@ std::string_view GroupName(Group group);  // "world", "cp", "dp", "ep", "ep repl
 // "No peer" for SendRecv: nothing is sent, or nothing received.
 inline constexpr int kNoRank = -1;
 
+// How long a collective waits for its peers unless told otherwise (the commands' --timeout).
+inline constexpr std::chrono::seconds kDefaultTimeout{300};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -55,6 +64,10 @@ class Communicator {
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+
+  // How long one collective or message may wait for the other ranks before the job is ended.
+  std::chrono::seconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::seconds timeout) { timeout_ = timeout; }
 
   // The mesh set by SetMesh (or given at construction). Until then only kWorld can be used.
   bool has_mesh() const { return mesh_.has_value(); }
@@ -105,6 +118,7 @@ class Communicator {
   // collectives count exactly what leaves the rank. plan::BytesSentPerRank predicts these
   // figures from a plan (`hybridcp inspect`); `run-step --traffic` holds it to them.
   void SetTrafficLabel(std::string_view label) { traffic_label_ = label; }
+  const std::string& traffic_label() const { return traffic_label_; }
   const std::map<std::string, uint64_t, std::less<>>& bytes_sent() const { return bytes_sent_; }
   void ResetTraffic() { bytes_sent_.clear(); }
 
@@ -141,6 +155,7 @@ class Communicator {
 
   int world_rank_;
   int world_size_;
+  std::chrono::seconds timeout_ = kDefaultTimeout;
   std::optional<plan::Mesh> mesh_;
   std::string traffic_label_ = "unlabelled";
   std::map<std::string, uint64_t, std::less<>> bytes_sent_;

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/comm/Deadline.h"
 #include "runtime/support/Status.h"
 
 namespace hcp::comm {
@@ -40,6 +43,56 @@ bool Initialized() {
   return initialized && !finalized;
 }
 
+// Waits for a non-blocking collective on `group`, or for point-to-point requests (request i
+// with world rank peers[i], statuses[i] its status), for at most comm.timeout(); past it, ends
+// the job with a message naming the collective (`kind`) and the peers that did not answer.
+void AwaitCollective(Communicator& comm, MPI_Request& request, std::string_view kind, Group group) {
+  const bool done = PollUntil(
+      [&] {
+        int flag = 0;
+        MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+        return flag != 0;
+      },
+      comm.timeout());
+  if (done) return;
+  // Who has not joined cannot be known from here: the group's other ranks are named.
+  StalledWait wait;
+  wait.kind = kind;
+  wait.group = GroupName(group);
+  for (int r = 0; r < comm.size(group); ++r) wait.members.push_back(comm.WorldRank(group, r));
+  wait.self = comm.world_rank();
+  wait.during = comm.traffic_label();
+  wait.timeout = comm.timeout();
+  comm.Abort(absl::DeadlineExceededError(DescribeStalledWait(wait)));
+}
+
+void AwaitMessages(Communicator& comm, std::vector<MPI_Request>& requests,
+                   const std::vector<int>& peers, std::vector<MPI_Status>& statuses,
+                   std::string_view kind) {
+  const int n = static_cast<int>(requests.size());
+  const bool done = PollUntil(
+      [&] {
+        int flag = 0;
+        MPI_Testall(n, requests.data(), &flag, statuses.data());
+        return flag != 0;
+      },
+      comm.timeout());
+  if (done) return;
+  // An unfinished MPI_Testall leaves every request as it was: the open ones name the peers.
+  StalledWait wait;
+  wait.kind = kind;
+  wait.self = comm.world_rank();
+  wait.during = comm.traffic_label();
+  wait.timeout = comm.timeout();
+  for (int i = 0; i < n; ++i) {
+    wait.members.push_back(peers[i]);
+    int flag = 0;
+    MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE);
+    if (!flag) wait.silent.push_back(peers[i]);
+  }
+  comm.Abort(absl::DeadlineExceededError(DescribeStalledWait(wait)));
+}
+
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -51,7 +104,19 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
-  if (owns_ && Initialized()) MPI_Finalize();
+  if (!owns_ || !Initialized()) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::thread([rank, timeout = finalize_timeout_] {
+    std::this_thread::sleep_for(timeout);
+    std::fprintf(stderr,
+                 "rank %d: error: the end of the job (MPI_Finalize) did not finish within %d s: "
+                 "another rank did not answer (stopped, hung or dead); ending this rank\n",
+                 rank, static_cast<int>(timeout.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+  MPI_Finalize();
 }
 
 bool MpiSession::Active() { return Initialized(); }
@@ -137,7 +202,9 @@ void MpiCommunicator::DoAllReduceSum(float* data, int64_t n, Group group) {
   constexpr int64_t kChunk = kMaxChunkBytes / sizeof(float);
   for (int64_t i = 0; i < n; i += kChunk) {
     const int count = static_cast<int>(std::min(kChunk, n - i));
-    MPI_Allreduce(MPI_IN_PLACE, data + i, count, MPI_FLOAT, MPI_SUM, comms_->Of(group));
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, data + i, count, MPI_FLOAT, MPI_SUM, comms_->Of(group), &request);
+    AwaitCollective(*this, request, "all-reduce", group);
   }
 }
 
@@ -145,7 +212,9 @@ void MpiCommunicator::DoAllReduceSum(double* data, int64_t n, Group group) {
   constexpr int64_t kChunk = kMaxChunkBytes / sizeof(double);
   for (int64_t i = 0; i < n; i += kChunk) {
     const int count = static_cast<int>(std::min(kChunk, n - i));
-    MPI_Allreduce(MPI_IN_PLACE, data + i, count, MPI_DOUBLE, MPI_SUM, comms_->Of(group));
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, data + i, count, MPI_DOUBLE, MPI_SUM, comms_->Of(group), &request);
+    AwaitCollective(*this, request, "all-reduce", group);
   }
 }
 
@@ -156,7 +225,10 @@ void MpiCommunicator::DoAllGather(std::span<const std::byte> send, std::span<std
     Misuse(absl::StrFormat("all-gather of %d bytes per rank (at most %d)", send.size(), INT_MAX));
   }
   const int count = static_cast<int>(send.size());
-  MPI_Allgather(send.data(), count, MPI_BYTE, recv.data(), count, MPI_BYTE, comms_->Of(group));
+  MPI_Request request;
+  MPI_Iallgather(send.data(), count, MPI_BYTE, recv.data(), count, MPI_BYTE, comms_->Of(group),
+                 &request);
+  AwaitCollective(*this, request, "all-gather", group);
 }
 
 void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest,
@@ -164,6 +236,7 @@ void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest
   // Every piece of both messages is posted before waiting for any of them: no deadlock whatever
   // the peers do first.
   std::vector<MPI_Request> requests;
+  std::vector<int> peers;       // the world rank of each request
   std::vector<int> recv_sizes;  // expected bytes of each receive request, in order
   if (world_source != kNoRank) {
     for (int64_t piece = 0; piece < Pieces(recv.size()); ++piece) {
@@ -171,6 +244,7 @@ void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest
       requests.emplace_back();
       MPI_Irecv(recv.data() + piece * kMaxChunkBytes, count, MPI_BYTE, world_source, kTag,
                 comms_->world, &requests.back());
+      peers.push_back(world_source);
       recv_sizes.push_back(count);
     }
   }
@@ -179,10 +253,11 @@ void MpiCommunicator::DoSendRecv(std::span<const std::byte> send, int world_dest
       requests.emplace_back();
       MPI_Isend(send.data() + piece * kMaxChunkBytes, PieceBytes(send.size(), piece), MPI_BYTE,
                 world_dest, kTag, comms_->world, &requests.back());
+      peers.push_back(world_dest);
     }
   }
   std::vector<MPI_Status> statuses(requests.size());
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
+  AwaitMessages(*this, requests, peers, statuses, "send/receive");
   // A longer message than expected is an MPI truncation error (fatal); a shorter one is caught
   // here.
   for (size_t i = 0; i < recv_sizes.size(); ++i) {
@@ -203,6 +278,7 @@ void MpiCommunicator::DoAllToAllV(std::span<const std::byte> send,
   // SendRecv), so messages of any size go through; empty messages are not sent at all (both
   // sides know the sizes). This rank's own part is a copy.
   std::vector<MPI_Request> requests;
+  std::vector<int> peers;                     // the world rank of each request
   std::vector<std::pair<int, int>> expected;  // (bytes, source) of each receive request
   size_t send_at = 0, recv_at = 0;
   std::vector<size_t> send_offsets(world_ranks.size()), recv_offsets(world_ranks.size());
@@ -220,6 +296,7 @@ void MpiCommunicator::DoAllToAllV(std::span<const std::byte> send,
       requests.emplace_back();
       MPI_Irecv(recv.data() + recv_offsets[p] + piece * kMaxChunkBytes, count, MPI_BYTE,
                 world_ranks[p], kAllToAllTag, comms_->world, &requests.back());
+      peers.push_back(world_ranks[p]);
       expected.emplace_back(count, world_ranks[p]);
     }
   }
@@ -239,10 +316,11 @@ void MpiCommunicator::DoAllToAllV(std::span<const std::byte> send,
       requests.emplace_back();
       MPI_Isend(send.data() + send_offsets[p] + piece * kMaxChunkBytes, PieceBytes(bytes, piece),
                 MPI_BYTE, world_ranks[p], kAllToAllTag, comms_->world, &requests.back());
+      peers.push_back(world_ranks[p]);
     }
   }
   std::vector<MPI_Status> statuses(requests.size());
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data());
+  AwaitMessages(*this, requests, peers, statuses, "all-to-all");
   for (size_t i = 0; i < receives; ++i) {
     int count = 0;
     MPI_Get_count(&statuses[i], MPI_BYTE, &count);
@@ -253,6 +331,10 @@ void MpiCommunicator::DoAllToAllV(std::span<const std::byte> send,
   }
 }
 
-void MpiCommunicator::DoBarrier(Group group) { MPI_Barrier(comms_->Of(group)); }
+void MpiCommunicator::DoBarrier(Group group) {
+  MPI_Request request;
+  MPI_Ibarrier(comms_->Of(group), &request);
+  AwaitCollective(*this, request, "barrier", group);
+}
 
 }  // namespace hcp::comm

@@ -11,6 +11,7 @@
 //   }
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -32,8 +33,14 @@ class MpiSession {
   // MPI_Initialized and not yet MPI_Finalized.
   static bool Active();
 
+  // MPI_Finalize waits for every rank, so a rank that stops answering after the job's last
+  // collective would hold the others there forever: past this long, the process ends itself,
+  // non-zero, with a message (and mpirun ends the rest of the job).
+  void set_finalize_timeout(std::chrono::seconds timeout) { finalize_timeout_ = timeout; }
+
  private:
   bool owns_ = false;
+  std::chrono::seconds finalize_timeout_ = kDefaultTimeout;
 };
 
 class MpiCommunicator final : public Communicator {

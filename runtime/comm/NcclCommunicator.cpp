@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/comm/Launch.h"
 #include "runtime/support/Status.h"
 
 namespace hcp::comm {
@@ -49,6 +50,16 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     Communicator& host, int device, std::chrono::seconds timeout) {
   std::unique_ptr<NcclCommunicator> nccl(new NcclCommunicator(host, timeout));
   absl::Status local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  // More ranks on a node than GPUs would share them silently (slow, or out of memory later):
+  // refused, by the same decision on every rank from the same gathered facts.
+  RankGpu mine;
+  mine.node = HostName();
+  if (local.ok()) {
+    char bus_id[64] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device) == cudaSuccess) mine.gpu = bus_id;
+    if (cudaGetDeviceCount(&mine.visible) != cudaSuccess) mine.visible = 0;
+  }
+  HCP_RETURN_IF_ERROR(CheckOneRankPerGpu(GatherRankGpus(host, mine)));
   // Rank 0 makes the id; everyone takes rank 0's copy out of an all-gather.
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));

@@ -29,6 +29,8 @@ namespace hcp::comm {
 class NcclCommunicator {
  public:
   // Collective over the host world, whose mesh must be set. `device` is this rank's GPU.
+  // Refuses (the same error on every rank) ranks that would share a GPU: more ranks on a node
+  // than it has GPUs (CheckOneRankPerGpu, Launch.h).
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(Communicator& host, int device,
                                                                   std::chrono::seconds timeout);
   ~NcclCommunicator();
@@ -69,7 +71,7 @@ class NcclCommunicator {
 
   // Waits for `stream` to drain; on an NCCL error or after the timeout, aborts the job with a
   // message that says what was being waited for; the host communicator's Abort puts the rank in
-  // front ("rank 0: error: running the plan's steps did not finish within 600 s: another rank
+  // front ("rank 0: error: running the plan's steps did not finish within 300 s: another rank
   // failed or hangs").
   void Wait(cudaStream_t stream, const std::string& what);
   // The same for one event (the work queued before it was recorded).

@@ -21,9 +21,6 @@
 namespace hcp::train {
 namespace {
 
-// How long a rank waits for the others in one step before it ends the job.
-constexpr std::chrono::seconds kStepTimeout(600);
-
 class GpuLoop {
  public:
   GpuLoop(comm::Communicator& comm, const plan::Plan& plan, const TrainOptions& options)
@@ -59,7 +56,7 @@ absl::Status GpuLoop::Setup() {
   if (comm_.world_size() > 1) {
     exec_options.device = comm::NcclCommunicator::LocalDevice(comm_);
     absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
-        comm::NcclCommunicator::Create(comm_, exec_options.device, kStepTimeout);
+        comm::NcclCommunicator::Create(comm_, exec_options.device, comm_.timeout());
     HCP_RETURN_IF_ERROR(Agree(nccl.status()));
     nccl_ = std::move(*nccl);
     exec_options.nccl = nccl_.get();

@@ -32,6 +32,8 @@ class Args {
   // The option as a floating-point number; `fallback` when absent.
   absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
+  // Every option given: name -> value ("" for a flag).
+  const std::map<std::string, std::string>& values() const { return values_; }
 
  private:
   std::map<std::string, std::string> values_;

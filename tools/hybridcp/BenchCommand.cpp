@@ -24,6 +24,7 @@
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/Ranks.h"
 
 namespace hcp {
 namespace {
@@ -136,7 +137,7 @@ void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
 
 absl::Status RunBench(const Args& args) {
   HCP_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
-  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  HCP_ASSIGN_OR_RETURN(World world, JoinRanks("bench", args));
   comm::Communicator& ranks = world.comm();
   // Every rank loads the plan; all must have the same one, and as many ranks as it was compiled
   // for (the same error on every rank otherwise).
@@ -156,8 +157,7 @@ absl::Status RunBench(const Args& args) {
   std::unique_ptr<comm::NcclCommunicator> nccl;
   if (ranks.world_size() > 1) {
     o.device = comm::NcclCommunicator::LocalDevice(ranks);
-    HCP_ASSIGN_OR_RETURN(
-        nccl, comm::NcclCommunicator::Create(ranks, o.device, std::chrono::seconds(600)));
+    HCP_ASSIGN_OR_RETURN(nccl, comm::NcclCommunicator::Create(ranks, o.device, ranks.timeout()));
     // Rank 0 reports; the others would print the same lines.
     if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) {
       return absl::InternalError("cannot silence the output of ranks other than 0");
@@ -292,7 +292,8 @@ Command MakeBenchCommand() {
        {"device", "N", "CUDA device (default 0; under mpirun each rank takes its local rank's)"},
        {"profile", "",
         "one more step with a timer per kernel launch: time per kernel kind, and how long the "
-        "gradient sums over the ranks ran on after the last kernel"}},
+        "gradient sums over the ranks ran on after the last kernel"},
+       kTimeoutOption},
       RunBench};
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/Ranks.h"
 #include "tools/hybridcp/StepResult.h"
 
 namespace hcp {
@@ -173,10 +174,11 @@ absl::Status RunStep(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
   // Every rank sees the same command line and files, so each refuses alike before joining.
   HCP_RETURN_IF_ERROR(CheckSaveIsNoInput(args));
-  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  HCP_ASSIGN_OR_RETURN(World world, JoinRanks("run-step", args));
   comm::Communicator& comm = world.comm();
-  // Every rank loads; the first collective checks that all did, with the same plan, and that
-  // the plan's cp x dp matches the ranks started, before anything else communicates.
+  // Every rank loads; the first collectives check that every rank runs this command with the
+  // same options, and the same plan, and that the plan's cp x dp matches the ranks started,
+  // before anything else communicates.
   comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(comm, mine.plan, mine.hash));
   const plan::Plan& plan = *mine.plan;
@@ -278,7 +280,8 @@ Command MakeRunStepCommand() {
         "against the plan's prediction (hybridcp inspect)"},
        kLossTolerance,
        kGradTolerance,
-       kVerbose},
+       kVerbose,
+       kTimeoutOption},
       RunStep,
   };
 }

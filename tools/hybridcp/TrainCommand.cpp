@@ -17,6 +17,7 @@
 #include "runtime/train/Plot.h"
 #include "runtime/train/Trainer.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/Ranks.h"
 
 namespace hcp {
 namespace {
@@ -77,7 +78,7 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
 
 absl::Status Train(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
-  HCP_ASSIGN_OR_RETURN(World world, World::Join());
+  HCP_ASSIGN_OR_RETURN(World world, JoinRanks("train", args));
   comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world.comm(), mine.plan, mine.hash));
   absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
@@ -177,7 +178,8 @@ Command MakeTrainCommand() {
        {"metrics", "FILE", "append one JSON line per step"},
        {"shard-optimizer", "",
         "shard the AdamW moments (on GPUs also the fp32 masters) over the ranks"},
-       {"log-every", "N", "progress line every N steps (default 1)"}},
+       {"log-every", "N", "progress line every N steps (default 1)"},
+       kTimeoutOption},
       Train,
   };
 }

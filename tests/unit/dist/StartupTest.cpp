@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/Launch.h"
 #include "tests/unit/dist/DistTestUtil.h"
 
 namespace hcp::testing {
@@ -109,6 +110,71 @@ TEST(Startup, OneRankFailsToLoad) {
   if (world > 1) {
     EXPECT_THAT(std::string(missing_status.message()),
                 HasSubstr("the plan did not load on every rank: rank 0: cannot open plan"));
+  }
+}
+
+// The command agreement, the first collective of every command: the same line everywhere
+// passes; another --lr on the last rank, or another command there, stops every rank with the
+// same message (and the ranks keep talking afterwards: nobody was left in a collective).
+TEST(Startup, RanksAgreeOnTheCommandLine) {
+  const int world = World().world_size();
+  auto comm = NewWorldCommunicator();
+  const bool last = comm->world_rank() == world - 1;
+  const comm::CommandLine same{"train", {{"data", "d.bin"}, {"lr", "0.003"}, {"steps", "12"}}};
+  const absl::Status agreed = comm::CheckCommandsAgree(*comm, same);
+  EXPECT_TRUE(agreed.ok()) << agreed;
+
+  const comm::CommandLine other_lr{
+      "train", {{"data", "d.bin"}, {"lr", last ? "0.01" : "0.003"}, {"steps", "12"}}};
+  const absl::Status lr = comm::CheckCommandsAgree(*comm, other_lr);
+  if (world == 1) {
+    EXPECT_TRUE(lr.ok());
+  } else {
+    EXPECT_EQ(lr.message(),
+              absl::StrFormat("ranks disagree on --lr: %s %s 0.003, rank %d has 0.01; start every "
+                              "rank with the same command",
+                              FirstRanks(world - 1), world == 2 ? "has" : "have", world - 1));
+  }
+
+  // run-step (a shorter line) on the last rank: the first gather is the same size anyway.
+  const comm::CommandLine command = last ? comm::CommandLine{"run-step", {{"inputs", "i"}}} : same;
+  const absl::Status commands = comm::CheckCommandsAgree(*comm, command);
+  if (world > 1) {
+    EXPECT_EQ(commands.message(),
+              absl::StrFormat("ranks disagree on the command: %s %s train, rank %d runs run-step; "
+                              "start every rank with the same command",
+                              FirstRanks(world - 1), world == 2 ? "runs" : "run", world - 1));
+  }
+  EXPECT_TRUE(comm::AgreeOnStatus(*comm, absl::OkStatus()).ok());
+}
+
+// What NcclCommunicator::Create gathers before NCCL starts: every rank's node and GPU, in rank
+// order. The ranks of this test share a machine; given one GPU id, they would share it.
+TEST(Startup, RanksSharingAGpuAreSeenByEveryRank) {
+  const int world = World().world_size();
+  auto comm = NewWorldCommunicator();
+  comm::RankGpu mine;
+  mine.node = comm::HostName();
+  mine.gpu = absl::StrFormat("bus-%d", comm->world_rank());
+  mine.visible = world;
+  const std::vector<comm::RankGpu> own = comm::GatherRankGpus(*comm, mine);
+  ASSERT_EQ(static_cast<int>(own.size()), world);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(own[r].node, mine.node);
+    EXPECT_EQ(own[r].gpu, absl::StrFormat("bus-%d", r));
+  }
+  EXPECT_TRUE(comm::CheckOneRankPerGpu(own).ok());
+
+  mine.gpu = "bus-0";
+  mine.visible = 1;
+  const absl::Status shared = comm::CheckOneRankPerGpu(comm::GatherRankGpus(*comm, mine));
+  if (world == 1) {
+    EXPECT_TRUE(shared.ok());
+  } else {
+    EXPECT_THAT(std::string(shared.message()),
+                HasSubstr(absl::StrFormat("node %s has 1 GPU but %s were started on it (%s share "
+                                          "GPU bus-0)",
+                                          mine.node, FirstRanks(world), FirstRanks(world))));
   }
 }
 

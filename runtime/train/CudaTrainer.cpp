@@ -68,7 +68,7 @@ absl::Status GpuLoop::Setup() {
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
 
   if (options_.resume) {
-    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, plan_, options_));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
     HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else {
     absl::Status set;

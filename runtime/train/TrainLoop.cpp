@@ -359,15 +359,6 @@ absl::Status PrepareCheckpointDirOnRoot(const TrainOptions& options) {
   return options.resume ? absl::OkStatus() : ClaimForNewRun(dir, options.overwrite_checkpoints);
 }
 
-// The plan's parameters as a checkpoint holds them: whole (an expert parameter's every shard).
-std::vector<ParamSpec> FullParameters(const plan::Plan& plan) {
-  std::vector<ParamSpec> full;
-  for (const plan::Parameter& p : plan.parameters) {
-    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan.FullShape(p)));
-  }
-  return full;
-}
-
 // Renames damaged checkpoints to "step-N.damaged": kept for a look, but no longer counted (or
 // chosen) as checkpoints, so that rotation keeps intact ones.
 void SetAside(const std::string& checkpoint_dir, const std::vector<std::string>& damaged) {
@@ -487,7 +478,7 @@ absl::StatusOr<ResumeChoice> ChooseCheckpoint(
           : "no older checkpoint is intact either (" + absl::StrJoin(failed, "; ") + ")"));
 }
 
-absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const plan::Plan& plan,
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
                                                const TrainOptions& options) {
   if (options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
@@ -496,12 +487,12 @@ absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const p
   // moment; they must all load the same checkpoint).
   absl::StatusOr<ResumeChoice> choice = ResumeChoice{};
   if (comm.world_rank() == 0) {
-    const std::vector<ParamSpec> full = FullParameters(plan);
+    // Intact: whole and undamaged, whichever run wrote it (a checkpoint of another model is
+    // refused by the resume, not passed over as damaged).
     choice = ChooseCheckpoint(options.checkpoint_dir, [&](const std::string& dir) {
-      // Intact: every tensor matches its checksum and is finite, and the train state reads.
       absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(dir);
       if (!weights.ok()) return weights.status();
-      return TrainStateReader::Open(dir, full).status();
+      return CheckTrainStateIntact(dir);
     });
     if (choice.ok() && !choice->note.empty()) std::printf("%s\n", choice->note.c_str());
     if (choice.ok()) SetAside(options.checkpoint_dir, choice->damaged);

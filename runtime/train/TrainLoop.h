@@ -78,9 +78,10 @@ struct ResumeChoice {
 };
 absl::StatusOr<ResumeChoice> ChooseCheckpoint(
     const std::string& checkpoint_dir, const std::function<absl::Status(const std::string&)>& open);
-// ChooseCheckpoint on rank 0 with the readers a resume uses (CheckpointReader, TrainStateReader
-// against the plan's parameters); every rank gets the same path or the same error.
-absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm, const plan::Plan& plan,
+// ChooseCheckpoint on rank 0, a checkpoint intact when its tensors and train state match their
+// checksums and are finite (CheckpointReader::OpenVerified, CheckTrainStateIntact), whichever run
+// wrote it; every rank gets the same path or the same error.
+absl::StatusOr<std::string> CheckpointToResume(comm::Communicator& comm,
                                                const TrainOptions& options);
 absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
                          std::optional<MetricsWriter>& metrics);

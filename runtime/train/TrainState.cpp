@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/support/Crc32c.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
-#include "runtime/support/Crc32c.h"
 #include "runtime/weights/Json.h"
 
 namespace hcp::train {
@@ -336,6 +336,11 @@ absl::StatusOr<CheckedState> ReadCheckedState(const std::string& dir) {
 absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
   return std::move(checked.state);
+}
+
+absl::Status CheckTrainStateIntact(const std::string& dir) {
+  HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
+  return checked.tensors.Verify();
 }
 
 absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,

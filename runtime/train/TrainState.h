@@ -129,6 +129,10 @@ absl::StatusOr<std::vector<MomentsToWrite>> MomentsOf(const AdamW& optimizer);
 // DIR/optimizer/ (the step and the JSON's CRC32C they record); what TrainStateReader::Open reads
 // first, for a caller that checks the run before it reads any tensor.
 absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
+// Whether DIR's train state is whole and undamaged, whichever model wrote it: the JSON parses and
+// matches the checksum its save recorded, and every moment matches its checksum and is finite.
+// (Whether it fits this run is the resume's question: TrainStateReader::Open, AdoptSavedRun.)
+absl::Status CheckTrainStateIntact(const std::string& dir);
 
 // Writes DIR/optimizer/ then DIR/train_state.json (see above). `state` must validate.
 absl::Status SaveTrainState(const std::string& dir, const TrainState& state,

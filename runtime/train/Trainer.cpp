@@ -111,7 +111,7 @@ absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(CreateOptimizer());
 
   if (options_.resume) {
-    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, plan_, options_));
+    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
     HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
   } else if (!options_.init_weights.empty()) {
     absl::StatusOr<CheckpointReader> weights =

@@ -266,6 +266,18 @@ absl::Status MetricsWriter::Sync() {
 }
 
 absl::StatusOr<MetricsLog> ReadMetrics(const std::string& path) {
+  // A line a step: a run of ten million steps writes about 1.5 GB. What is larger, or not a file
+  // at all (/dev/zero, a FIFO), is not a metrics file and would be read without end.
+  constexpr uint64_t kLargestMetricsFile = uint64_t{4} << 30;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 &&
+      (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kLargestMetricsFile)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is not a metrics file (%s)", path,
+        S_ISREG(st.st_mode)
+            ? FormatBytes(static_cast<uint64_t>(st.st_size)) + ", more than any run writes"
+            : std::string("not a regular file")));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open metrics file ", path));
   std::string text(std::istreambuf_iterator<char>(in), {});

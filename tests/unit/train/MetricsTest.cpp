@@ -181,6 +181,9 @@ TEST(Metrics, BadLineInTheMiddleIsAnError) {
                  MetricsJsonLine(Record(1, 3.0)) + "garbage\n\n" + MetricsJsonLine(Record(2, 2.0)));
   EXPECT_TRUE(FailsWith(ReadMetrics(dir / "m.jsonl").status(), "m.jsonl line 2: not valid JSON"));
   EXPECT_TRUE(FailsWith(ReadMetrics(dir / "none.jsonl").status(), "cannot open metrics file"));
+  // A device or a FIFO would be read without end.
+  EXPECT_TRUE(FailsWith(ReadMetrics("/dev/zero").status(),
+                        "/dev/zero is not a metrics file (not a regular file)"));
   WriteFileBytes(dir / "blank.jsonl",
                  std::string("\n") += MetricsJsonLine(Record(1, 3.0)) + "  \n");
   absl::StatusOr<MetricsLog> blank = ReadMetrics(dir / "blank.jsonl");

@@ -1,5 +1,6 @@
 #include "compiler/import/GraniteConfig.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <filesystem>
@@ -305,6 +306,30 @@ absl::Status CheckParameterCount(const GraniteConfig& c) {
       c.source, total, largest->fields, kMaxParameters));
 }
 
+// How deeply arrays and objects nest in `text` (JSON or not): a config nests three deep, and a
+// parser given millions of nested brackets builds millions of values.
+int NestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 int64_t GraniteConfig::count(LayerKind kind) const {
@@ -319,6 +344,12 @@ absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: more than %d MiB, which no config.json is (they are a few KB): not a model config",
         source, kMaxConfigBytes >> 20));
+  }
+  if (constexpr int kMaxDepth = 64; NestingDepth(json_text) > kMaxDepth) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: arrays and objects nested more than %d deep, which no config.json is: not a model "
+        "config",
+        source, kMaxDepth));
   }
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {

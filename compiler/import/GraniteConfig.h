@@ -2,6 +2,7 @@
 // config.json or a built-in preset, validated, with the sizes every later stage derives from it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,8 +15,12 @@ namespace hcp {
 
 enum class LayerKind { kMamba, kAttention };
 
+// A config.json is a few KB; anything beyond this is not one (and is not read further).
+inline constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+
 struct GraniteConfig {
   std::string source;  // file path or preset name, for messages
+  std::string file;    // the config file read (empty for a preset)
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -64,7 +69,9 @@ struct GraniteConfig {
 absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text,
                                                  std::string_view source);
 
-// Reads a config.json file.
+// Reads a config.json file, or the config.json of a directory (a Hugging Face checkpoint). Every
+// size is bounded (a parameter count beyond any machine, a vocabulary beyond int32, an eps that
+// underflows f32 are refused), so that nothing derived from it overflows.
 absl::StatusOr<GraniteConfig> LoadGraniteConfig(const std::string& path);
 
 // The Granite 4.0-H configs built into the tool, by name (e.g. "granite-4.0-h-tiny").

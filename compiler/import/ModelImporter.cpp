@@ -1,5 +1,6 @@
 #include "compiler/import/ModelImporter.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
@@ -242,6 +243,19 @@ absl::StatusOr<OwningOpRef<ModuleOp>> ImportModel(MLIRContext& context, const Gr
   if (options.micro_batch <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--micro-batch must be positive, got %d", options.micro_batch));
+  }
+  // The widest activation, [tokens, width] in f32, bounds every size the passes derive: beyond
+  // 1 PiB no machine holds it (and the element counts would near int64's end).
+  const GraniteConfig& c = config;
+  const double width =
+      std::max({static_cast<double>(c.vocab_size), static_cast<double>(c.mamba_in_proj_dim()),
+                2.0 * c.shared_width, 2.0 * c.experts_per_token * c.expert_width});
+  const double bytes = static_cast<double>(options.seq) * options.micro_batch * width * 4;
+  if (bytes > 0x1p50) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--seq %d with --micro-batch %d: one activation of %s ([tokens, %.0f] in f32) would take "
+        "%.3g TiB, beyond any machine",
+        options.seq, options.micro_batch, config.source, width, bytes / 0x1p40));
   }
   context.loadDialect<model::ModelDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module = ModelBuilder(context, config, options).Build();

@@ -67,13 +67,27 @@ class Recomputation {
       }
       if (&op == lastForward) inForward = false;
     }
-    for (auto& [layer, ops] : layers_) clonedOps += recomputeLayer(ops);
+    // The backward's reads of each layer's values, in program order: one walk over the backward
+    // for all layers (one per layer would make the pass quadratic in the layers).
+    DenseMap<Operation*, int64_t> layerOfOp;
+    for (auto& [layer, ops] : layers_) {
+      for (Operation* op : ops) layerOfOp[op] = layer;
+    }
+    DenseMap<int64_t, SmallVector<OpOperand*>> backwardReads;
+    for (Operation* op : backward_) {
+      for (OpOperand& operand : op->getOpOperands()) {
+        auto layer = layerOfOp.find(operand.get().getDefiningOp());
+        if (layer != layerOfOp.end()) backwardReads[layer->second].push_back(&operand);
+      }
+    }
+    for (auto& [layer, ops] : layers_) clonedOps += recomputeLayer(ops, backwardReads[layer]);
     return success();
   }
 
  private:
-  // Clones what the backward needs of one layer's forward; returns how many ops it cloned.
-  int64_t recomputeLayer(ArrayRef<Operation*> ops) {
+  // Clones what the backward needs of one layer's forward, given the backward's reads of the
+  // layer's values; returns how many ops it cloned.
+  int64_t recomputeLayer(ArrayRef<Operation*> ops, ArrayRef<OpOperand*> reads) {
     DenseSet<Operation*> inLayer(ops.begin(), ops.end());
     // Checkpoints: values of the layer that forward ops outside it read.
     DenseSet<Value> checkpoints;
@@ -92,12 +106,11 @@ class Recomputation {
     Operation* firstUse = nullptr;
     SmallVector<Value> wanted;
     DenseSet<Value> seen;
-    for (Operation* op : backward_) {
-      for (Value operand : op->getOperands()) {
-        if (!recomputed(operand)) continue;
-        if (!firstUse) firstUse = op;
-        if (seen.insert(operand).second) wanted.push_back(operand);
-      }
+    for (OpOperand* read : reads) {
+      Value operand = read->get();
+      if (!recomputed(operand)) continue;
+      if (!firstUse) firstUse = read->getOwner();
+      if (seen.insert(operand).second) wanted.push_back(operand);
     }
     if (!firstUse) return 0;
     // The ops those values need, within the layer.
@@ -120,10 +133,8 @@ class Recomputation {
       builder.clone(*op, mapping);
       ++cloned;
     }
-    for (Operation* op : backward_) {
-      for (OpOperand& operand : op->getOpOperands()) {
-        if (recomputed(operand.get())) operand.set(mapping.lookup(operand.get()));
-      }
+    for (OpOperand* read : reads) {
+      if (recomputed(read->get())) read->set(mapping.lookup(read->get()));
     }
     return cloned;
   }

@@ -7,6 +7,7 @@
 #include "dialects/exec/ExecOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace hcp {
@@ -35,6 +36,21 @@ class Accesses {
 
   int64_t position(mlir::Operation* op) const { return position_.lookup(op); }
 
+  // The op at each position, in step order (null where a forgotten op was).
+  int64_t size() const { return static_cast<int64_t>(opAt_.size()); }
+  mlir::Operation* at(int64_t index) const { return opAt_[index]; }
+
+  // Keeping the accesses current through a rewrite (taking them again would cost the whole
+  // function per rewrite): `forget` an op that goes, before it is erased; `replace` one by the op
+  // that takes its place (a new one, or itself with new operands).
+  void forget(mlir::Operation* op);
+  void replace(mlir::Operation* op, mlir::Operation* replacement);
+
+  // Moves the buffer and views that define `value` before `op` (a launch) where they come after
+  // it (where a buffer is declared does not matter: hcp-plan-memory places it by the launches
+  // touching it). Without asking the block for its order, which every move invalidates.
+  void defineBefore(mlir::Value value, mlir::Operation* op);
+
   // Every touch of `value`'s buffer, in step order (none for a value that is not a buffer).
   std::vector<Touch> touches(mlir::Value value) const;
 
@@ -50,23 +66,27 @@ class Accesses {
   bool touchedBetween(mlir::Value value, int64_t from, int64_t to, bool any) const;
 
  private:
-  llvm::DenseMap<mlir::Operation*, int64_t> position_;
-  llvm::DenseMap<mlir::Operation*, std::vector<Touch>> touches_;
-};
+  void record(mlir::Operation* op, int64_t index);
+  // For a buffer or view: the position of the first other op after it (size() if none).
+  int64_t slotOf(mlir::Operation* def);
 
-// Moves the buffer and views that define `value` before `op` where they come after it (where
-// a buffer is declared does not matter: hcp-plan-memory places it by the launches touching it).
-void defineBefore(mlir::Value value, mlir::Operation* op);
+  llvm::DenseMap<mlir::Operation*, int64_t> position_;
+  std::vector<mlir::Operation*> opAt_;
+  llvm::DenseMap<mlir::Operation*, std::vector<Touch>> touches_;
+  llvm::DenseMap<mlir::Operation*, llvm::SmallVector<mlir::Operation*, 4>> buffersOf_;
+  llvm::DenseMap<mlir::Operation*, int64_t> slot_;  // buffers and views
+};
 
 // Erases views and buffers nothing uses any more.
 void eraseDeadBuffers(mlir::func::FuncOp func);
 
 // Offers every launch of `func`, in order, to `tryFold`, which returns whether it rewrote
-// something there; after each rewrite the accesses are taken again and the offers start over,
-// until nothing folds (a rewrite must leave nothing `tryFold` would rewrite again where it was,
-// so this ends). Then the buffers nothing
-// uses any more are erased.
+// something there, keeping `accesses` current (Accesses::forget and record); the offers go on
+// after the rewrite, and sweeps over the function repeat until one folds nothing (a rewrite must
+// leave nothing `tryFold` would rewrite again where it was, so this ends). A launch a rewrite
+// puts at a later position is offered in the same sweep, at an earlier one in the next. Then the
+// buffers nothing uses any more are erased.
 void foldUntilDone(mlir::func::FuncOp func,
-                   llvm::function_ref<bool(exec::LaunchOp, const Accesses&)> tryFold);
+                   llvm::function_ref<bool(exec::LaunchOp, Accesses&)> tryFold);
 
 }  // namespace hcp

@@ -118,22 +118,24 @@ struct FuseConvSiluPass : impl::FuseConvSiluBase<FuseConvSiluPass> {
   }
 
   void fuseFunction(func::FuncOp func) {
-    foldUntilDone(func, [&](exec::LaunchOp launch, const Accesses& accesses) {
+    foldUntilDone(func, [&](exec::LaunchOp launch, Accesses& accesses) {
       if (!isKernel(launch, "causal_conv1d.forward")) return false;
       std::optional<Fold> fold = foldFrom(launch, accesses);
-      if (fold) apply(*fold);
+      if (fold) apply(*fold, accesses);
       return fold.has_value();
     });
   }
 
-  void apply(Fold fold) {
+  void apply(Fold fold, Accesses& accesses) {
     exec::LaunchOp conv = fold.conv;
     Value siluOut = fold.silu.getOuts()[0];
-    defineBefore(siluOut, conv);
+    accesses.defineBefore(siluOut, conv);
     OpBuilder b(conv);
     Value out = as(siluOut, conv.getOuts()[0].getType(), b, conv.getLoc());
-    exec::LaunchOp::create(b, conv.getLoc(), conv.getKernelAttr(), conv.getIns(), ValueRange{out},
-                           withSilu(conv, b), conv.getFloatsAttr());
+    auto fused = exec::LaunchOp::create(b, conv.getLoc(), conv.getKernelAttr(), conv.getIns(),
+                                        ValueRange{out}, withSilu(conv, b), conv.getFloatsAttr());
+    accesses.replace(conv, fused);
+    accesses.forget(fold.silu);
     ++fusedForwards;
     if (fold.convGrad) {
       exec::LaunchOp grad = fold.convGrad;
@@ -141,8 +143,11 @@ struct FuseConvSiluPass : impl::FuseConvSiluBase<FuseConvSiluPass> {
       SmallVector<Value> ins(grad.getIns());
       ins[0] = as(fold.siluGrad.getIns()[0], ins[0].getType(), b, grad.getLoc());
       ins.push_back(conv.getIns()[2]);  // the bias, after the halo
-      exec::LaunchOp::create(b, grad.getLoc(), grad.getKernelAttr(), ins, grad.getOuts(),
-                             withSilu(grad, b), grad.getFloatsAttr());
+      auto fusedGrad =
+          exec::LaunchOp::create(b, grad.getLoc(), grad.getKernelAttr(), ins, grad.getOuts(),
+                                 withSilu(grad, b), grad.getFloatsAttr());
+      accesses.replace(grad, fusedGrad);
+      accesses.forget(fold.siluGrad);
       grad.erase();
       fold.siluGrad.erase();
       ++fusedBackwards;

@@ -65,7 +65,7 @@ std::optional<Chain> chainFrom(exec::LaunchOp gemm, const Accesses& accesses) {
 // A scale whose result only GEMMs read, as their a or b operand (a gradient scaled by the
 // residual multiplier before the projections' backward): the GEMMs read the scale's input
 // instead, each with alpha times the factor per operand it was. Returns whether it folded.
-bool foldScaleIntoReaders(exec::LaunchOp scale, const Accesses& accesses) {
+bool foldScaleIntoReaders(exec::LaunchOp scale, Accesses& accesses) {
   Value input = scale.getIns()[0], scaled = scale.getOuts()[0];
   const int64_t elements = scale.getInts()[0];
   if (elementsOf(input) != elements || elementsOf(scaled) != elements) return false;
@@ -96,7 +96,9 @@ bool foldScaleIntoReaders(exec::LaunchOp scale, const Accesses& accesses) {
     }
     OpBuilder b(reader);
     reader.setFloatsAttr(b.getDenseF64ArrayAttr({alpha}));
+    accesses.replace(reader, reader);
   }
+  accesses.forget(scale);
   scale.erase();
   return true;
 }
@@ -107,10 +109,10 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
   }
 
   void fuseFunction(func::FuncOp func) {
-    foldUntilDone(func, [&](exec::LaunchOp launch, const Accesses& accesses) {
+    foldUntilDone(func, [&](exec::LaunchOp launch, Accesses& accesses) {
       if (launch.getKernel() == "gemm") {
         std::optional<Chain> chain = chainFrom(launch, accesses);
-        if (chain) fold(*chain);
+        if (chain) fold(*chain, accesses);
         return chain.has_value();
       }
       if (launch.getKernel() == "scale" && foldScaleIntoReaders(launch, accesses)) {
@@ -121,14 +123,17 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
     });
   }
 
-  void fold(Chain chain) {
-    defineBefore(chain.addend, chain.gemm);
-    defineBefore(chain.out, chain.gemm);
+  void fold(Chain chain, Accesses& accesses) {
+    accesses.defineBefore(chain.addend, chain.gemm);
+    accesses.defineBefore(chain.out, chain.gemm);
     OpBuilder b(chain.gemm);
-    exec::LaunchOp::create(b, chain.gemm.getLoc(), b.getStringAttr("gemm_add"),
-                           ValueRange{chain.gemm.getIns()[0], chain.gemm.getIns()[1], chain.addend},
-                           ValueRange{chain.out}, chain.gemm.getIntsAttr(),
-                           b.getDenseF64ArrayAttr({chain.alpha}));
+    auto fused = exec::LaunchOp::create(
+        b, chain.gemm.getLoc(), b.getStringAttr("gemm_add"),
+        ValueRange{chain.gemm.getIns()[0], chain.gemm.getIns()[1], chain.addend},
+        ValueRange{chain.out}, chain.gemm.getIntsAttr(), b.getDenseF64ArrayAttr({chain.alpha}));
+    accesses.replace(chain.gemm, fused);
+    accesses.forget(chain.add);
+    if (chain.scale) accesses.forget(chain.scale);
     chain.add.erase();
     if (chain.scale) {
       chain.scale.erase();

@@ -1,6 +1,8 @@
 // hcp-keep-expert-h: each moe_experts.backward reads its forward's first product instead of
 // recomputing it.
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "dialects/exec/ExecOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -24,26 +26,32 @@ constexpr unsigned kX = 0, kIds = 2, kWIn = 3;
 
 bool sameBuffer(Value a, Value b) { return rootOf(a) && rootOf(a) == rootOf(b); }
 
-// The forward whose h `backward` would recompute: the last moe_experts.forward before it on the
-// same x, gates, ids and weights with the same ints, if x, the ids and w_in (what h depends on)
-// are not written between the two. (A recomputed layer's backward pairs with the forward that
-// recomputed it, not the first one.)
-std::optional<exec::LaunchOp> forwardOf(exec::LaunchOp backward, const Accesses& accesses) {
+// The forward whose h `backward` would recompute, as an index into `forwards` (every
+// moe_experts.forward, in step order): the last one before it on the same x, gates, ids and
+// weights with the same ints, if x, the ids and w_in (what h depends on) are not written between
+// the two. (A recomputed layer's backward pairs with the forward that recomputed it, not the
+// first one.)
+std::optional<size_t> forwardOf(exec::LaunchOp backward, ArrayRef<exec::LaunchOp> forwards,
+                                const Accesses& accesses) {
   ArrayRef<int64_t> ints = backward.getInts();
   if (ints.size() != kKeepH + 1 || ints[kKeepH] != 0) return std::nullopt;
   ValueRange gradIns = backward.getIns().drop_front();  // after dout
-  for (Operation* op = backward->getPrevNode(); op; op = op->getPrevNode()) {
-    auto forward = dyn_cast<exec::LaunchOp>(op);
-    if (!isKernel(forward, "moe_experts.forward") || forward.getInts() != ints) continue;
+  const int64_t to = accesses.position(backward);
+  size_t index = std::partition_point(forwards.begin(), forwards.end(),
+                                      [&](exec::LaunchOp f) { return accesses.position(f) < to; }) -
+                 forwards.begin();
+  while (index-- > 0) {
+    exec::LaunchOp forward = forwards[index];
+    if (forward.getInts() != ints) continue;
     ValueRange ins = forward.getIns();
     bool same = true;
     for (unsigned i = 0; i < ins.size(); ++i) same = same && sameBuffer(ins[i], gradIns[i]);
     if (!same) continue;
-    const int64_t from = accesses.position(forward) + 1, to = accesses.position(backward);
+    const int64_t from = accesses.position(forward) + 1;
     for (unsigned i : {kX, kIds, kWIn}) {
       if (accesses.touchedBetween(ins[i], from, to, /*any=*/false)) return std::nullopt;
     }
-    return forward;
+    return index;
   }
   return std::nullopt;
 }
@@ -60,17 +68,23 @@ struct KeepExpertHPass : impl::KeepExpertHBase<KeepExpertHPass> {
   }
 
   void keepInFunction(func::FuncOp func) {
-    foldUntilDone(func, [&](exec::LaunchOp launch, const Accesses& accesses) {
+    // Where forwardOf looks, kept in step order as forwards are replaced (walking back over
+    // every op from each backward would take time quadratic in the layers).
+    std::vector<exec::LaunchOp> forwards;
+    for (auto launch : func.getBody().front().getOps<exec::LaunchOp>()) {
+      if (isKernel(launch, "moe_experts.forward")) forwards.push_back(launch);
+    }
+    foldUntilDone(func, [&](exec::LaunchOp launch, Accesses& accesses) {
       if (!isKernel(launch, "moe_experts.backward")) return false;
-      std::optional<exec::LaunchOp> forward = forwardOf(launch, accesses);
-      if (forward) apply(*forward, launch);
+      std::optional<size_t> forward = forwardOf(launch, forwards, accesses);
+      if (forward) forwards[*forward] = apply(forwards[*forward], launch, accesses);
       return forward.has_value();
     });
   }
 
   // The forward gets the kept h as a second output ([tokens, k, 2*inner], the activations' type,
-  // named after the forward's output) and the backward as a last input.
-  void apply(exec::LaunchOp forward, exec::LaunchOp backward) {
+  // named after the forward's output) and the backward as a last input. Returns the new forward.
+  exec::LaunchOp apply(exec::LaunchOp forward, exec::LaunchOp backward, Accesses& accesses) {
     ArrayRef<int64_t> ints = forward.getInts();
     Value out = forward.getOuts()[0];
     auto outType = cast<MemRefType>(out.getType());
@@ -81,16 +95,21 @@ struct KeepExpertHPass : impl::KeepExpertHBase<KeepExpertHPass> {
     Value kept = exec::BufferOp::create(
         b, forward.getLoc(), type, exec::ArenaAttr::get(b.getContext(), exec::Arena::Activations),
         b.getStringAttr(name), IntegerAttr(), StringAttr(), FloatAttr(), IntegerAttr());
-    exec::LaunchOp::create(b, forward.getLoc(), forward.getKernelAttr(), forward.getIns(),
-                           ValueRange{out, kept}, withKeepH(forward, b), forward.getFloatsAttr());
+    auto keeping = exec::LaunchOp::create(b, forward.getLoc(), forward.getKernelAttr(),
+                                          forward.getIns(), ValueRange{out, kept},
+                                          withKeepH(forward, b), forward.getFloatsAttr());
     b.setInsertionPoint(backward);
     SmallVector<Value> ins(backward.getIns());
     ins.push_back(kept);
-    exec::LaunchOp::create(b, backward.getLoc(), backward.getKernelAttr(), ins, backward.getOuts(),
-                           withKeepH(backward, b), backward.getFloatsAttr());
+    auto reading = exec::LaunchOp::create(b, backward.getLoc(), backward.getKernelAttr(), ins,
+                                          backward.getOuts(), withKeepH(backward, b),
+                                          backward.getFloatsAttr());
+    accesses.replace(forward, keeping);
+    accesses.replace(backward, reading);
     forward.erase();
     backward.erase();
     ++keptLayers;
+    return keeping;
   }
 };
 

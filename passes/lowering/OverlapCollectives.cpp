@@ -2,6 +2,7 @@
 // need it go right after it and those that do after them, so that the collective runs beside
 // compute (the CUDA executor starts it on its communication stream and waits for it only before
 // the first launch that touches its buffers).
+#include <algorithm>
 #include <vector>
 
 #include "dialects/exec/ExecOps.h"
@@ -65,8 +66,9 @@ void windowAround(exec::LaunchOp collective, std::vector<exec::LaunchOp>& before
   };
   for (Operation* op = collective->getPrevNode(); op != nullptr && !isBarrier(op);
        op = op->getPrevNode()) {
-    if (auto launch = dyn_cast<exec::LaunchOp>(op)) before.insert(before.begin(), launch);
+    if (auto launch = dyn_cast<exec::LaunchOp>(op)) before.push_back(launch);
   }
+  std::reverse(before.begin(), before.end());
   for (Operation* op = collective->getNextNode(); op != nullptr && !isBarrier(op);
        op = op->getNextNode()) {
     if (auto launch = dyn_cast<exec::LaunchOp>(op)) after.push_back(launch);
@@ -116,18 +118,21 @@ struct OverlapCollectivesPass : impl::OverlapCollectivesBase<OverlapCollectivesP
     }
     // After: the launches that depend on the collective, directly or through earlier ones.
     std::vector<Footprint> dependentFootprints;
-    std::vector<exec::LaunchOp> dependent;
+    std::vector<size_t> dependent;  // indices into `after`
     Operation* lastFree = nullptr;  // the last launch after the collective that is free of it
-    for (exec::LaunchOp launch : after) {
+    size_t lastFreeAt = 0;
+    for (size_t at = 0; at < after.size(); ++at) {
+      exec::LaunchOp launch = after[at];
       Footprint footprint(launch);
       bool needs = footprint.conflictsWith(collectiveFootprint);
       for (size_t i = 0; i < dependentFootprints.size() && !needs; ++i)
         needs = footprint.conflictsWith(dependentFootprints[i]);
       if (needs) {
         dependentFootprints.push_back(std::move(footprint));
-        dependent.push_back(launch);
+        dependent.push_back(at);
       } else {
         lastFree = launch;
+        lastFreeAt = at;
         placed.insert(launch);
       }
     }
@@ -140,11 +145,13 @@ struct OverlapCollectivesPass : impl::OverlapCollectivesBase<OverlapCollectivesP
       ++movedAfter;
     }
     if (lastFree == nullptr) return;
+    // Moves keep the order of the launches they do not move, so `after` still says which
+    // come before lastFree (asking the block would recompute its order after every move).
     cursor = lastFree;
-    for (exec::LaunchOp launch : dependent) {
-      if (!launch->isBeforeInBlock(lastFree)) break;  // the rest already follow
-      launch->moveAfter(cursor);
-      cursor = launch;
+    for (size_t at : dependent) {
+      if (at > lastFreeAt) break;  // the rest already follow
+      after[at]->moveAfter(cursor);
+      cursor = after[at];
       ++movedPast;
     }
   }

@@ -1,6 +1,7 @@
 // hcp-plan-memory: static placement of every buffer; activations share one arena by liveness.
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <vector>
 
 #include "dialects/exec/ExecOps.h"
@@ -33,9 +34,74 @@ struct Lifetime {
   int64_t bytes = 0;
   int64_t first = -1, last = -1;
   int64_t offset = -1;
-  bool overlapsInTime(const Lifetime& other) const {
-    return first <= other.last && other.first <= last;
+};
+
+// The placed buffers in offset order, in chunks (an insertion shifts one chunk, not all), each
+// with what its buffers span (in time and bytes) so that a search can pass over it whole.
+class PlacedByOffset {
+ public:
+  struct Placed {
+    int64_t begin, end, first, last;  // bytes [begin, end), live over launches [first, last]
+  };
+
+  void insert(const Placed& placed) {
+    if (chunks_.empty()) chunks_.emplace_back();
+    // The first chunk whose last buffer begins at or after this one, or the last chunk.
+    auto chunk = std::partition_point(chunks_.begin(), chunks_.end() - 1, [&](const Chunk& c) {
+      return c.placed.back().begin < placed.begin;
+    });
+    auto at =
+        std::upper_bound(chunk->placed.begin(), chunk->placed.end(), placed.begin,
+                         [](int64_t begin, const Placed& other) { return begin < other.begin; });
+    chunk->placed.insert(at, placed);
+    chunk->add(placed);
+    if (chunk->placed.size() > 2 * kChunk) {
+      Chunk upper;
+      upper.placed.assign(chunk->placed.begin() + kChunk, chunk->placed.end());
+      chunk->placed.resize(kChunk);
+      chunk->summarize();
+      upper.summarize();
+      chunks_.insert(chunk + 1, std::move(upper));
+    }
   }
+
+  // The lowest offset where `bytes` fit beside every placed buffer live at some launch in
+  // [first, last]: the first gap, in offset order, between those buffers that is large enough.
+  int64_t lowestFit(int64_t bytes, int64_t first, int64_t last) const {
+    int64_t offset = 0;
+    for (const Chunk& chunk : chunks_) {
+      // From here on every buffer begins after a gap large enough.
+      if (chunk.placed.front().begin >= offset + bytes) break;
+      // None of the chunk's buffers is live at the same time, or all end below `offset`.
+      if (chunk.minFirst > last || chunk.maxLast < first || chunk.maxEnd <= offset) continue;
+      for (const Placed& other : chunk.placed) {
+        if (other.begin >= offset + bytes) return offset;
+        if (other.first <= last && first <= other.last) offset = std::max(offset, other.end);
+      }
+    }
+    return offset;
+  }
+
+ private:
+  static constexpr size_t kChunk = 256;
+  struct Chunk {
+    std::vector<Placed> placed;
+    int64_t minFirst = std::numeric_limits<int64_t>::max();
+    int64_t maxLast = std::numeric_limits<int64_t>::min();
+    int64_t maxEnd = 0;
+    void add(const Placed& p) {
+      minFirst = std::min(minFirst, p.first);
+      maxLast = std::max(maxLast, p.last);
+      maxEnd = std::max(maxEnd, p.end);
+    }
+    void summarize() {
+      minFirst = std::numeric_limits<int64_t>::max();
+      maxLast = std::numeric_limits<int64_t>::min();
+      maxEnd = 0;
+      for (const Placed& p : placed) add(p);
+    }
+  };
+  std::vector<Chunk> chunks_;
 };
 
 // Places each buffer, largest first, at the lowest offset that does not collide with a placed
@@ -46,24 +112,13 @@ int64_t placeActivations(std::vector<Lifetime>& lifetimes, int64_t alignment) {
   std::stable_sort(order.begin(), order.end(), [](const Lifetime* a, const Lifetime* b) {
     return a->bytes != b->bytes ? a->bytes > b->bytes : a->first < b->first;
   });
-  std::vector<const Lifetime*> placed;
+  PlacedByOffset placed;
   int64_t arena = 0;
   for (Lifetime* current : order) {
-    // Byte ranges of the placed buffers live at the same time, by offset.
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const Lifetime* other : placed) {
-      if (current->overlapsInTime(*other))
-        busy.emplace_back(other->offset, other->offset + alignUp(other->bytes, alignment));
-    }
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (auto [begin, end] : busy) {
-      if (offset + current->bytes <= begin) break;
-      offset = std::max(offset, end);
-    }
-    current->offset = offset;
-    arena = std::max(arena, offset + alignUp(current->bytes, alignment));
-    placed.push_back(current);
+    current->offset = placed.lowestFit(current->bytes, current->first, current->last);
+    const int64_t end = current->offset + alignUp(current->bytes, alignment);
+    arena = std::max(arena, end);
+    placed.insert({current->offset, end, current->first, current->last});
   }
   return arena;
 }

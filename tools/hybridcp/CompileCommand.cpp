@@ -13,6 +13,9 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "runtime/plan/CudaRules.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/AtomicFile.h"
 #include "tools/hybridcp/Commands.h"
@@ -119,6 +122,9 @@ absl::Status Compile(const Args& args) {
     return absl::InvalidArgumentError(
         "nothing to do: give -o FILE.plan, or --emit=model|dist|exec to print IR");
   }
+  if (output && *output != "-" && !config.file.empty()) {
+    HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", *output, {config.file}));
+  }
 
   mlir::DialectRegistry registry;
   registerHybridcpDialects(registry);
@@ -145,6 +151,17 @@ absl::Status Compile(const Args& args) {
   info.flops_per_step =
       TrainingFlopsPerToken(config, options.seq) * options.seq * options.micro_batch;
   HCP_ASSIGN_OR_RETURN(std::string bytes, WritePlan(*module, info));
+  // Only the CUDA backend runs bf16 plans: one whose shapes its kernels do not take is no use.
+  if (options.dtype == ActivationType::kBF16) {
+    HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::ParsePlan(bytes, *output));
+    if (absl::Status runs = cuda_backend::CheckPlanRunsOnCuda(plan); !runs.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s with --dtype bf16: the CUDA kernels cannot run it (%s); bf16 plans run only on "
+          "the CUDA backend: change the model, or compile without --dtype bf16 for the CPU "
+          "backend",
+          config.source, runs.message()));
+    }
+  }
   HCP_RETURN_IF_ERROR(WriteFileAtomically(*output, bytes));
   std::fprintf(stderr, "wrote %s: %s, micro-batch %lld x seq %lld, %.1f MiB, in %.2f s\n",
                output->c_str(), config.source.c_str(), static_cast<long long>(options.micro_batch),
@@ -158,7 +175,8 @@ Command MakeCompileCommand() {
   return Command{
       "compile",
       "compile a model config into a training-step plan (or print its IR)",
-      "compile (CONFIG.json | --model NAME) --seq N [--micro-batch N] [--dtype f32|bf16] "
+      "compile (CONFIG.json | CHECKPOINT_DIR | --model NAME) --seq N [--micro-batch N] [--dtype "
+      "f32|bf16] "
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
       "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] (-o FILE.plan | "

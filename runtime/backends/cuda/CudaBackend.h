@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "runtime/comm/NcclCommunicator.h"
 #include "runtime/kernels/cuda/Kernels.h"
+#include "runtime/plan/CudaRules.h"  // CheckPlanRunsOnCuda
 #include "runtime/plan/Plan.h"
 
 namespace hcp::cuda_backend {
@@ -52,15 +53,6 @@ struct StepResources {
   cudaEvent_t compute_done = nullptr;
   cudaEvent_t comm_done = nullptr;
 };
-
-// Whether every step of `plan` (already plan::ValidatePlan'ed) can run here; the error names the
-// step (plan::StepLabel) and lists what is wrong with it:
-//   - each buffer has the dtype the CUDA kernel takes:
-//       "step 12 (ssd_scan.forward): input 1 'act.7' is bf16, the CUDA kernel takes f32";
-//   - the shapes are ones the kernels support (SSD: chunk 256, state 128, head_dim 32 or 64;
-//     attention: head_dim 64 or 128; norms: dim <= 32768; conv: width <= 8; routing:
-//     experts <= 256, k <= 16; ...).
-absl::Status CheckPlanRunsOnCuda(const plan::Plan& plan);
 
 // The largest workspace any step of `plan` needs (the max over steps of its kernel's
 // *_workspace_bytes, plus the scratch a wrapper keeps there: cross_entropy.backward's recomputed

@@ -4,8 +4,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "compiler/import/GraniteConfig.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
 #ifdef HYBRIDCP_HAVE_CUDA
@@ -62,7 +64,13 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
   if (o.stop_after < 0) return absl::InvalidArgumentError("--stop-after must not be negative");
   if (std::optional<std::string> config = args.Get("config")) {
-    std::ifstream file(*config);
+    // What goes into every checkpoint must be a Granite config transformers can load: read
+    // through the importer's checks (bounded, every field), then kept as written.
+    absl::StatusOr<GraniteConfig> parsed = LoadGraniteConfig(*config);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--config: ", parsed.status().message()));
+    }
+    std::ifstream file(parsed->file.empty() ? *config : parsed->file);
     std::stringstream text;
     text << file.rdbuf();
     if (!file) return absl::NotFoundError(absl::StrFormat("%s: cannot read the config", *config));

@@ -89,47 +89,26 @@ absl::Status GpuLoop::Setup() {
 // it (the bf16 compute copy rounded from the master), so the run continues as if it had not
 // stopped. Each tensor is read once.
 absl::Status GpuLoop::ResumeFrom(const std::string& checkpoint) {
-  // The saved run first: another model's or batch shape's checkpoint is refused as such.
-  absl::StatusOr<TrainState> saved_run = ReadTrainState(checkpoint);
-  absl::StatusOr<std::vector<std::string>> notes =
-      saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, data_.run, options_)
-                     : saved_run.status();
-  HCP_RETURN_IF_ERROR(Agree(notes.status()));
-  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
-  std::vector<ParamSpec> full;
-  for (const plan::Parameter& p : plan_.parameters) {
-    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan_.FullShape(p)));
-  }
-  absl::StatusOr<TrainStateReader> state =
-      weights.ok() ? TrainStateReader::Open(checkpoint, full) : weights.status();
-  absl::Status loaded = state.status();
-  if (loaded.ok()) loaded = CheckCheckpointHasParameters(plan_, *weights);
+  HCP_ASSIGN_OR_RETURN(ResumeSources resume,
+                       OpenResume(comm_, plan_, checkpoint, data_.run, options_));
+  absl::Status loaded = CheckCheckpointHasParameters(plan_, resume.weights);
   if (loaded.ok()) loaded = executor_->InitOptimizer();
   for (const plan::Parameter& p : plan_.parameters) {
     if (!loaded.ok()) break;
     const CudaExecutor::ShardRange range = executor_->ShardOf(p);  // whole, or this rank's rows
     std::vector<float> master(range.count), m(range.count), v(range.count);
-    loaded = weights->ReadF32Range(p.name, range.begin, range.count, master.data());
+    loaded = resume.weights.ReadF32Range(p.name, range.begin, range.count, master.data());
     if (loaded.ok()) {
-      loaded = state->ReadMomentsRange(p.name, range.begin, range.count, m.data(), v.data());
+      loaded = resume.state.ReadMomentsRange(p.name, range.begin, range.count, m.data(), v.data());
     }
     if (loaded.ok()) loaded = executor_->SetOptimizerState(p.name, master, m, v);
   }
-  if (loaded.ok()) loaded = data_.batcher->Restore(state->state().data);
-  if (loaded.ok() && state->state().step >= options_.steps) {
-    loaded = absl::InvalidArgumentError(
-        absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
-                        state->state().step, options_.steps));
-  }
+  const TrainState& saved = resume.state.state();
+  if (loaded.ok()) loaded = data_.batcher->Restore(saved.data);
   HCP_RETURN_IF_ERROR(Agree(loaded));
-  const TrainState& saved = state->state();
   first_step_ = saved.step;
   updates_ = saved.optimizer_updates;
-  if (root()) {
-    for (const std::string& note : *notes) std::printf("%s\n", note.c_str());
-    std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
-                static_cast<long long>(saved.step));
-  }
+  if (root()) PrintResumed(resume, checkpoint);
   return absl::OkStatus();
 }
 

@@ -235,6 +235,38 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
   return notes;
 }
 
+absl::StatusOr<ResumeSources> OpenResume(comm::Communicator& comm, const plan::Plan& plan,
+                                         const std::string& checkpoint, const RunIdentity& now,
+                                         TrainOptions& options) {
+  // The saved run first: another model's or batch shape's checkpoint is refused as such.
+  absl::StatusOr<TrainState> saved_run = ReadTrainState(checkpoint);
+  absl::StatusOr<std::vector<std::string>> notes =
+      saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, now, options) : saved_run.status();
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, notes.status()));
+  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
+  // The checkpoint holds every parameter's whole tensor (an expert parameter's all shards).
+  std::vector<ParamSpec> full;
+  for (const plan::Parameter& p : plan.parameters) {
+    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan.FullShape(p)));
+  }
+  absl::StatusOr<TrainStateReader> state =
+      weights.ok() ? TrainStateReader::Open(checkpoint, full) : weights.status();
+  absl::Status opened = state.status();
+  if (opened.ok() && state->state().step >= options.steps) {
+    opened = absl::InvalidArgumentError(
+        absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
+                        state->state().step, options.steps));
+  }
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, opened));
+  return ResumeSources{*std::move(notes), *std::move(weights), *std::move(state)};
+}
+
+void PrintResumed(const ResumeSources& resume, const std::string& checkpoint) {
+  for (const std::string& note : resume.notes) std::printf("%s\n", note.c_str());
+  std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
+              static_cast<long long>(resume.state.state().step));
+}
+
 namespace {
 
 // N of a checkpoint's name "step-N" (CheckpointName); nullopt for any other name.

@@ -121,6 +121,21 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
                                                        const RunIdentity& now,
                                                        TrainOptions& options);
 
+// What both loops open when resuming from `checkpoint`, on every rank, each step agreed: the saved
+// run, adopted (AdoptSavedRun), then the weights and the train state, verified (checksums, finite
+// values) and checked against the plan's parameters, whole; a checkpoint after the run's last
+// step is refused. `notes` are AdoptSavedRun's lines, for PrintResumed.
+struct ResumeSources {
+  std::vector<std::string> notes;
+  CheckpointReader weights;
+  TrainStateReader state;
+};
+absl::StatusOr<ResumeSources> OpenResume(comm::Communicator& comm, const plan::Plan& plan,
+                                         const std::string& checkpoint, const RunIdentity& now,
+                                         TrainOptions& options);
+// On the root rank: the notes, then "resumed from CHECKPOINT (after step N)".
+void PrintResumed(const ResumeSources& resume, const std::string& checkpoint);
+
 // Writes checkpoint CheckpointName(steps_done) into checkpoint_dir: write(staging) fills a
 // temporary directory, which is then renamed into place and named in `latest` (and in
 // latest-finite when retention.finite); then the older checkpoints beyond retention.keep are

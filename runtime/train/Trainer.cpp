@@ -166,39 +166,17 @@ absl::Status Loop::CreateOptimizer() {
 }
 
 absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
-  // The saved run first: another model's or batch shape's checkpoint is refused as such.
-  absl::StatusOr<TrainState> saved_run = ReadTrainState(checkpoint);
-  absl::StatusOr<std::vector<std::string>> notes =
-      saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, data_.run, options_)
-                     : saved_run.status();
-  HCP_RETURN_IF_ERROR(Agree(notes.status()));
-  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
-  HCP_RETURN_IF_ERROR(Agree(weights.status()));
-  HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
-  // The checkpoint holds every parameter's whole tensor (an expert parameter's all shards).
-  std::vector<ParamSpec> full;
-  for (const plan::Parameter& p : plan_.parameters) {
-    full.push_back(ParamSpec::WithDefaultDecay(p.name, plan_.FullShape(p)));
-  }
-  absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, full);
-  HCP_RETURN_IF_ERROR(Agree(state.status()));
-  const TrainState& saved = state->state();
-  // With the saved run's AdamW settings (AdoptSavedRun set them).
+  HCP_ASSIGN_OR_RETURN(ResumeSources resume,
+                       OpenResume(comm_, plan_, checkpoint, data_.run, options_));
+  HCP_RETURN_IF_ERROR(executor_->LoadParameters(resume.weights));
+  const TrainState& saved = resume.state.state();
+  // With the saved run's AdamW settings (OpenResume adopted them).
   absl::Status loaded = CreateOptimizer();
-  if (loaded.ok()) loaded = LoadMoments(*state);
+  if (loaded.ok()) loaded = LoadMoments(resume.state);
   if (loaded.ok()) loaded = data_.batcher->Restore(saved.data);
-  if (loaded.ok() && saved.step >= options_.steps) {
-    loaded = absl::InvalidArgumentError(
-        absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
-                        saved.step, options_.steps));
-  }
   HCP_RETURN_IF_ERROR(Agree(loaded));
   first_step_ = saved.step;
-  if (root()) {
-    for (const std::string& note : *notes) std::printf("%s\n", note.c_str());
-    std::printf("resumed from %s (after step %lld)\n", checkpoint.c_str(),
-                static_cast<long long>(saved.step));
-  }
+  if (root()) PrintResumed(resume, checkpoint);
   return absl::OkStatus();
 }
 

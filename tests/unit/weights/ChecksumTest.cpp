@@ -7,8 +7,8 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/weights/Checkpoint.h"
 #include "runtime/support/Crc32c.h"
+#include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tests/unit/weights/TestUtil.h"
 
@@ -18,6 +18,7 @@ namespace {
 using ::hcp::testing::MakeSafetensors;
 using ::hcp::testing::ReadFileBytes;
 using ::hcp::testing::ScratchDir;
+using ::hcp::testing::WriteEveryDtype;
 using ::hcp::testing::WriteFileBytes;
 
 bool Mentions(const absl::Status& status, std::string_view text) {
@@ -53,18 +54,8 @@ TEST(Crc32c, HardwareAndPortableAgreeAtEveryLengthAndAlignment) {
 
 // A file of every dtype, as WriteSafetensors writes it.
 std::string WriteAllDtypes(const ScratchDir& dir) {
-  static const std::vector<float> a = {1, -2, 3, 0.5f, 7, 8};
-  static const std::vector<float> b = {0.25f, -1, 2, 4};
-  static const std::vector<int64_t> ids = {1, 2, 3};
   const std::string path = dir / "t.safetensors";
-  absl::Status status = WriteSafetensors(path,
-                                         {{"a", DType::F32, {2, 3}, a, {}},
-                                          {"b", DType::BF16, {4}, b, {}},
-                                          {"c", DType::F16, {2, 2}, b, {}},
-                                          {"ids", DType::I64, {3}, {}, ids},
-                                          {"ids32", DType::I32, {3}, {}, ids}},
-                                         {{"format", "pt"}});
-  EXPECT_TRUE(status.ok()) << status;
+  WriteEveryDtype(path);
   return path;
 }
 

@@ -12,6 +12,7 @@ namespace {
 using ::hcp::testing::MakeSafetensors;
 using ::hcp::testing::ReadFileBytes;
 using ::hcp::testing::ScratchDir;
+using ::hcp::testing::WriteEveryDtype;
 using ::hcp::testing::WriteFileBytes;
 
 std::string Entry(const std::string& dtype, const std::string& shape, const std::string& offsets) {
@@ -79,19 +80,8 @@ TEST(SafetensorsCorrupt, MissingFileIsNotFound) {
 
 // A valid file with tensors of every dtype, for the truncation and mutation tests.
 std::string ValidFile(const ScratchDir& dir) {
-  std::vector<float> a = {1, -2, 3, 0.5f, 7, 8};
-  std::vector<float> b = {0.25f, -1, 2, 4};
-  std::vector<int64_t> ids = {1, 2, 3};
-  std::string path = dir / "valid.safetensors";
-  absl::Status status = WriteSafetensors(path,
-                                         {{"a", DType::F32, {2, 3}, a, {}},
-                                          {"b", DType::BF16, {4}, b, {}},
-                                          {"c", DType::F16, {2, 2}, b, {}},
-                                          {"ids", DType::I64, {3}, {}, ids},
-                                          {"ids32", DType::I32, {3}, {}, ids}},
-                                         {{"format", "pt"}});
-  EXPECT_TRUE(status.ok()) << status;
-  return ReadFileBytes(path);
+  WriteEveryDtype(dir / "valid.safetensors");
+  return ReadFileBytes(dir / "valid.safetensors");
 }
 
 // Opening, then reading every tensor; must not crash. Returns whether it all worked.

@@ -16,17 +16,23 @@ trap 'rm -rf "$work"' EXIT
 launch=("$mpiexec" --oversubscribe --allow-run-as-root --mca btl self,vader)
 
 step() { echo "== $*"; }
+# PATTERN COMMAND...: runs COMMAND, which must succeed and print PATTERN (read whole: a grep that
+# stops early would end the command with SIGPIPE).
+expect_output() {
+  local pattern=$1 out
+  shift
+  out=$("$@")
+  grep -q "$pattern" <<<"$out" || { echo "no '$pattern' in the output of: $*" >&2; exit 1; }
+}
 
 step "run-step: the dense fixture, 1 rank and cp=2"
 "$compiler" compile "$fixtures/dense/config.json" --seq 64 -o "$work/dense.plan"
 "$compiler" compile "$fixtures/dense/config.json" --seq 64 --cp 2 --layout zigzag -o "$work/dense-cp2.plan"
-"$hcp" run-step "$work/dense.plan" --weights "$fixtures/dense" \
-  --inputs "$fixtures/dense/reference.safetensors" --compare "$fixtures/dense" --save "$work/one.safetensors" |
-  grep -q MATCH
-"${launch[@]}" -np 2 "$hcp" run-step "$work/dense-cp2.plan" --weights "$fixtures/dense" \
-  --inputs "$fixtures/dense/reference.safetensors" --compare "$work/one.safetensors" --traffic |
-  grep -q MATCH
-"$hcp" compare-step "$work/one.safetensors" "$fixtures/dense" | grep -q "gradients: 34 compared"
+expect_output MATCH "$hcp" run-step "$work/dense.plan" --weights "$fixtures/dense" \
+  --inputs "$fixtures/dense/reference.safetensors" --compare "$fixtures/dense" --save "$work/one.safetensors"
+expect_output MATCH "${launch[@]}" -np 2 "$hcp" run-step "$work/dense-cp2.plan" --weights "$fixtures/dense" \
+  --inputs "$fixtures/dense/reference.safetensors" --compare "$work/one.safetensors" --traffic
+expect_output "gradients: 34 compared" "$hcp" compare-step "$work/one.safetensors" "$fixtures/dense"
 
 step "train: checkpoints, stop and resume, 1 rank and 2"
 demo=$root/tests/configs/granite-small-demo.json
@@ -36,12 +42,12 @@ demo=$root/tests/configs/granite-small-demo.json
 train=(--data "$work/corpus.bin" --steps 4 --warmup 1 --log-every 10)
 "$hcp" train "$work/one.plan" "${train[@]}" --checkpoint-dir "$work/ck1" --checkpoint-every 2 \
   --stop-after 2 --metrics "$work/one.jsonl" >/dev/null
-"$hcp" train "$work/one.plan" "${train[@]}" --checkpoint-dir "$work/ck1" --resume \
-  --metrics "$work/one.jsonl" | grep -q "resumed from"
+expect_output "resumed from" "$hcp" train "$work/one.plan" "${train[@]}" --checkpoint-dir "$work/ck1" \
+  --resume --metrics "$work/one.jsonl"
 "${launch[@]}" -np 2 "$hcp" train "$work/cp2.plan" "${train[@]}" --shard-optimizer \
   --checkpoint-dir "$work/ck2" --checkpoint-every 2 --stop-after 2 >/dev/null
-"${launch[@]}" -np 2 "$hcp" train "$work/cp2.plan" "${train[@]}" --shard-optimizer \
-  --checkpoint-dir "$work/ck2" --resume | grep -q "resumed from"
+expect_output "resumed from" "${launch[@]}" -np 2 "$hcp" train "$work/cp2.plan" "${train[@]}" \
+  --shard-optimizer --checkpoint-dir "$work/ck2" --resume
 "$hcp" plot "$work/one.jsonl" -o "$work/loss.svg" >/dev/null
 
 step "refusals: a damaged plan, a missing checkpoint"
@@ -56,5 +62,6 @@ if "$hcp" train "$work/one.plan" "${train[@]}" --checkpoint-dir "$work/none" --r
   echo "a resume without a checkpoint was accepted" >&2
   exit 1
 fi
-grep -q "error:" "$work/bad.out" "$work/none.out"
+grep -q "checksum mismatch: the plan is damaged" "$work/bad.out"
+grep -q "error:" "$work/none.out"
 echo "the command line's paths ran clean under the sanitizers"

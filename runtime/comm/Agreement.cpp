@@ -24,6 +24,21 @@ std::vector<T> GatherWorld(Communicator& comm, const T& mine) {
   return all;
 }
 
+// Every rank's `text`, whose length on rank r is lengths[r] (known to all from a first gather):
+// one all-gather of the texts padded to the longest.
+std::vector<std::string> GatherTexts(Communicator& comm, const std::string& text,
+                                     const std::vector<int64_t>& lengths) {
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::string padded = text;
+  padded.resize(longest, '\0');
+  std::string all(longest * comm.world_size(), '\0');
+  comm.AllGather(std::as_bytes(std::span(padded)), std::as_writable_bytes(std::span(all)),
+                 Group::kWorld);
+  std::vector<std::string> texts;
+  for (int r = 0; r < comm.world_size(); ++r) texts.push_back(all.substr(r * longest, lengths[r]));
+  return texts;
+}
+
 // Ranks grouped by a key, groups in the order of their lowest rank.
 template <typename Key>
 std::vector<std::pair<Key, std::vector<int>>> GroupRanks(const std::vector<Key>& keys) {
@@ -87,25 +102,20 @@ absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& local) {
   const std::string message(local.message());
   const std::vector<Record> records = GatherWorld(
       comm, Record{static_cast<int64_t>(local.code()), static_cast<int64_t>(message.size())});
-  int64_t longest = 0;
+  std::vector<int64_t> lengths;
   bool all_ok = true;
   for (const Record& r : records) {
     all_ok = all_ok && r.code == 0;
-    longest = std::max(longest, r.message_bytes);
+    lengths.push_back(r.message_bytes);
   }
   if (all_ok) return absl::OkStatus();
 
   // Every rank knows now that the messages are needed: the second gather is joined by all.
-  std::string padded = message;
-  padded.resize(longest, '\0');
-  std::string all(longest * comm.world_size(), '\0');
-  comm.AllGather(std::as_bytes(std::span(padded)), std::as_writable_bytes(std::span(all)),
-                 Group::kWorld);
+  const std::vector<std::string> messages = GatherTexts(comm, message, lengths);
   std::vector<absl::Status> per_rank(comm.world_size());
   for (int r = 0; r < comm.world_size(); ++r) {
     if (records[r].code == 0) continue;
-    per_rank[r] = absl::Status(static_cast<absl::StatusCode>(records[r].code),
-                               all.substr(r * longest, records[r].message_bytes));
+    per_rank[r] = absl::Status(static_cast<absl::StatusCode>(records[r].code), messages[r]);
   }
   return CombineRankStatuses(per_rank);
 }
@@ -244,23 +254,16 @@ absl::Status CheckCommandsAgree(Communicator& comm, const CommandLine& mine) {
   const std::string text = Encode(mine);
   const std::vector<Record> records =
       GatherWorld(comm, Record{PlanBytesHash(text), static_cast<int64_t>(text.size())});
-  int64_t longest = 0;
+  std::vector<int64_t> lengths;
   bool same = true;
   for (const Record& r : records) {
     same = same && r.hash == records[0].hash && r.bytes == records[0].bytes;
-    longest = std::max(longest, r.bytes);
+    lengths.push_back(r.bytes);
   }
   if (same) return absl::OkStatus();
   // Every rank saw the difference: all join the second gather, of the command lines.
-  std::string padded = text;
-  padded.resize(longest, '\0');
-  std::string all(longest * comm.world_size(), '\0');
-  comm.AllGather(std::as_bytes(std::span(padded)), std::as_writable_bytes(std::span(all)),
-                 Group::kWorld);
   std::vector<CommandLine> per_rank;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    per_rank.push_back(Decode(std::string_view(all).substr(r * longest, records[r].bytes)));
-  }
+  for (const std::string& line : GatherTexts(comm, text, lengths)) per_rank.push_back(Decode(line));
   return CompareCommandLines(per_rank);
 }
 

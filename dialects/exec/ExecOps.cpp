@@ -1,38 +1,25 @@
 #include "dialects/exec/ExecOps.h"
 
-#include "llvm/ADT/StringRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "runtime/plan/KernelCheck.h"
 
 using namespace mlir;
 
 namespace hcp::exec {
 namespace {
 
-struct KernelArity {
-  llvm::StringRef name;
-  int ins, outs, ints, floats;  // -1: depends on the kernel's flags
-};
-
-// The same table the runtime validates plans against.
-constexpr KernelArity kKernels[] = {
-#define HCP_KERNEL(id, name, ins, outs, ints, floats) {name, ins, outs, ints, floats},
-#include "runtime/plan/KernelTable.def"
-#undef HCP_KERNEL
-};
-
-const KernelArity* findKernel(llvm::StringRef name) {
-  for (const KernelArity& kernel : kKernels) {
-    if (kernel.name == name) return &kernel;
-  }
-  return nullptr;
-}
-
-LogicalResult checkCount(Operation* op, llvm::StringRef kernel, llvm::StringRef what, int expected,
-                         size_t actual) {
-  if (expected >= 0 && static_cast<size_t>(expected) != actual) {
-    return op->emitOpError() << "kernel '" << kernel << "' takes " << expected << " " << what
-                             << ", got " << actual;
-  }
-  return success();
+// How the kernel checks see a memref: its element count and element type (bf16, f32, i32).
+plan::BufferFacts factsOf(Value buffer) {
+  auto type = cast<MemRefType>(buffer.getType());
+  std::optional<plan::DType> dtype;
+  Type element = type.getElementType();
+  if (element.isF32()) dtype = plan::DType::F32;
+  if (element.isBF16()) dtype = plan::DType::BF16;
+  if (element.isInteger(32)) dtype = plan::DType::I32;
+  // The buffer's name when it is one (views and block arguments are named by their type).
+  std::string_view name = "(a view)";
+  if (auto root = buffer.getDefiningOp<BufferOp>()) name = root.getName();
+  return {static_cast<uint64_t>(type.getNumElements()), dtype, name};
 }
 
 }  // namespace
@@ -72,14 +59,19 @@ LogicalResult ViewOp::verify() {
   return success();
 }
 
+// The kernel's signature (runtime/plan/KernelTable.txt) checked here as the runtime checks a
+// plan's step, less the rules that need the plan's mesh: a lowering that writes wrong sizes fails
+// in the pass that wrote them.
 LogicalResult LaunchOp::verify() {
-  const KernelArity* kernel = findKernel(getKernel());
-  if (kernel == nullptr) return emitOpError() << "unknown kernel '" << getKernel() << "'";
-  if (failed(checkCount(*this, getKernel(), "inputs", kernel->ins, getIns().size())) ||
-      failed(checkCount(*this, getKernel(), "outputs", kernel->outs, getOuts().size())) ||
-      failed(checkCount(*this, getKernel(), "int arguments", kernel->ints, getInts().size())) ||
-      failed(checkCount(*this, getKernel(), "float arguments", kernel->floats, getFloats().size())))
-    return failure();
+  std::optional<plan::KernelId> kernel = plan::FindKernel(getKernel().str());
+  if (!kernel) return emitOpError() << "unknown kernel '" << getKernel() << "'";
+  SmallVector<plan::BufferFacts> ins, outs;
+  for (Value in : getIns()) ins.push_back(factsOf(in));
+  for (Value out : getOuts()) outs.push_back(factsOf(out));
+  const absl::Status status = plan::CheckKernelArguments(
+      {*kernel, getInts(), getFloats(), ins, outs}, /*context=*/nullptr);
+  if (!status.ok())
+    return emitOpError() << "kernel '" << getKernel() << "': " << std::string(status.message());
   return success();
 }
 

@@ -37,7 +37,8 @@ def Exec_LaunchOp : Exec_Op<"launch", [DeclareOpInterfaceMethods<MemoryEffectsOp
   let description = [{
     `exec.launch "gemm" ins(%x, %w : ...) outs(%y : ...) {ints = array<i64: 0, 1, 64, 96, 48>, floats = array<f64: 1.0>}`
     Reads `ins`, overwrites `outs`; `ints` and `floats` are the kernel's scalar arguments in the
-    order runtime/plan/KernelTable.def documents.
+    order of the kernel's signature in runtime/plan/KernelTable.txt, whose sizes and dtypes
+    the verifier checks.
   }];
   let arguments = (ins StrAttr:$kernel, Variadic<Exec_Buffer>:$ins, Variadic<Exec_Buffer>:$outs,
                        DenseI64ArrayAttr:$ints, DenseF64ArrayAttr:$floats);

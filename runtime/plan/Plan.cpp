@@ -87,27 +87,6 @@ uint64_t Plan::ShardedGradientsOffset() const {
   return offset;
 }
 
-Arity ExpectedArity(const Step& step) {
-  const KernelInfo& info = GetKernelInfo(step.kernel);
-  auto flag = [&](size_t i) { return i < step.ints.size() && step.ints[i] != 0 ? 1 : 0; };
-  switch (step.kernel) {
-    case KernelId::CausalConv1dForward:  // x, w, bias [, halo]
-      return {3 + flag(4), info.outs};
-    case KernelId::CausalConv1dBackward:  // dy, x, w [, halo] [, bias] -> dx, dw, dbias [, dhalo]
-      return {3 + flag(4) + flag(5), 3 + flag(4)};
-    case KernelId::SsdScanForward:  // x, dt, A, B, C, D [, init_state]
-      return {6 + flag(7), info.outs};
-    case KernelId::SsdScanBackward:  // dy, x, dt, A, B, C, D [, init_state] [, dfinal_state]
-      return {7 + flag(7) + flag(8), 6 + flag(7)};
-    case KernelId::MoeExpertsForward:  // -> out [, kept_h]
-      return {info.ins, 1 + flag(5)};
-    case KernelId::MoeExpertsBackward:  // dout, x, gates, experts, w_in, w_out [, kept_h]
-      return {6 + flag(5), info.outs};
-    default:
-      return {info.ins, info.outs};
-  }
-}
-
 std::string StepLabel(const Plan& plan, size_t step_index) {
   if (step_index >= plan.steps.size()) return absl::StrFormat("step %d", step_index);
   const KernelId kernel = plan.steps[step_index].kernel;

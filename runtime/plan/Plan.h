@@ -113,7 +113,8 @@ struct Parameter {
 };
 
 // One kernel launch: ins/outs are buffer indices; ints/floats are the kernel's scalar
-// arguments in the order KernelTable.def documents.
+// arguments in the order of its signature (KernelTable.txt). Read and write steps through the
+// kernel's argument struct: DecodeStep<SsdScanForwardArgs>(step), EncodeStep(args).
 struct Step {
   KernelId kernel = KernelId::Gemm;
   std::vector<uint32_t> ins;
@@ -121,6 +122,24 @@ struct Step {
   std::vector<int64_t> ints;
   std::vector<double> floats;
 };
+
+// A step's arguments by name, for a step of kernel Args<>::kId that ValidatePlan has checked:
+// buffers as resolve(buffer index) returns them (the indices themselves by default).
+struct BufferIndex {
+  uint32_t operator()(uint32_t index) const { return index; }
+};
+template <template <typename> class Args, typename Resolve = BufferIndex>
+auto DecodeStep(const Step& step, Resolve&& resolve = {}) {
+  using Buffer = decltype(resolve(uint32_t{}));
+  return Args<Buffer>::Decode(step.ints, step.floats, step.ins, step.outs, resolve);
+}
+// The step that runs a kernel with these arguments.
+template <typename Args>
+Step EncodeStep(const Args& args) {
+  EncodedStep<uint32_t> lists = args.Encode();
+  return Step{Args::kId, std::move(lists.ins), std::move(lists.outs), std::move(lists.ints),
+              std::move(lists.floats)};
+}
 
 // A target the loss ignores (Hugging Face's convention; the compiler's ignore_index).
 inline constexpr int32_t kIgnoredTarget = -100;
@@ -160,15 +179,6 @@ struct Plan {
   int64_t local_seq() const { return seq / mesh.cp; }
   int64_t local_tokens() const { return micro_batch * local_seq(); }
 };
-
-// Buffer counts a step of this kernel must have, with the table's -1 entries resolved from the
-// step's flags (causal_conv1d's has_halo, ssd_scan's has_init and has_dfinal, moe_experts'
-// keep_h). Only meaningful once
-// the step has as many ints as the table says and its flags are 0 or 1.
-struct Arity {
-  int ins, outs;
-};
-Arity ExpectedArity(const Step& step);
 
 // "step 12 (rms_norm.forward)": how every message about a step starts.
 std::string StepLabel(const Plan& plan, size_t step_index);

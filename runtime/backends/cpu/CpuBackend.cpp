@@ -510,15 +510,15 @@ absl::Status RunCpuStep(const plan::Plan& plan, size_t step_index, const ArenaBa
   const plan::Step& step = plan.steps[step_index];
   const Args args(plan, step, arenas, comm, threads);
   absl::Status status;
-  // One case per table line: a kernel added to KernelTable.def without a wrapper here fails to
-  // compile (RunX is not declared).
+  // One case per kernel of the table: a kernel added to KernelTable.txt without a wrapper here
+  // fails to compile (RunX is not declared).
   switch (step.kernel) {
-#define HCP_KERNEL(Id, name, ins, outs, ints, floats) \
-  case KernelId::Id:                                  \
-    status = Run##Id(args);                           \
+#define HCP_RUN_KERNEL(Id, name) \
+  case KernelId::Id:             \
+    status = Run##Id(args);      \
     break;
-#include "runtime/plan/KernelTable.def"
-#undef HCP_KERNEL
+    HCP_FOR_EACH_KERNEL(HCP_RUN_KERNEL)
+#undef HCP_RUN_KERNEL
   }
   if (!status.ok()) {
     return absl::Status(status.code(),

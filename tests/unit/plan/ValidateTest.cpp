@@ -245,10 +245,10 @@ TEST(Validate, FloatsMustBeFinite) {
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) {
                 lm.builder.step(lm.norm_step).floats[0] = std::numeric_limits<double>::infinity();
               }),
-              HasSubstr("step 1 (rms_norm.forward): float 0 is inf, expected a finite fp32 "
+              HasSubstr("step 1 (rms_norm.forward): float 0 (eps) is inf, expected a finite fp32 "
                         "value"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.norm_step).floats[0] = 1e300; }),
-              HasSubstr("float 0 is 1e+300, expected a finite fp32 value"));
+              HasSubstr("float 0 (eps) is 1e+300, expected a finite fp32 value"));
 }
 
 TEST(Validate, OverlappingInputAndOutput) {
@@ -646,7 +646,7 @@ TEST(Validate, MoeExpertsEp) {
                                         "the plan's mesh has ep=2"));
   EXPECT_THAT(build(2, 2, 5), HasSubstr("5 experts cannot be split over ep=2 ranks"));
   // The weights are this rank's experts only.
-  EXPECT_THAT(build(2, 4, E), HasSubstr("input 3 't8' has 48 elements, expected 2*2*inner*hidden "
+  EXPECT_THAT(build(2, 4, E), HasSubstr("input 3 't8' has 48 elements, expected experts/ep*2*inner*hidden "
                                         "= 24"));
 }
 

@@ -12,7 +12,7 @@ func.func @unknown_kernel(%a: memref<4xf32>) {
 
 // Argument counts follow the kernel table.
 func.func @wrong_arity(%a: memref<4xf32>, %b: memref<4xf32>) {
-  // expected-error @+1 {{kernel 'silu.forward' takes 1 inputs, got 2}}
+  // expected-error @+1 {{kernel 'silu.forward': takes 1 inputs, got 2}}
   exec.launch "silu.forward" ins(%a, %b : memref<4xf32>, memref<4xf32>) outs(%a : memref<4xf32>) {ints = array<i64: 4>, floats = array<f64>}
   return
 }
@@ -21,7 +21,7 @@ func.func @wrong_arity(%a: memref<4xf32>, %b: memref<4xf32>) {
 
 // Scalar argument counts too.
 func.func @wrong_ints(%a: memref<4xf32>, %b: memref<4xf32>) {
-  // expected-error @+1 {{kernel 'silu.forward' takes 1 int arguments, got 2}}
+  // expected-error @+1 {{kernel 'silu.forward': takes 1 ints, got 2}}
   exec.launch "silu.forward" ins(%a : memref<4xf32>) outs(%b : memref<4xf32>) {ints = array<i64: 4, 4>, floats = array<f64>}
   return
 }
@@ -77,5 +77,33 @@ func.func @shards_on_activation() {
 func.func @negative_offset() {
   // expected-error @+1 {{buffer 'act.0' has a negative offset}}
   %0 = exec.buffer activations "act.0" offset -64 : memref<4xf32>
+  return
+}
+
+// -----
+
+// Element counts follow the kernel's signature: a lowering that passes the wrong size fails
+// where it is made.
+func.func @wrong_elements(%a: memref<4xf32>, %b: memref<8xf32>) {
+  // expected-error @+1 {{kernel 'silu.forward': output 0 '(a view)' has 8 elements, expected n = 4}}
+  exec.launch "silu.forward" ins(%a : memref<4xf32>) outs(%b : memref<8xf32>) {ints = array<i64: 4>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// So do dtypes: the SSD's A is f32 whatever the storage type.
+func.func @wrong_dtype(%x: memref<1x4x1x2xbf16>, %dt: memref<1x4x1xf32>, %A: memref<1xbf16>, %B: memref<1x4x1x2xbf16>, %D: memref<1xf32>, %y: memref<1x4x1x2xbf16>, %s: memref<1x1x2x2xf32>) {
+  // expected-error @+1 {{kernel 'ssd_scan.forward': input 2 '(a view)' is bf16, expected f32}}
+  exec.launch "ssd_scan.forward" ins(%x, %dt, %A, %B, %B, %D : memref<1x4x1x2xbf16>, memref<1x4x1xf32>, memref<1xbf16>, memref<1x4x1x2xbf16>, memref<1x4x1x2xbf16>, memref<1xf32>) outs(%y, %s : memref<1x4x1x2xbf16>, memref<1x1x2x2xf32>) {ints = array<i64: 1, 4, 1, 2, 1, 2, 4, 0>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// A size of 0 is refused by name.
+func.func @zero_size(%a: memref<4xf32>) {
+  // expected-error @+1 {{kernel 'fill': int 0 (n) is 0, expected a positive size}}
+  exec.launch "fill" outs(%a : memref<4xf32>) {ints = array<i64: 0>, floats = array<f64: 1.0>}
   return
 }

@@ -20,7 +20,7 @@ func.func @forward_and_backward() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
   %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
-  exec.launch "silu.forward" ins(%b : memref<4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
@@ -51,7 +51,7 @@ func.func @with_halo() {
   %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
   %halo = exec.buffer activations "halo" : memref<1x3x4xf32>
-  exec.launch "silu.forward" ins(%b : memref<4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b, %halo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0>, floats = array<f64>}
@@ -79,7 +79,7 @@ func.func @forward_only() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
   %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
-  exec.launch "silu.forward" ins(%b : memref<4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
@@ -98,7 +98,7 @@ func.func @output_seen_elsewhere() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
   %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
-  exec.launch "silu.forward" ins(%b : memref<4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
@@ -121,7 +121,7 @@ func.func @input_changes_before_backward() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
   %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
-  exec.launch "silu.forward" ins(%b : memref<4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>

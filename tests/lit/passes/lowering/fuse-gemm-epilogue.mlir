@@ -19,8 +19,8 @@ func.func @residual() {
   %x = exec.buffer activations "x" : memref<4x8xf32>
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 2.0>}
   %s = exec.buffer activations "scaled" : memref<4x8xf32>
@@ -42,8 +42,8 @@ func.func @gradient_sum() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
   %other = exec.buffer activations "other" : memref<32xf32>
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%other : memref<32xf32>) {ints = array<i64: 32>, floats = array<f64>}
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%other : memref<32xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%dy, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
   %pv = exec.view %p : memref<4x8xf32> to memref<32xf32>
@@ -63,7 +63,7 @@ func.func @broadcast() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
   %bias = exec.buffer parameters "bias" {init = "zeros"} : memref<8xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
   %h = exec.buffer activations "h" : memref<4x8xf32>
@@ -77,17 +77,17 @@ func.func @broadcast() {
 // The addend is computed after the GEMM: at the GEMM's place it does not hold its value yet.
 // CHECK-LABEL: func.func @addend_written_later
 // CHECK: exec.launch "gemm"
-// CHECK: exec.launch "silu.forward"
+// CHECK: exec.launch "fill"
 // CHECK: exec.launch "add"
 // CHECK-NOT: gemm_add
 func.func @addend_written_later() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
   %x = exec.buffer activations "x" : memref<4x8xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %h = exec.buffer activations "h" : memref<4x8xf32>
   exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
   exec.result "h", %h : memref<4x8xf32>
@@ -105,8 +105,8 @@ func.func @product_used_twice() {
   %x = exec.buffer activations "x" : memref<4x8xf32>
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
   %h = exec.buffer activations "h" : memref<4x8xf32>
@@ -132,8 +132,8 @@ func.func @output_read_in_between() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
   %g = exec.buffer gradients "w" : memref<4x8xf32>
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
-  exec.launch "silu.forward" ins(%w : memref<8x16xf32>) outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
   %k = exec.buffer activations "k" : memref<4x8xf32>
@@ -157,8 +157,8 @@ func.func @scale_before_gemms() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
   %x = exec.buffer activations "x" : memref<4x8xf32>
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %s = exec.buffer activations "scaled" : memref<4x16xf32>
   exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
   %dx = exec.buffer activations "dx" : memref<4x8xf32>
@@ -180,7 +180,7 @@ func.func @scale_before_gemms() {
 func.func @scale_read_by_other() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %s = exec.buffer activations "scaled" : memref<4x16xf32>
   exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
   %dx = exec.buffer activations "dx" : memref<4x8xf32>
@@ -198,15 +198,15 @@ func.func @scale_read_by_other() {
 // read the input in its place.
 // CHECK-LABEL: func.func @scale_input_overwritten
 // CHECK: exec.launch "scale"
-// CHECK: exec.launch "silu.forward"
+// CHECK: exec.launch "fill"
 // CHECK: exec.launch "gemm"
 func.func @scale_input_overwritten() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %s = exec.buffer activations "scaled" : memref<4x16xf32>
   exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
-  exec.launch "silu.forward" ins(%w : memref<16x8xf32>) outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64>}
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %dx = exec.buffer activations "dx" : memref<4x8xf32>
   exec.launch "gemm" ins(%s, %w : memref<4x16xf32>, memref<16x8xf32>) outs(%dx : memref<4x8xf32>) {ints = array<i64: 0, 0, 4, 8, 16>, floats = array<f64: 1.0>}
   exec.result "dx", %dx : memref<4x8xf32>

@@ -68,8 +68,8 @@ LogicalResult LaunchOp::verify() {
   SmallVector<plan::BufferFacts> ins, outs;
   for (Value in : getIns()) ins.push_back(factsOf(in));
   for (Value out : getOuts()) outs.push_back(factsOf(out));
-  const absl::Status status = plan::CheckKernelArguments(
-      {*kernel, getInts(), getFloats(), ins, outs}, /*context=*/nullptr);
+  const absl::Status status =
+      plan::CheckKernelArguments({*kernel, getInts(), getFloats(), ins, outs}, /*context=*/nullptr);
   if (!status.ok())
     return emitOpError() << "kernel '" << getKernel() << "': " << std::string(status.message());
   return success();

@@ -102,8 +102,8 @@ class Checker {
   // The int count first: which buffers are present depends on the flags among the ints.
   void Counts() {
     if (step_.ints.size() != signature_.ints.size()) {
-      return Fail(absl::StrFormat("takes %d ints, got %d", signature_.ints.size(),
-                                  step_.ints.size()));
+      return Fail(
+          absl::StrFormat("takes %d ints, got %d", signature_.ints.size(), step_.ints.size()));
     }
     if (step_.floats.size() != signature_.floats.size()) {
       return Fail(absl::StrFormat("takes %d floats, got %d", signature_.floats.size(),
@@ -152,15 +152,15 @@ class Checker {
       case RuleKind::Range: {
         const int64_t hi = BoundValue(rule.hi);
         if (Int(rule.a) < rule.lo || Int(rule.a) > hi) {
-          Fail(absl::StrFormat("%s is %d, expected %d..%s", IntLabel(rule.a), Int(rule.a),
-                               rule.lo, rule.words));
+          Fail(absl::StrFormat("%s is %d, expected %d..%s", IntLabel(rule.a), Int(rule.a), rule.lo,
+                               rule.words));
         }
         return;
       }
       case RuleKind::Divisible:
         if (Int(rule.b) == 0 || Int(rule.a) % Int(rule.b) != 0) {
-          Fail(absl::StrFormat("%s = %d is not divisible by %s = %d", IntName(rule.a),
-                               Int(rule.a), IntName(rule.b), Int(rule.b)));
+          Fail(absl::StrFormat("%s = %d is not divisible by %s = %d", IntName(rule.a), Int(rule.a),
+                               IntName(rule.b), Int(rule.b)));
         }
         return;
       case RuleKind::SameDType:
@@ -182,8 +182,7 @@ class Checker {
         if (value != mesh.segments_per_rank()) {
           Fail(absl::StrFormat("%s is %d, but the plan's %s layout puts %d segment%s on each rank",
                                IntLabel(rule.a), value, SequenceLayoutName(mesh.layout),
-                               mesh.segments_per_rank(),
-                               mesh.segments_per_rank() == 1 ? "" : "s"));
+                               mesh.segments_per_rank(), mesh.segments_per_rank() == 1 ? "" : "s"));
         }
         return;
       case RuleKind::SegmentLength: {
@@ -200,9 +199,10 @@ class Checker {
       case RuleKind::LocalSequence: {
         const int64_t want = context_->seq / mesh.cp;
         if (value != want) {
-          Fail(absl::StrFormat("%s is %d, but each rank holds %d / cp %d = %d tokens of the "
-                               "sequence",
-                               IntLabel(rule.a), value, context_->seq, mesh.cp, want));
+          Fail(
+              absl::StrFormat("%s is %d, but each rank holds %d / cp %d = %d tokens of the "
+                              "sequence",
+                              IntLabel(rule.a), value, context_->seq, mesh.cp, want));
         }
         return;
       }
@@ -282,8 +282,7 @@ class Checker {
           return Fail(absl::StrFormat(
               "%s %d '%s' is %s but output 0 '%s' is %s (an elementwise kernel computes in one "
               "type; convert with a cast step)",
-              role, i, list[i].name, DTypeText(list[i].dtype), first.name,
-              DTypeText(first.dtype)));
+              role, i, list[i].name, DTypeText(list[i].dtype), first.name, DTypeText(first.dtype)));
         }
       }
     }
@@ -302,9 +301,9 @@ Arity ExpectedArity(KernelId kernel, std::span<const int64_t> ints) {
   auto count = [&](std::span<const BufferSpec> specs) {
     int n = 0;
     for (const BufferSpec& spec : specs) {
-      const bool present = spec.present_if < 0 || (static_cast<size_t>(spec.present_if) <
-                                                       ints.size() &&
-                                                   ints[spec.present_if] != 0);
+      const bool present =
+          spec.present_if < 0 ||
+          (static_cast<size_t>(spec.present_if) < ints.size() && ints[spec.present_if] != 0);
       n += present ? 1 : 0;
     }
     return n;

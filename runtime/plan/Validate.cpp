@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <tuple>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"

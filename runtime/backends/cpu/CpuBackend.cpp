@@ -8,27 +8,36 @@
 #include "absl/strings/str_format.h"
 #include "runtime/backends/cpu/DistKernels.h"
 #include "runtime/kernels/cpu/Kernels.h"
+#include "runtime/support/Status.h"
 
 namespace hcp::cpu {
 namespace {
 
 using plan::KernelId;
 
-// A step's arguments as the kernels take them: typed pointers into the arenas and scalars.
+// A buffer of a step as the CPU kernels take it: CPU plans are f32 (int32 for token and expert
+// ids), which ValidatePlan and CpuExecutor have checked.
+struct HostBuffer {
+  std::byte* bytes = nullptr;
+  float* f32() const { return reinterpret_cast<float*>(bytes); }
+  int32_t* i32() const { return reinterpret_cast<int32_t*>(bytes); }
+};
+
+// What a wrapper has at hand: the step's arguments by name, and the ranks and threads.
 class Args {
  public:
   Args(const plan::Plan& plan, const plan::Step& step, const ArenaBases& arenas,
        comm::Communicator& comm, Threads threads)
       : plan_(plan), step_(step), arenas_(arenas), comm_(comm), threads_(threads) {}
 
-  const float* in(int i) const { return reinterpret_cast<const float*>(Address(step_.ins[i])); }
-  const int32_t* in_i32(int i) const {
-    return reinterpret_cast<const int32_t*>(Address(step_.ins[i]));
+  // The step's arguments as its kernel's struct: Get<plan::RmsNormForwardArgs>().
+  template <template <typename> class Kernel>
+  Kernel<HostBuffer> Get() const {
+    return plan::DecodeStep<Kernel>(step_, [this](uint32_t buffer) {
+      const plan::Buffer& b = plan_.buffers[buffer];
+      return HostBuffer{arenas_[static_cast<int>(b.arena)] + b.offset};
+    });
   }
-  float* out(int i) const { return reinterpret_cast<float*>(Address(step_.outs[i])); }
-  int32_t* out_i32(int i) const { return reinterpret_cast<int32_t*>(Address(step_.outs[i])); }
-  int64_t i(int k) const { return step_.ints[k]; }
-  float f(int k) const { return static_cast<float>(step_.floats[k]); }
   // For the collectives: the ranks, and how the sequence is laid out over them.
   comm::Communicator& comm() const { return comm_; }
   const plan::Mesh& mesh() const { return plan_.mesh; }
@@ -36,11 +45,6 @@ class Args {
   Threads threads() const { return threads_; }
 
  private:
-  std::byte* Address(uint32_t buffer) const {
-    const plan::Buffer& b = plan_.buffers[buffer];
-    return arenas_[static_cast<int>(b.arena)] + b.offset;
-  }
-
   const plan::Plan& plan_;
   const plan::Step& step_;
   const ArenaBases& arenas_;
@@ -61,446 +65,452 @@ absl::Status CheckExpertIndices(const int32_t* indices, int64_t count, int64_t e
 }
 
 // ---------------------------------------------------------------------------------------------
-// The wrappers, in KernelTable.def's order. Argument comments follow the table.
+// The wrappers, in KernelTable.txt's order: each reads its kernel's struct by name.
 
-// gemm's and gemm_add's ints (trans_a, trans_b, m, n, k); dense operands: the row stride is the
-// stored matrix's column count.
-struct GemmShape {
-  bool trans_a, trans_b;
-  int64_t m, n, k;
-  explicit GemmShape(const Args& a)
-      : trans_a(a.i(0) != 0), trans_b(a.i(1) != 0), m(a.i(2)), n(a.i(3)), k(a.i(4)) {}
-  // out = alpha op(a) op(b) + beta out.
-  void Run(const Args& a, float beta, float* out) const {
-    gemm<float>(trans_a, trans_b, m, n, k, a.f(0), a.in(0), trans_a ? m : k, a.in(1),
-                trans_b ? k : n, beta, out, n, a.threads());
-  }
-};
+// gemm's and gemm_add's product; dense operands: the row stride is the stored matrix's column
+// count. out = alpha op(a) op(b) + beta out.
+template <typename Kernel>
+void RunProduct(const Kernel& g, float beta, float* out, Threads threads) {
+  gemm<float>(g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<float>(g.alpha), g.a.f32(),
+              g.trans_a ? g.m : g.k, g.b.f32(), g.trans_b ? g.k : g.n, beta, out, g.n, threads);
+}
 
-// ins: a, b. outs: c. ints: trans_a, trans_b, m, n, k. floats: alpha.
 absl::Status RunGemm(const Args& a) {
-  GemmShape(a).Run(a, 0.0f, a.out(0));
+  const auto g = a.Get<plan::GemmArgs>();
+  RunProduct(g, 0.0f, g.c.f32(), a.threads());
   return absl::OkStatus();
 }
 
-// ins: a, b, c. outs: out. ints, floats: gemm's. out = c, then the product added in (beta 1).
+// out = c, then the product added in (beta 1).
 absl::Status RunGemmAdd(const Args& a) {
-  const GemmShape g(a);
-  if (a.out(0) != a.in(2)) std::copy_n(a.in(2), g.m * g.n, a.out(0));
-  g.Run(a, 1.0f, a.out(0));
+  const auto g = a.Get<plan::GemmAddArgs>();
+  if (g.out.f32() != g.c.f32()) std::copy_n(g.c.f32(), g.m * g.n, g.out.f32());
+  RunProduct(g, 1.0f, g.out.f32(), a.threads());
   return absl::OkStatus();
 }
 
-// ins: table, ids. outs: out. ints: tokens, vocab, hidden. floats: multiplier.
 absl::Status RunEmbeddingForward(const Args& a) {
-  return embedding_forward<float>(a.out(0), a.in_i32(1), a.in(0), a.i(0), a.i(1), a.i(2), a.f(0));
+  const auto k = a.Get<plan::EmbeddingForwardArgs>();
+  return embedding_forward<float>(k.out.f32(), k.ids.i32(), k.table.f32(), k.tokens, k.vocab,
+                                  k.hidden, static_cast<float>(k.multiplier));
 }
 
-// ins: dout, ids. outs: dtable. ints: tokens, vocab, hidden, padding_idx. floats: multiplier.
 absl::Status RunEmbeddingBackward(const Args& a) {
-  embedding_backward<float>(a.out(0), a.in(0), a.in_i32(1), a.i(0), a.i(1), a.i(2), a.f(0), a.i(3));
+  const auto k = a.Get<plan::EmbeddingBackwardArgs>();
+  embedding_backward<float>(k.dtable.f32(), k.dout.f32(), k.ids.i32(), k.tokens, k.vocab, k.hidden,
+                            static_cast<float>(k.multiplier), k.padding_idx);
   return absl::OkStatus();
 }
 
-// ins: x, w. outs: y. ints: rows, dim. floats: eps.
 absl::Status RunRmsNormForward(const Args& a) {
-  std::vector<float> rstd(a.i(0));  // not kept: the backward recomputes it
-  rms_norm_forward<float>(a.out(0), rstd.data(), a.in(0), a.in(1), a.i(0), a.i(1), a.f(0));
+  const auto k = a.Get<plan::RmsNormForwardArgs>();
+  std::vector<float> rstd(k.rows);  // not kept: the backward recomputes it
+  rms_norm_forward<float>(k.y.f32(), rstd.data(), k.x.f32(), k.w.f32(), k.rows, k.dim,
+                          static_cast<float>(k.eps));
   return absl::OkStatus();
 }
 
-// ins: dy, x, w. outs: dx, dw. ints: rows, dim. floats: eps.
 absl::Status RunRmsNormBackward(const Args& a) {
-  const int64_t rows = a.i(0), dim = a.i(1);
+  const auto k = a.Get<plan::RmsNormBackwardArgs>();
   // Recompute rstd with the forward kernel itself, so it is bit-identical to the forward's.
-  std::vector<float> y(rows * dim), rstd(rows);
-  rms_norm_forward<float>(y.data(), rstd.data(), a.in(1), a.in(2), rows, dim, a.f(0));
-  rms_norm_backward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), rstd.data(), rows, dim);
+  std::vector<float> y(k.rows * k.dim), rstd(k.rows);
+  rms_norm_forward<float>(y.data(), rstd.data(), k.x.f32(), k.w.f32(), k.rows, k.dim,
+                          static_cast<float>(k.eps));
+  rms_norm_backward<float>(k.dx.f32(), k.dw.f32(), k.dy.f32(), k.x.f32(), k.w.f32(), rstd.data(),
+                           k.rows, k.dim);
   return absl::OkStatus();
 }
 
-// ins: y, z, w. outs: out. ints: rows, dim. floats: eps.
 absl::Status RunGatedRmsNormForward(const Args& a) {
-  std::vector<float> rstd(a.i(0));
-  gated_rms_norm_forward<float>(a.out(0), rstd.data(), a.in(0), a.in(1), a.in(2), a.i(0), a.i(1),
-                                a.f(0));
+  const auto k = a.Get<plan::GatedRmsNormForwardArgs>();
+  std::vector<float> rstd(k.rows);
+  gated_rms_norm_forward<float>(k.out.f32(), rstd.data(), k.y.f32(), k.z.f32(), k.w.f32(), k.rows,
+                                k.dim, static_cast<float>(k.eps));
   return absl::OkStatus();
 }
 
-// ins: dout, y, z, w. outs: dy, dz, dw. ints: rows, dim. floats: eps.
 absl::Status RunGatedRmsNormBackward(const Args& a) {
-  const int64_t rows = a.i(0), dim = a.i(1);
-  std::vector<float> out(rows * dim), rstd(rows);
-  gated_rms_norm_forward<float>(out.data(), rstd.data(), a.in(1), a.in(2), a.in(3), rows, dim,
-                                a.f(0));
-  gated_rms_norm_backward<float>(a.out(0), a.out(1), a.out(2), a.in(0), a.in(1), a.in(2), a.in(3),
-                                 rstd.data(), rows, dim);
+  const auto k = a.Get<plan::GatedRmsNormBackwardArgs>();
+  std::vector<float> out(k.rows * k.dim), rstd(k.rows);
+  gated_rms_norm_forward<float>(out.data(), rstd.data(), k.y.f32(), k.z.f32(), k.w.f32(), k.rows,
+                                k.dim, static_cast<float>(k.eps));
+  gated_rms_norm_backward<float>(k.dy.f32(), k.dz.f32(), k.dw.f32(), k.dout.f32(), k.y.f32(),
+                                 k.z.f32(), k.w.f32(), rstd.data(), k.rows, k.dim);
   return absl::OkStatus();
 }
 
-// Elementwise. ints: n. Backward ins: dy, then x (silu, softplus) or y (neg_exp).
 absl::Status RunSiluForward(const Args& a) {
-  silu_forward<float>(a.out(0), a.in(0), a.i(0));
+  const auto k = a.Get<plan::SiluForwardArgs>();
+  silu_forward<float>(k.y.f32(), k.x.f32(), k.n);
   return absl::OkStatus();
 }
 absl::Status RunSiluBackward(const Args& a) {
-  silu_backward<float>(a.out(0), a.in(0), a.in(1), a.i(0));
+  const auto k = a.Get<plan::SiluBackwardArgs>();
+  silu_backward<float>(k.dx.f32(), k.dy.f32(), k.x.f32(), k.n);
   return absl::OkStatus();
 }
 absl::Status RunSoftplusForward(const Args& a) {
-  softplus_forward<float>(a.out(0), a.in(0), a.i(0));
+  const auto k = a.Get<plan::SoftplusForwardArgs>();
+  softplus_forward<float>(k.y.f32(), k.x.f32(), k.n);
   return absl::OkStatus();
 }
 absl::Status RunSoftplusBackward(const Args& a) {
-  softplus_backward<float>(a.out(0), a.in(0), a.in(1), a.i(0));
+  const auto k = a.Get<plan::SoftplusBackwardArgs>();
+  softplus_backward<float>(k.dx.f32(), k.dy.f32(), k.x.f32(), k.n);
   return absl::OkStatus();
 }
 absl::Status RunNegExpForward(const Args& a) {
-  neg_exp_forward<float>(a.out(0), a.in(0), a.i(0));
+  const auto k = a.Get<plan::NegExpForwardArgs>();
+  neg_exp_forward<float>(k.y.f32(), k.x.f32(), k.n);
   return absl::OkStatus();
 }
 absl::Status RunNegExpBackward(const Args& a) {
-  neg_exp_backward<float>(a.out(0), a.in(0), a.in(1), a.i(0));
+  const auto k = a.Get<plan::NegExpBackwardArgs>();
+  neg_exp_backward<float>(k.dx.f32(), k.dy.f32(), k.y.f32(), k.n);
   return absl::OkStatus();
 }
 
-// ins: x [rows, 2*inner]. outs: y [rows, inner]. ints: rows, inner.
 absl::Status RunSwigluForward(const Args& a) {
-  swiglu_forward<float>(a.out(0), a.in(0), a.i(0), a.i(1));
+  const auto k = a.Get<plan::SwigluForwardArgs>();
+  swiglu_forward<float>(k.y.f32(), k.x.f32(), k.rows, k.inner);
   return absl::OkStatus();
 }
-// ins: dy, x. outs: dx. ints: rows, inner.
 absl::Status RunSwigluBackward(const Args& a) {
-  swiglu_backward<float>(a.out(0), a.in(0), a.in(1), a.i(0), a.i(1));
+  const auto k = a.Get<plan::SwigluBackwardArgs>();
+  swiglu_backward<float>(k.dx.f32(), k.dy.f32(), k.x.f32(), k.rows, k.inner);
   return absl::OkStatus();
 }
 
-// y = x * factor. ints: n. floats: factor.
 absl::Status RunScale(const Args& a) {
-  scale<float>(a.out(0), a.in(0), a.f(0), a.i(0));
+  const auto k = a.Get<plan::ScaleArgs>();
+  scale<float>(k.y.f32(), k.x.f32(), static_cast<float>(k.factor), k.n);
   return absl::OkStatus();
 }
 
-// y[i] = a[i] op b[i % rhs_n]. ints: n, rhs_n.
 absl::Status RunAdd(const Args& a) {
+  const auto k = a.Get<plan::AddArgs>();
   // The reference bias add is exactly this broadcast, viewed as [n / rhs_n, rhs_n].
-  bias_add_forward<float>(a.out(0), a.in(0), a.in(1), a.i(0) / a.i(1), a.i(1));
+  bias_add_forward<float>(k.y.f32(), k.a.f32(), k.b.f32(), k.n / k.rhs_n, k.rhs_n);
   return absl::OkStatus();
 }
 // Multiply and divide have no reference kernel of their own: a plain loop is the reference.
 absl::Status RunMul(const Args& a) {
-  const int64_t n = a.i(0), rhs_n = a.i(1);
-  const float *x = a.in(0), *b = a.in(1);
-  float* y = a.out(0);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * b[i % rhs_n];
+  const auto k = a.Get<plan::MulArgs>();
+  const float *x = k.a.f32(), *b = k.b.f32();
+  float* y = k.y.f32();
+  for (int64_t i = 0; i < k.n; ++i) y[i] = x[i] * b[i % k.rhs_n];
   return absl::OkStatus();
 }
 absl::Status RunDiv(const Args& a) {
-  const int64_t n = a.i(0), rhs_n = a.i(1);
-  const float *x = a.in(0), *b = a.in(1);
-  float* y = a.out(0);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / b[i % rhs_n];
+  const auto k = a.Get<plan::DivArgs>();
+  const float *x = k.a.f32(), *b = k.b.f32();
+  float* y = k.y.f32();
+  for (int64_t i = 0; i < k.n; ++i) y[i] = x[i] / b[i % k.rhs_n];
   return absl::OkStatus();
 }
 
-// y[c] = sum_r x[r, c]. ints: rows, cols.
 absl::Status RunSumLeading(const Args& a) {
-  column_sum<float>(a.out(0), a.in(0), a.i(0), a.i(1));
+  const auto k = a.Get<plan::SumLeadingArgs>();
+  column_sum<float>(k.y.f32(), k.x.f32(), k.rows, k.cols);
   return absl::OkStatus();
 }
 
-// ints: n. floats: value.
 absl::Status RunFill(const Args& a) {
-  std::fill(a.out(0), a.out(0) + a.i(0), a.f(0));
+  const auto k = a.Get<plan::FillArgs>();
+  std::fill(k.y.f32(), k.y.f32() + k.n, static_cast<float>(k.value));
   return absl::OkStatus();
 }
 
-// out[r, :] = in[r, offset : offset + width]. ints: rows, in_cols, offset, width.
 absl::Status RunSliceColumns(const Args& a) {
-  slice_columns<float>(a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3));
+  const auto k = a.Get<plan::SliceColumnsArgs>();
+  slice_columns<float>(k.out.f32(), k.in.f32(), k.rows, k.in_cols, k.offset, k.width);
   return absl::OkStatus();
 }
 
-// out[r, offset : offset + width] = in[r, :]. ints: rows, out_cols, offset, width.
 absl::Status RunInsertColumns(const Args& a) {
-  slice_columns_backward<float>(a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3));
+  const auto k = a.Get<plan::InsertColumnsArgs>();
+  slice_columns_backward<float>(k.out.f32(), k.in.f32(), k.rows, k.out_cols, k.offset, k.width);
   return absl::OkStatus();
 }
 
-// ints: n.
 absl::Status RunCopy(const Args& a) {
-  std::copy(a.in(0), a.in(0) + a.i(0), a.out(0));
+  const auto k = a.Get<plan::CopyArgs>();
+  std::copy(k.x.f32(), k.x.f32() + k.n, k.y.f32());
   return absl::OkStatus();
 }
 
-// ins: x. outs: y. ints: n. CPU plans are f32 throughout (CpuExecutor refuses others): a copy.
-absl::Status RunCast(const Args& a) { return RunCopy(a); }
+// CPU plans are f32 throughout (CpuExecutor refuses others): a copy.
+absl::Status RunCast(const Args& a) {
+  const auto k = a.Get<plan::CastArgs>();
+  std::copy(k.x.f32(), k.x.f32() + k.n, k.y.f32());
+  return absl::OkStatus();
+}
 
-// ins: x, w, bias[, halo]. outs: y. ints: batch, seq, channels, width, has_halo, silu. Without a
-// halo every sequence starts at position 0 (zeros before it). With silu, y = silu(conv): the
-// two kernels one after the other, so the same values as the separate silu.forward step.
+// Without a halo every sequence starts at position 0 (zeros before it). With silu, y =
+// silu(conv): the two kernels one after the other, so the same values as the separate
+// silu.forward step.
 absl::Status RunCausalConv1dForward(const Args& a) {
-  const float* halo = a.i(4) != 0 ? a.in(3) : nullptr;
-  causal_conv1d_forward<float>(a.out(0), a.in(0), halo, a.in(1), a.in(2), a.i(0), a.i(1), a.i(2),
-                               a.i(3));
-  if (a.i(5) != 0) silu_forward<float>(a.out(0), a.out(0), a.i(0) * a.i(1) * a.i(2));
+  const auto k = a.Get<plan::CausalConv1dForwardArgs>();
+  const float* halo = k.has_halo ? k.halo.f32() : nullptr;
+  causal_conv1d_forward<float>(k.y.f32(), k.x.f32(), halo, k.w.f32(), k.bias.f32(), k.batch, k.seq,
+                               k.channels, k.width);
+  if (k.silu) silu_forward<float>(k.y.f32(), k.y.f32(), k.batch * k.seq * k.channels);
   return absl::OkStatus();
 }
-// ins: dy, x, w[, halo][, bias]. outs: dx, dw, dbias[, dhalo]. With silu, dy is the gradient
-// of silu's output: the conv's output is recomputed and silu.backward taken first (the same
-// values as the separate steps).
+// With silu, dy is the gradient of silu's output: the conv's output is recomputed and
+// silu.backward taken first (the same values as the separate steps).
 absl::Status RunCausalConv1dBackward(const Args& a) {
-  const bool has_halo = a.i(4) != 0, silu = a.i(5) != 0;
-  const float* halo = has_halo ? a.in(3) : nullptr;
-  const float* dy = a.in(0);
+  const auto k = a.Get<plan::CausalConv1dBackwardArgs>();
+  const float* halo = k.has_halo ? k.halo.f32() : nullptr;
+  const float* dy = k.dy.f32();
   std::vector<float> dconv;
-  if (silu) {
-    const int64_t n = a.i(0) * a.i(1) * a.i(2);
+  if (k.silu) {
+    const int64_t n = k.batch * k.seq * k.channels;
     std::vector<float> conv(n);
-    causal_conv1d_forward<float>(conv.data(), a.in(1), halo, a.in(2), a.in(3 + has_halo), a.i(0),
-                                 a.i(1), a.i(2), a.i(3));
+    causal_conv1d_forward<float>(conv.data(), k.x.f32(), halo, k.w.f32(), k.bias.f32(), k.batch,
+                                 k.seq, k.channels, k.width);
     dconv.resize(n);
     silu_backward<float>(dconv.data(), dy, conv.data(), n);
     dy = dconv.data();
   }
-  causal_conv1d_backward<float>(a.out(0), has_halo ? a.out(3) : nullptr, a.out(1), a.out(2), dy,
-                                a.in(1), halo, a.in(2), a.i(0), a.i(1), a.i(2), a.i(3));
+  causal_conv1d_backward<float>(k.dx.f32(), k.has_halo ? k.dhalo.f32() : nullptr, k.dw.f32(),
+                                k.dbias.f32(), dy, k.x.f32(), halo, k.w.f32(), k.batch, k.seq,
+                                k.channels, k.width);
   return absl::OkStatus();
 }
 
-// ints: batch, seq, heads, head_dim, groups, state, then for the scan's kernels (`chunked`)
-// chunk[, has_init[, has_dfinal]]; ssd_add_initial_state is not chunked and has no chunk.
-SsdShape SsdShapeOf(const Args& a, bool chunked = true) {
-  // A chunk longer than the sequence is one chunk either way; capping it keeps the kernels'
-  // per-chunk scratch sized by the data rather than by the number in the plan.
-  return SsdShape{.batch = a.i(0),
-                  .seq = a.i(1),
-                  .heads = a.i(2),
-                  .head_dim = a.i(3),
-                  .groups = a.i(4),
-                  .state = a.i(5),
-                  .chunk = chunked ? std::min(a.i(6), a.i(1)) : a.i(1)};
+// The SSD kernels' shape. A chunk longer than the sequence is one chunk either way; capping it
+// keeps the kernels' per-chunk scratch sized by the data rather than by the number in the plan.
+// ssd_add_initial_state is not chunked (chunk = seq).
+template <typename Kernel>
+SsdShape SsdShapeOf(const Kernel& k, int64_t chunk) {
+  return SsdShape{.batch = k.batch,
+                  .seq = k.seq,
+                  .heads = k.heads,
+                  .head_dim = k.head_dim,
+                  .groups = k.groups,
+                  .state = k.state,
+                  .chunk = std::min(chunk, k.seq)};
 }
 
-// ins: x, dt, A, B, C, D[, init_state]. outs: y, final_state.
 absl::Status RunSsdScanForward(const Args& a) {
-  const bool has_init = a.i(7) != 0;
-  ssd_scan_forward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), a.in(3), a.in(4), a.in(5),
-                          has_init ? a.in(6) : nullptr, SsdShapeOf(a), a.threads());
+  const auto k = a.Get<plan::SsdScanForwardArgs>();
+  ssd_scan_forward<float>(
+      k.y.f32(), k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(), k.C.f32(),
+      k.D.f32(), k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk), a.threads());
   return absl::OkStatus();
 }
 
-// ins: dy, x, dt, A, B, C, D[, init_state][, dfinal_state].
-// outs: dx, ddt, dA, dB, dC, dD[, dinit_state].
 absl::Status RunSsdScanBackward(const Args& a) {
-  const bool has_init = a.i(7) != 0, has_dfinal = a.i(8) != 0;
-  const float* init_state = has_init ? a.in(7) : nullptr;
-  const float* dfinal_state = has_dfinal ? a.in(has_init ? 8 : 7) : nullptr;
-  float* dinit_state = has_init ? a.out(6) : nullptr;
-  ssd_scan_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.out(4), a.out(5), dinit_state,
-                           a.in(0), dfinal_state, a.in(1), a.in(2), a.in(3), a.in(4), a.in(5),
-                           a.in(6), init_state, SsdShapeOf(a), a.threads());
+  const auto k = a.Get<plan::SsdScanBackwardArgs>();
+  ssd_scan_backward<float>(k.dx.f32(), k.ddt.f32(), k.dA.f32(), k.dB.f32(), k.dC.f32(), k.dD.f32(),
+                           k.has_init ? k.dinit_state.f32() : nullptr, k.dy.f32(),
+                           k.has_dfinal ? k.dfinal_state.f32() : nullptr, k.x.f32(), k.dt.f32(),
+                           k.A.f32(), k.B.f32(), k.C.f32(), k.D.f32(),
+                           k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
+                           a.threads());
   return absl::OkStatus();
 }
 
-// ins: x, dt, A, B. outs: final_state. ints: batch, seq, heads, head_dim, groups, state, chunk.
 absl::Status RunSsdFinalStateForward(const Args& a) {
-  ssd_final_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), SsdShapeOf(a),
-                                 a.threads());
+  const auto k = a.Get<plan::SsdFinalStateForwardArgs>();
+  ssd_final_state_forward<float>(k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(),
+                                 SsdShapeOf(k, k.chunk), a.threads());
   return absl::OkStatus();
 }
 
-// ins: dfinal_state, x, dt, A, B. outs: dx, ddt, dA, dB.
 absl::Status RunSsdFinalStateBackward(const Args& a) {
-  ssd_final_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
-                                  a.in(3), a.in(4), SsdShapeOf(a), a.threads());
+  const auto k = a.Get<plan::SsdFinalStateBackwardArgs>();
+  ssd_final_state_backward<float>(k.dx.f32(), k.ddt.f32(), k.dA.f32(), k.dB.f32(),
+                                  k.dfinal_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(),
+                                  SsdShapeOf(k, k.chunk), a.threads());
   return absl::OkStatus();
 }
 
-// ins: dt, A. outs: g. ints: batch, seq, heads.
 absl::Status RunSsdLogDecayForward(const Args& a) {
-  ssd_log_decay<float>(a.out(0), a.in(0), a.in(1), a.i(0), a.i(1), a.i(2));
+  const auto k = a.Get<plan::SsdLogDecayForwardArgs>();
+  ssd_log_decay<float>(k.g.f32(), k.dt.f32(), k.A.f32(), k.batch, k.seq, k.heads);
   return absl::OkStatus();
 }
-// ins: dg, dt, A. outs: ddt, dA. ints: batch, seq, heads.
 absl::Status RunSsdLogDecayBackward(const Args& a) {
-  ssd_log_decay_backward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), a.i(0), a.i(1),
-                                a.i(2));
+  const auto k = a.Get<plan::SsdLogDecayBackwardArgs>();
+  ssd_log_decay_backward<float>(k.ddt.f32(), k.dA.f32(), k.dg.f32(), k.dt.f32(), k.A.f32(), k.batch,
+                                k.seq, k.heads);
   return absl::OkStatus();
 }
 
-// ins: y, dt, A, C, init_state. outs: out.
 absl::Status RunSsdAddInitialStateForward(const Args& a) {
-  ssd_add_initial_state_forward<float>(a.out(0), a.in(0), a.in(1), a.in(2), a.in(3), a.in(4),
-                                       SsdShapeOf(a, /*chunked=*/false));
+  const auto k = a.Get<plan::SsdAddInitialStateForwardArgs>();
+  ssd_add_initial_state_forward<float>(k.out.f32(), k.y.f32(), k.dt.f32(), k.A.f32(), k.C.f32(),
+                                       k.init_state.f32(), SsdShapeOf(k, k.seq));
   return absl::OkStatus();
 }
-// ins: dout, dt, A, C, init_state. outs: ddt, dA, dC, dinit_state.
 absl::Status RunSsdAddInitialStateBackward(const Args& a) {
-  ssd_add_initial_state_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1),
-                                        a.in(2), a.in(3), a.in(4),
-                                        SsdShapeOf(a, /*chunked=*/false));
+  const auto k = a.Get<plan::SsdAddInitialStateBackwardArgs>();
+  ssd_add_initial_state_backward<float>(k.ddt.f32(), k.dA.f32(), k.dC.f32(), k.dinit_state.f32(),
+                                        k.dout.f32(), k.dt.f32(), k.A.f32(), k.C.f32(),
+                                        k.init_state.f32(), SsdShapeOf(k, k.seq));
   return absl::OkStatus();
 }
 
-// ints: batch, seq, q_heads, kv_heads, head_dim, causal. floats: scale. For attention.forward
-// and .backward queries and keys are the same positions, so both start at 0; ring attention
-// takes the positions of each piece from the mesh.
-AttentionShape AttentionShapeOf(const Args& a) {
-  return AttentionShape{.batch = a.i(0),
-                        .q_len = a.i(1),
-                        .kv_len = a.i(1),
-                        .q_heads = a.i(2),
-                        .kv_heads = a.i(3),
-                        .head_dim = a.i(4)};
+// For attention.forward and .backward queries and keys are the same positions, so both start
+// at 0; ring attention takes the positions of each piece from the mesh.
+template <typename Kernel>
+AttentionShape AttentionShapeOf(const Kernel& k) {
+  return AttentionShape{.batch = k.batch,
+                        .q_len = k.seq,
+                        .kv_len = k.seq,
+                        .q_heads = k.q_heads,
+                        .kv_heads = k.kv_heads,
+                        .head_dim = k.head_dim};
 }
 
-// ins: q, k, v. outs: out, lse.
 absl::Status RunAttentionForward(const Args& a) {
-  attention_forward<float>(a.out(0), a.out(1), a.in(0), a.in(1), a.in(2), AttentionShapeOf(a),
-                           a.f(0), a.i(5) != 0, /*q_pos0=*/0, /*k_pos0=*/0);
+  const auto k = a.Get<plan::AttentionForwardArgs>();
+  attention_forward<float>(k.out.f32(), k.lse.f32(), k.q.f32(), k.k.f32(), k.v.f32(),
+                           AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
+                           /*q_pos0=*/0, /*k_pos0=*/0);
   return absl::OkStatus();
 }
 
-// ins: dout, q, k, v, out, lse. outs: dq, dk, dv.
 absl::Status RunAttentionBackward(const Args& a) {
-  attention_backward<float>(a.out(0), a.out(1), a.out(2), a.in(0), a.in(1), a.in(2), a.in(3),
-                            a.in(4), a.in(5), AttentionShapeOf(a), a.f(0), a.i(5) != 0,
-                            /*q_pos0=*/0, /*k_pos0=*/0);
+  const auto k = a.Get<plan::AttentionBackwardArgs>();
+  attention_backward<float>(k.dq.f32(), k.dk.f32(), k.dv.f32(), k.dout.f32(), k.q.f32(), k.k.f32(),
+                            k.v.f32(), k.out.f32(), k.lse.f32(), AttentionShapeOf(k),
+                            static_cast<float>(k.scale), k.causal, /*q_pos0=*/0, /*k_pos0=*/0);
   return absl::OkStatus();
 }
 
-// ins: logits. outs: gates, experts (i32). ints: tokens, experts, k.
 absl::Status RunMoeRouteForward(const Args& a) {
-  topk_softmax_forward<float>(a.out(0), a.out_i32(1), a.in(0), a.i(0), a.i(1), a.i(2));
+  const auto k = a.Get<plan::MoeRouteForwardArgs>();
+  topk_softmax_forward<float>(k.gates.f32(), k.expert_ids.i32(), k.logits.f32(), k.tokens,
+                              k.experts, k.k);
   return absl::OkStatus();
 }
 
-// ins: dgates, gates, experts (i32). outs: dlogits. ints: tokens, experts, k.
 absl::Status RunMoeRouteBackward(const Args& a) {
-  const int64_t tokens = a.i(0), experts = a.i(1), k = a.i(2);
-  if (absl::Status s = CheckExpertIndices(a.in_i32(2), tokens * k, experts); !s.ok()) return s;
-  topk_softmax_backward<float>(a.out(0), a.in(0), a.in(1), a.in_i32(2), tokens, experts, k);
+  const auto k = a.Get<plan::MoeRouteBackwardArgs>();
+  HCP_RETURN_IF_ERROR(CheckExpertIndices(k.expert_ids.i32(), k.tokens * k.k, k.experts));
+  topk_softmax_backward<float>(k.dlogits.f32(), k.dgates.f32(), k.gates.f32(), k.expert_ids.i32(),
+                               k.tokens, k.experts, k.k);
   return absl::OkStatus();
 }
 
-// ins: x, gates, experts (i32), w_in, w_out. outs: out [, kept_h]. ints: tokens, hidden, inner,
-// experts, k, keep_h.
 absl::Status RunMoeExpertsForward(const Args& a) {
-  const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
-  if (absl::Status s = CheckExpertIndices(a.in_i32(2), tokens * k, experts); !s.ok()) return s;
-  moe_experts_forward<float>(a.out(0), a.in(0), a.in(1), a.in_i32(2), a.in(3), a.in(4), tokens,
-                             a.i(1), a.i(2), experts, k, a.threads(),
-                             a.i(5) == 1 ? a.out(1) : nullptr);
+  const auto k = a.Get<plan::MoeExpertsForwardArgs>();
+  HCP_RETURN_IF_ERROR(CheckExpertIndices(k.expert_ids.i32(), k.tokens * k.k, k.experts));
+  moe_experts_forward<float>(k.out.f32(), k.x.f32(), k.gates.f32(), k.expert_ids.i32(),
+                             k.w_in.f32(), k.w_out.f32(), k.tokens, k.hidden, k.inner, k.experts,
+                             k.k, a.threads(), k.keep_h ? k.kept_h.f32() : nullptr);
   return absl::OkStatus();
 }
 
-// ins: dout, x, gates, experts (i32), w_in, w_out [, kept_h]. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsBackward(const Args& a) {
-  const int64_t tokens = a.i(0), experts = a.i(3), k = a.i(4);
-  if (absl::Status s = CheckExpertIndices(a.in_i32(3), tokens * k, experts); !s.ok()) return s;
-  moe_experts_backward<float>(a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1), a.in(2),
-                              a.in_i32(3), a.in(4), a.in(5), tokens, a.i(1), a.i(2), experts, k,
-                              a.threads(), a.i(5) == 1 ? a.in(6) : nullptr);
+  const auto k = a.Get<plan::MoeExpertsBackwardArgs>();
+  HCP_RETURN_IF_ERROR(CheckExpertIndices(k.expert_ids.i32(), k.tokens * k.k, k.experts));
+  moe_experts_backward<float>(k.dx.f32(), k.dgates.f32(), k.dw_in.f32(), k.dw_out.f32(),
+                              k.dout.f32(), k.x.f32(), k.gates.f32(), k.expert_ids.i32(),
+                              k.w_in.f32(), k.w_out.f32(), k.tokens, k.hidden, k.inner, k.experts,
+                              k.k, a.threads(), k.keep_h ? k.kept_h.f32() : nullptr);
   return absl::OkStatus();
 }
 
-// ins: logits, targets (i32). outs: loss_sum, valid_count. ints: tokens, vocab, ignore_index.
 absl::Status RunCrossEntropyForward(const Args& a) {
-  std::vector<float> lse(a.i(0));  // not kept: the backward recomputes it
-  return cross_entropy_forward<float>(a.out(0), a.out(1), lse.data(), a.in(0), a.in_i32(1), a.i(0),
-                                      a.i(1), a.i(2));
+  const auto k = a.Get<plan::CrossEntropyForwardArgs>();
+  std::vector<float> lse(k.tokens);  // not kept: the backward recomputes it
+  return cross_entropy_forward<float>(k.loss_sum.f32(), k.valid_count.f32(), lse.data(),
+                                      k.logits.f32(), k.targets.i32(), k.tokens, k.vocab,
+                                      k.ignore_index);
 }
 
-// ins: dloss_sum, logits, targets (i32). outs: dlogits. ints: tokens, vocab, ignore_index.
 absl::Status RunCrossEntropyBackward(const Args& a) {
-  const int64_t tokens = a.i(0), vocab = a.i(1), ignore_index = a.i(2);
+  const auto k = a.Get<plan::CrossEntropyBackwardArgs>();
   // Recompute lse with the forward kernel (which also checks the targets again).
   float loss_sum = 0, valid_count = 0;
-  std::vector<float> lse(tokens);
-  if (absl::Status s = cross_entropy_forward<float>(&loss_sum, &valid_count, lse.data(), a.in(1),
-                                                    a.in_i32(2), tokens, vocab, ignore_index);
-      !s.ok()) {
-    return s;
-  }
-  cross_entropy_backward<float>(a.out(0), a.in(0), a.in(1), lse.data(), a.in_i32(2), tokens, vocab,
-                                ignore_index);
+  std::vector<float> lse(k.tokens);
+  HCP_RETURN_IF_ERROR(cross_entropy_forward<float>(&loss_sum, &valid_count, lse.data(),
+                                                   k.logits.f32(), k.targets.i32(), k.tokens,
+                                                   k.vocab, k.ignore_index));
+  cross_entropy_backward<float>(k.dlogits.f32(), k.dloss_sum.f32(), k.logits.f32(), lse.data(),
+                                k.targets.i32(), k.tokens, k.vocab, k.ignore_index);
   return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Collectives (DistKernels.h): every rank of the group runs them.
 
-// ins: x. outs: halo. ints: batch, segs, len, channels, width.
 absl::Status RunHaloExchangeForward(const Args& a) {
-  halo_exchange_forward(a.comm(), a.mesh(), a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3),
-                        a.i(4));
+  const auto k = a.Get<plan::HaloExchangeForwardArgs>();
+  halo_exchange_forward(a.comm(), a.mesh(), k.halo.f32(), k.x.f32(), k.batch, k.segs, k.len,
+                        k.channels, k.width);
   return absl::OkStatus();
 }
-// ins: dhalo. outs: dx. ints as the forward.
 absl::Status RunHaloExchangeBackward(const Args& a) {
-  halo_exchange_backward(a.comm(), a.mesh(), a.out(0), a.in(0), a.i(0), a.i(1), a.i(2), a.i(3),
-                         a.i(4));
+  const auto k = a.Get<plan::HaloExchangeBackwardArgs>();
+  halo_exchange_backward(a.comm(), a.mesh(), k.dx.f32(), k.dhalo.f32(), k.batch, k.segs, k.len,
+                         k.channels, k.width);
   return absl::OkStatus();
 }
 
-// ints: batch, segs, heads, head_dim, state, strategy.
-StateScanShape StateScanShapeOf(const Args& a) {
+template <typename Kernel>
+StateScanShape StateScanShapeOf(const Kernel& k) {
   return StateScanShape{
-      .batch = a.i(0), .segs = a.i(1), .heads = a.i(2), .head_dim = a.i(3), .state = a.i(4)};
+      .batch = k.batch, .segs = k.segs, .heads = k.heads, .head_dim = k.head_dim, .state = k.state};
 }
-// ins: g, s. outs: s_in.
 absl::Status RunStateScanForward(const Args& a) {
-  state_scan_forward(a.comm(), a.mesh(), a.out(0), a.in(0), a.in(1), StateScanShapeOf(a),
-                     StateScanStrategy(a.i(5)));
+  const auto k = a.Get<plan::StateScanForwardArgs>();
+  state_scan_forward(a.comm(), a.mesh(), k.s_in.f32(), k.g.f32(), k.s.f32(), StateScanShapeOf(k),
+                     StateScanStrategy(k.strategy));
   return absl::OkStatus();
 }
-// ins: ds_in, g, s_in. outs: dg, ds.
 absl::Status RunStateScanBackward(const Args& a) {
-  state_scan_backward(a.comm(), a.mesh(), a.out(0), a.out(1), a.in(0), a.in(1), a.in(2),
-                      StateScanShapeOf(a), StateScanStrategy(a.i(5)));
+  const auto k = a.Get<plan::StateScanBackwardArgs>();
+  state_scan_backward(a.comm(), a.mesh(), k.dg.f32(), k.ds.f32(), k.ds_in.f32(), k.g.f32(),
+                      k.s_in.f32(), StateScanShapeOf(k), StateScanStrategy(k.strategy));
   return absl::OkStatus();
 }
 
-// ins: q, k, v (local). outs: out, lse. ints: batch, seq (local), q_heads, kv_heads, head_dim,
-// causal. floats: scale.
+// q, k, v are the rank's local part (seq = the local sequence).
 absl::Status RunRingAttentionForward(const Args& a) {
-  ring_attention_forward(a.comm(), a.mesh(), a.out(0), a.out(1), a.in(0), a.in(1), a.in(2),
-                         AttentionShapeOf(a), a.f(0), a.i(5) != 0);
+  const auto k = a.Get<plan::RingAttentionForwardArgs>();
+  ring_attention_forward(a.comm(), a.mesh(), k.out.f32(), k.lse.f32(), k.q.f32(), k.k.f32(),
+                         k.v.f32(), AttentionShapeOf(k), static_cast<float>(k.scale), k.causal);
   return absl::OkStatus();
 }
-// ins: dout, q, k, v, out, lse. outs: dq, dk, dv.
 absl::Status RunRingAttentionBackward(const Args& a) {
-  ring_attention_backward(a.comm(), a.mesh(), a.out(0), a.out(1), a.out(2), a.in(0), a.in(1),
-                          a.in(2), a.in(3), a.in(4), a.in(5), AttentionShapeOf(a), a.f(0),
-                          a.i(5) != 0);
+  const auto k = a.Get<plan::RingAttentionBackwardArgs>();
+  ring_attention_backward(a.comm(), a.mesh(), k.dq.f32(), k.dk.f32(), k.dv.f32(), k.dout.f32(),
+                          k.q.f32(), k.k.f32(), k.v.f32(), k.out.f32(), k.lse.f32(),
+                          AttentionShapeOf(k), static_cast<float>(k.scale), k.causal);
   return absl::OkStatus();
 }
 
-// ins: x. outs: y. ints: n, group (0 world, 1 cp, 2 dp).
 absl::Status RunAllReduce(const Args& a) {
-  all_reduce(a.comm(), a.out(0), a.in(0), a.i(0), comm::Group(a.i(1)));
+  const auto k = a.Get<plan::AllReduceArgs>();
+  all_reduce(a.comm(), k.y.f32(), k.x.f32(), k.n, comm::Group(k.group));
   return absl::OkStatus();
 }
 
-// ints: tokens, hidden, inner, experts (global), k, ep.
-MoeShape MoeShapeOf(const Args& a) {
-  return MoeShape{.tokens = a.i(0),
-                  .hidden = a.i(1),
-                  .inner = a.i(2),
-                  .experts = a.i(3),
-                  .k = a.i(4),
-                  .ep = a.i(5)};
+template <typename Kernel>
+MoeShape MoeShapeOf(const Kernel& k) {
+  return MoeShape{.tokens = k.tokens,
+                  .hidden = k.hidden,
+                  .inner = k.inner,
+                  .experts = k.experts,
+                  .k = k.k,
+                  .ep = k.ep};
 }
-// ins: x, gates, experts (i32, global ids), w_in, w_out (this rank's experts). outs: out.
+// The weights are this rank's experts; the expert ids are global.
 absl::Status RunMoeExpertsEpForward(const Args& a) {
-  return moe_experts_ep_forward(a.comm(), a.out(0), a.in(0), a.in(1), a.in_i32(2), a.in(3), a.in(4),
-                                MoeShapeOf(a));
+  const auto k = a.Get<plan::MoeExpertsEpForwardArgs>();
+  return moe_experts_ep_forward(a.comm(), k.out.f32(), k.x.f32(), k.gates.f32(), k.expert_ids.i32(),
+                                k.w_in.f32(), k.w_out.f32(), MoeShapeOf(k));
 }
-// ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out.
 absl::Status RunMoeExpertsEpBackward(const Args& a) {
-  return moe_experts_ep_backward(a.comm(), a.out(0), a.out(1), a.out(2), a.out(3), a.in(0), a.in(1),
-                                 a.in(2), a.in_i32(3), a.in(4), a.in(5), MoeShapeOf(a));
+  const auto k = a.Get<plan::MoeExpertsEpBackwardArgs>();
+  return moe_experts_ep_backward(a.comm(), k.dx.f32(), k.dgates.f32(), k.dw_in.f32(),
+                                 k.dw_out.f32(), k.dout.f32(), k.x.f32(), k.gates.f32(),
+                                 k.expert_ids.i32(), k.w_in.f32(), k.w_out.f32(), MoeShapeOf(k));
 }
 
 }  // namespace

@@ -325,12 +325,12 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
     }
     absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_, threads_);
     if (auto route = routes_.find(i); status.ok() && route != routes_.end()) {
-      const plan::Step& step = plan_.steps[i];  // moe_route.forward: RouteWith checked it
-      std::span<int32_t> ids = I32Buffer(step.outs[1]);
+      // moe_route.forward: RouteWith checked it
+      const auto r = plan::DecodeStep<plan::MoeRouteForwardArgs>(plan_.steps[i]);
+      std::span<int32_t> ids = I32Buffer(r.expert_ids);
       std::copy(route->second.begin(), route->second.end(), ids.begin());
-      cpu::selected_softmax_forward(F32Buffer(step.outs[0]).data(), ids.data(),
-                                    F32Buffer(step.ins[0]).data(), step.ints[0], step.ints[1],
-                                    step.ints[2]);
+      cpu::selected_softmax_forward(F32Buffer(r.gates).data(), ids.data(),
+                                    F32Buffer(r.logits).data(), r.tokens, r.experts, r.k);
     }
     if (status.ok()) continue;
     if (comm_->world_size() == 1) return status;
@@ -354,8 +354,8 @@ absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "RouteWith: step %d is not an MoE layer's routing (moe_route.forward)", step));
   }
-  const plan::Step& s = plan_.steps[step];
-  const int64_t tokens = s.ints[0], count = s.ints[1], k = s.ints[2];
+  const auto route = plan::DecodeStep<plan::MoeRouteForwardArgs>(plan_.steps[step]);
+  const int64_t tokens = route.tokens, count = route.experts, k = route.k;
   if (static_cast<int64_t>(experts.size()) != tokens * k) {
     return absl::InvalidArgumentError(
         absl::StrFormat("RouteWith: step %d routes %d tokens to %d experts each (%d ids), not %d",

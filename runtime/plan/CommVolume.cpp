@@ -1,6 +1,7 @@
 #include "runtime/plan/CommVolume.h"
 
 #include "runtime/plan/KernelTable.h"
+#include "runtime/plan/Plan.h"
 
 namespace hcp::plan {
 namespace {
@@ -25,72 +26,82 @@ int64_t GroupSize(const Mesh& mesh, int64_t group) {
   return mesh.world();
 }
 
-std::string Kind(const Step& step) { return std::string(TrafficKind(step.kernel)); }
+// Each collective's bytes sent by cp rank `me` (every dp replica sends the same), from its
+// kernel's arguments.
 
-// One step's bytes sent by cp rank `me` (every dp replica sends the same).
-void CountStep(const Mesh& mesh, const Step& step, int64_t me,
-               std::map<std::string, uint64_t>& sent) {
-  const std::vector<int64_t>& n = step.ints;
+// Forward: the tail of each segment -> its successor; backward: the halo gradient -> its
+// predecessor.
+template <typename Halo>
+uint64_t HaloBytes(const Mesh& mesh, const Halo& h, int64_t me, int64_t direction) {
+  uint64_t bytes = 0;
+  for (int64_t k = 0; k < h.segs; ++k) {
+    if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction))
+      bytes += h.batch * h.width * h.channels * kFloat;
+  }
+  return bytes;
+}
+
+template <typename Scan>
+uint64_t StateScanBytes(const Mesh& mesh, const Scan& s, int64_t me, int64_t direction) {
+  const uint64_t states = s.batch * s.heads * s.head_dim * s.state * kFloat;  // one segment
+  if (s.strategy == 0) {  // all-gather of [g | states] of every local segment to the cp-1 others
+    const uint64_t mine = s.segs * (s.batch * s.heads * kFloat + states);
+    return mine * static_cast<uint64_t>(mesh.cp - 1);
+  }
+  uint64_t bytes = 0;
+  for (int64_t k = 0; k < s.segs; ++k) {
+    if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction)) bytes += states;
+  }
+  return bytes;
+}
+
+// The forward sends K and V cp-1 times; the backward K, V, dK and dV, and dK and dV home.
+template <typename Ring>
+uint64_t RingBytes(const Mesh& mesh, const Ring& r, bool forward) {
+  if (mesh.cp == 1) return 0;
+  const uint64_t kv = r.batch * r.seq * r.kv_heads * r.head_dim * kFloat;  // K or V of one rank
+  const uint64_t shifts = static_cast<uint64_t>(mesh.cp - 1);
+  return forward ? shifts * 2 * kv : shifts * 4 * kv + 2 * kv;
+}
+
+// Data-dependent: counted for uniform routing, (ep-1)/ep of the tokens*k slots leave the rank;
+// plus the counts (int64 per peer). Forward: out (id, x) in fp32, back the expert output in
+// double. Backward: out (id, gate, x, dout), back (dgate, dx share) in double.
+template <typename Experts>
+uint64_t ExpertsBytes(const Experts& e, bool forward) {
+  if (e.ep <= 1) return 0;
+  const uint64_t hidden = e.hidden;
+  const uint64_t per_slot =
+      forward ? (4 + 4 * hidden) + 8 * hidden : (8 + 8 * hidden) + 8 * (hidden + 1);
+  const uint64_t slots = static_cast<uint64_t>(e.tokens * e.k);
+  const uint64_t peers = static_cast<uint64_t>(e.ep - 1);
+  return slots * per_slot * peers / static_cast<uint64_t>(e.ep) + sizeof(int64_t) * peers;
+}
+
+uint64_t StepBytes(const Mesh& mesh, const Step& step, int64_t me) {
   switch (step.kernel) {
     case KernelId::HaloExchangeForward:
-    case KernelId::HaloExchangeBackward: {
-      // ints: batch, segs, len, channels, width. Forward: tail -> successor; backward: halo
-      // gradient -> predecessor.
-      int64_t direction = step.kernel == KernelId::HaloExchangeForward ? 1 : -1;
-      for (int64_t k = 0; k < n[1]; ++k) {
-        if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction))
-          sent[Kind(step)] += n[0] * n[4] * n[3] * kFloat;
-      }
-      return;
-    }
+      return HaloBytes(mesh, DecodeStep<HaloExchangeForwardArgs>(step), me, 1);
+    case KernelId::HaloExchangeBackward:
+      return HaloBytes(mesh, DecodeStep<HaloExchangeBackwardArgs>(step), me, -1);
     case KernelId::StateScanForward:
-    case KernelId::StateScanBackward: {
-      // ints: batch, segs, heads, head_dim, state, strategy.
-      uint64_t states = n[0] * n[2] * n[3] * n[4] * kFloat;  // one segment, every batch row
-      if (n[5] == 0) {  // all-gather of [g | states] of every local segment to the cp-1 others
-        uint64_t mine = n[1] * (n[0] * n[2] * kFloat + states);
-        sent[Kind(step)] += mine * static_cast<uint64_t>(mesh.cp - 1);
-        return;
-      }
-      int64_t direction = step.kernel == KernelId::StateScanForward ? 1 : -1;
-      for (int64_t k = 0; k < n[1]; ++k) {
-        if (CrossesRanks(mesh, mesh.GlobalSegment(me, k), direction)) sent[Kind(step)] += states;
-      }
-      return;
-    }
+      return StateScanBytes(mesh, DecodeStep<StateScanForwardArgs>(step), me, 1);
+    case KernelId::StateScanBackward:
+      return StateScanBytes(mesh, DecodeStep<StateScanBackwardArgs>(step), me, -1);
     case KernelId::RingAttentionForward:
-    case KernelId::RingAttentionBackward: {
-      // ints: batch, seq (local), q_heads, kv_heads, head_dim, causal.
-      if (mesh.cp == 1) return;
-      uint64_t kv = n[0] * n[1] * n[3] * n[4] * kFloat;  // K or V of one rank
-      uint64_t shifts = static_cast<uint64_t>(mesh.cp - 1);
-      sent[Kind(step)] += step.kernel == KernelId::RingAttentionForward ? shifts * 2 * kv
-                                                                        : shifts * 4 * kv + 2 * kv;
-      return;
-    }
+      return RingBytes(mesh, DecodeStep<RingAttentionForwardArgs>(step), /*forward=*/true);
+    case KernelId::RingAttentionBackward:
+      return RingBytes(mesh, DecodeStep<RingAttentionBackwardArgs>(step), /*forward=*/false);
     case KernelId::MoeExpertsEpForward:
-    case KernelId::MoeExpertsEpBackward: {
-      // ints: tokens, hidden, inner, experts, k, ep. Data-dependent: counted for uniform
-      // routing, (ep-1)/ep of the tokens*k slots leave the rank; plus the counts (int64 per peer).
-      const int64_t ep = n[5];
-      if (ep <= 1) return;
-      const uint64_t hidden = n[1];
-      const bool forward = step.kernel == KernelId::MoeExpertsEpForward;
-      // Forward: out (id, x) in fp32, back the expert output in double. Backward: out (id, gate,
-      // x, dout), back (dgate, dx share) in double.
-      const uint64_t per_slot =
-          forward ? (4 + 4 * hidden) + 8 * hidden : (8 + 8 * hidden) + 8 * (hidden + 1);
-      const uint64_t slots = static_cast<uint64_t>(n[0] * n[4]);
-      sent[Kind(step)] +=
-          slots * per_slot * static_cast<uint64_t>(ep - 1) / static_cast<uint64_t>(ep) +
-          sizeof(int64_t) * static_cast<uint64_t>(ep - 1);
-      return;
+      return ExpertsBytes(DecodeStep<MoeExpertsEpForwardArgs>(step), /*forward=*/true);
+    case KernelId::MoeExpertsEpBackward:
+      return ExpertsBytes(DecodeStep<MoeExpertsEpBackwardArgs>(step), /*forward=*/false);
+    case KernelId::AllReduce: {  // summed in doubles
+      const auto r = DecodeStep<AllReduceArgs>(step);
+      return RingAllReduce(r.n * sizeof(double), GroupSize(mesh, r.group));
     }
-    case KernelId::AllReduce:  // summed in doubles
-      sent[Kind(step)] += RingAllReduce(n[0] * sizeof(double), GroupSize(mesh, n[1]));
-      return;
     default:
-      return;
+      return 0;
   }
 }
 
@@ -122,7 +133,9 @@ CommVolume BytesSentPerRank(const Plan& plan) {
   CommVolume volume(mesh.world());
   for (int64_t rank = 0; rank < mesh.world(); ++rank) {
     for (const Step& step : plan.steps) {
-      if (IsCollective(step.kernel)) CountStep(mesh, step, rank % mesh.cp, volume[rank]);
+      if (!IsCollective(step.kernel)) continue;
+      const uint64_t bytes = StepBytes(mesh, step, rank % mesh.cp);
+      if (bytes > 0) volume[rank][std::string(TrafficKind(step.kernel))] += bytes;
     }
     // Replicated gradients over the world, sharded ones over the ep replicas (world / ep).
     const uint64_t sharded_from = plan.ShardedGradientsOffset();

@@ -123,8 +123,8 @@ std::byte* CpuExecutor::Address(uint32_t buffer) const {
   return bases_[static_cast<int>(b.arena)] + b.offset;
 }
 
-void CpuExecutor::SumGradientsOverRanks() {
-  if (comm_->world_size() == 1) return;
+absl::Status CpuExecutor::SumGradientsOverRanks() {
+  if (comm_->world_size() == 1) return absl::OkStatus();
   // Gradient buffers fill the arena apart from alignment padding, which stays zero (the arena
   // is zeroed at creation and no kernel writes outside its buffers): one collective for the
   // replicated gradients, [0, boundary), over the world, and one for the sharded ones,
@@ -142,9 +142,15 @@ void CpuExecutor::SumGradientsOverRanks() {
                         static_cast<int64_t>((end - boundary) / sizeof(float)),
                         comm::Group::kEpReplica);
   }
+  return absl::OkStatus();
 }
 
-double CpuExecutor::GradientSquaredNorm() {
+absl::Status CpuExecutor::RunStepAndSumGradients() {
+  HCP_RETURN_IF_ERROR(RunStep());
+  return SumGradientsOverRanks();
+}
+
+absl::StatusOr<double> CpuExecutor::GradientSquaredNorm() {
   double replicated = 0, sharded = 0;
   for (const plan::Parameter& p : plan_.parameters) {
     double sum = 0;
@@ -243,11 +249,12 @@ absl::StatusOr<std::span<float>> CpuExecutor::Gradient(std::string_view name) {
   return F32Buffer(p->gradient);
 }
 
-void CpuExecutor::InitializeParameters(uint64_t seed) {
+absl::Status CpuExecutor::InitializeParameters(uint64_t seed) {
   // This rank's elements of each whole tensor: a sharded parameter's rows start at ShardOf.
   for (const plan::Parameter& p : plan_.parameters) {
     FillInitialValues(p, seed, ShardOf(p).begin, F32Buffer(p.buffer));
   }
+  return absl::OkStatus();
 }
 
 absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/backends/cpu/CpuBackend.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/plan/Plan.h"
 
@@ -46,7 +47,7 @@ namespace hcp {
 
 class CheckpointReader;
 
-class CpuExecutor {
+class CpuExecutor final : public Executor {
  public:
   struct Options {
     // Fill the Activations arena with NaN at creation, so a step that reads an activation no
@@ -87,7 +88,7 @@ class CpuExecutor {
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
-  const plan::Plan& plan() const { return plan_; }
+  const plan::Plan& plan() const override { return plan_; }
   comm::Communicator& communicator() const { return *comm_; }
   const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
 
@@ -96,13 +97,13 @@ class CpuExecutor {
   // LogArange = log(1), log(2), ..., log(n) (Mamba2's A_log). A sharded parameter gets its rows
   // of the whole tensor's values (draws ShardOf(p).begin onwards): the values of an unsharded
   // run, whatever the ep.
-  void InitializeParameters(uint64_t seed);
+  absl::Status InitializeParameters(uint64_t seed) override;
   // Reads every parameter from `checkpoint`, converting bf16/f16 to f32. Each must be there with
   // the plan's checkpoint shape (Plan::FullShape) and a float dtype; otherwise nothing is read and
   // the error names the tensor. Replicated parameters are read whole; a sharded one, this rank's
   // rows (ShardOf). A NaN or infinity is refused, naming the tensor and the element
   // (RefuseNonFinite).
-  absl::Status LoadParameters(const CheckpointReader& checkpoint);
+  absl::Status LoadParameters(const CheckpointReader& checkpoint) override;
 
   // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor
   // (ParameterValues.h's ShardOf, with communicator().ep_index()).
@@ -121,8 +122,8 @@ class CpuExecutor {
   void GatherFull(const plan::Parameter& p, std::span<const float> local, std::span<float> full);
   std::vector<float> GatherFull(const plan::Parameter& p, std::span<const float> local);
   // GatherFull of the parameter's value or gradient, by name (collective likewise).
-  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name);
-  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name);
+  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name) override;
+  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name) override;
 
   // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, the whole sequences, with
   // the targets already shifted on the full sequence (targets may be -100 = ignored). Every
@@ -132,12 +133,12 @@ class CpuExecutor {
   // step, over all micro-batches and dp ranks). Without it: 1 / (valid targets of this
   // micro-batch), the mean token loss of the micro-batch.
   absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
-                         std::optional<float> loss_scale = std::nullopt);
+                         std::optional<float> loss_scale = std::nullopt) override;
   // Runs every step in order. With one rank the first failing step stops the run; its error
   // names it. With several, a rank whose step fails skips every later step except the
   // collectives (which it joins with whatever its buffers hold, so nobody waits for it); at the
   // end every rank returns the same error, naming the ranks and steps that failed.
-  absl::Status RunStep();
+  absl::Status RunStep() override;
   // From now on the MoE layer whose routing is step `step` (a moe_route.forward) takes these
   // experts, ids [tokens, k] of this rank's tokens, instead of the top k of its logits; its gates
   // become the softmax of its logits at those experts (cpu::selected_softmax_forward), and the
@@ -147,7 +148,7 @@ class CpuExecutor {
   absl::Status RouteWith(size_t step, std::vector<int32_t> experts);
   // The plan's loss buffer, as left by the last RunStep (this rank's copy: whatever the plan
   // reduced into it).
-  float Loss() const;
+  float Loss() const override;
 
   // Each rank computed its gradients from its own tokens only (a sharded parameter's: from every
   // token of its ep group that reached its experts): sums them over the ranks that hold a copy.
@@ -158,14 +159,16 @@ class CpuExecutor {
   // parameters). Afterwards every rank holds, for each parameter, the gradient of the whole
   // global batch w.r.t. the part it holds. Collective over the world; call it once per
   // optimizer step, after gradient accumulation.
-  void SumGradientsOverRanks();
+  absl::Status SumGradientsOverRanks() override;
+  // RunStep, then SumGradientsOverRanks.
+  absl::Status RunStepAndSumGradients() override;
 
   // The squared L2 norm of the whole model's gradient (every parameter's whole tensor, counted
   // once), after SumGradientsOverRanks: replicated gradients are the same on every rank and
   // count as they are; sharded ones are summed over the ep group (each rank holds different
   // rows). Computed in double; the same on every rank. Collective over the world (for gradient
   // clipping).
-  double GradientSquaredNorm();
+  absl::StatusOr<double> GradientSquaredNorm() override;
 
   // A parameter's value or gradient by checkpoint name (this rank's part: a sharded parameter's
   // rows only, see GatherFull); NotFound names the parameter.

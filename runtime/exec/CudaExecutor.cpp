@@ -768,12 +768,12 @@ float CudaExecutor::Loss() const {
   return loss;
 }
 
-absl::StatusOr<std::vector<float>> CudaExecutor::Parameter(std::string_view name) const {
+absl::StatusOr<std::vector<float>> CudaExecutor::FullParameter(std::string_view name) {
   HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
   return GatherFull(*p, DownloadFloats(p->buffer));
 }
 
-absl::StatusOr<std::vector<float>> CudaExecutor::Gradient(std::string_view name) const {
+absl::StatusOr<std::vector<float>> CudaExecutor::FullGradient(std::string_view name) {
   HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
   const OptimizerSlice& slice = slices_[p - plan_.parameters.data()];
   if (!gradients_scattered_ || !slice.split) return GatherFull(*p, DownloadFloats(p->gradient));

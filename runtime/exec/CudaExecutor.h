@@ -41,6 +41,7 @@
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/HostCopies.h"
 #include "runtime/comm/NcclCommunicator.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/plan/Plan.h"
@@ -65,7 +66,7 @@ struct GpuMemory {
 GpuMemory GpuMemoryOf(const plan::Plan& plan, bool with_optimizer, bool shard_optimizer,
                       int64_t rank);
 
-class CudaExecutor {
+class CudaExecutor final : public Executor {
  public:
   struct Options {
     int device = 0;  // CUDA device index
@@ -103,36 +104,36 @@ class CudaExecutor {
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const plan::Plan& plan) {
     return Create(plan, Options());
   }
-  ~CudaExecutor();
+  ~CudaExecutor() override;
 
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
-  const plan::Plan& plan() const { return plan_; }
+  const plan::Plan& plan() const override { return plan_; }
   const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
 
   // The values of CpuExecutor::InitializeParameters (the same Init.h functions, in fp32 on the
   // host), converted to each buffer's dtype and uploaded.
-  absl::Status InitializeParameters(uint64_t seed);
+  absl::Status InitializeParameters(uint64_t seed) override;
   // Reads every parameter from `checkpoint` as fp32 (as CpuExecutor does), converts and uploads
   // it. Each must be there with the plan's shape and a float dtype; otherwise nothing is read and
   // the error names the tensor. A NaN or infinity is refused (RefuseNonFinite).
-  absl::Status LoadParameters(const CheckpointReader& checkpoint);
+  absl::Status LoadParameters(const CheckpointReader& checkpoint) override;
 
   // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, whole sequences (targets
   // already shifted; -100 = ignored); each rank keeps its cp shard (the mesh layout's segments
   // of every sequence). `loss_scale` multiplies the summed token loss; without it, 1 / (valid
   // targets of this micro-batch). CpuExecutor::SetInputs's checks and semantics.
   absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
-                         std::optional<float> loss_scale = std::nullopt);
+                         std::optional<float> loss_scale = std::nullopt) override;
   // Queues every step, waits for them, and reports: a token id outside the vocabulary or a bad
   // target as InvalidArgument naming the step and position (as CpuExecutor's), a step the
   // backend refuses as its error, a CUDA failure as Internal with CUDA's message. With several
   // ranks every rank returns the same status (the first failing rank's error, agreed over the
   // host communicator).
-  absl::Status RunStep();
+  absl::Status RunStep() override;
   // RunStepAndSumGradients with CUDA events around every step: adds each step's milliseconds to
   // (*ms_per_kernel)[KernelId], which is first grown to plan::kNumKernels entries (zeros). The
   // kernels' times include what the gradient sums running beside them take from them, and a
@@ -142,7 +143,7 @@ class CudaExecutor {
   absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel,
                                double* gradient_sums_after_ms = nullptr);
   // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).
-  float Loss() const;
+  float Loss() const override;
 
   // Which elements of the whole (checkpoint) tensor this rank holds: all of a replicated
   // parameter, its ep_index's rows of a sharded one (ParameterValues.h).
@@ -151,8 +152,8 @@ class CudaExecutor {
   // A parameter's value or gradient by checkpoint name, as fp32, whole (an expert tensor is
   // gathered over the ep group, a reduce-scattered gradient over the world); NotFound names
   // the parameter.
-  absl::StatusOr<std::vector<float>> Parameter(std::string_view name) const;
-  absl::StatusOr<std::vector<float>> Gradient(std::string_view name) const;
+  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name) override;
+  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name) override;
   // Whether reading p's gradient or optimizer state gathers it from other ranks (an expert
   // shard, or a slice of the sharded optimizer): every rank must make those calls alike.
   bool ReadsGather(const plan::Parameter& p) const;
@@ -173,11 +174,11 @@ class CudaExecutor {
   // rank holds the whole global batch's gradient (with Options::shard_optimizer, its optimizer
   // slice of it, for the parameters that are sliced: a reduce-scatter). Collective;
   // once per optimizer step, after gradient accumulation. Nothing to do with one rank.
-  absl::Status SumGradientsOverRanks();
+  absl::Status SumGradientsOverRanks() override;
   // RunStep, then SumGradientsOverRanks, overlapped: each parameter's all-reduce starts on a
   // stream of its own as soon as the last step writing its gradient has run, while the rest of
   // the backward goes on. For a step without gradient accumulation (the same result).
-  absl::Status RunStepAndSumGradients();
+  absl::Status RunStepAndSumGradients() override;
   // Gradient accumulation over micro-batches (each step of the plan overwrites its gradients):
   // after every micro-batch but the last, StashGradients(first) keeps this micro-batch's
   // gradients (the first) or adds them to what is kept; after the last, AddStashedGradients adds
@@ -190,7 +191,7 @@ class CudaExecutor {
   // sums, fixed order) and summed in double on the host in parameter order; with ep > 1 the
   // experts' part is summed over the ep group, the optimizer slices' over the world (collective
   // then).
-  absl::StatusOr<double> GradientSquaredNorm();
+  absl::StatusOr<double> GradientSquaredNorm() override;
   // One update of every parameter with `step` (lr, betas, eps, weight decay, clip_coef, t);
   // step.decay is replaced per parameter by decay(p) (the trainer's rule, e.g.
   // train::DefaultDecay of its name and checkpoint shape). A bf16 parameter is rewritten from its

@@ -119,7 +119,7 @@ absl::Status Loop::Setup() {
     HCP_RETURN_IF_ERROR(Agree(weights.status()));
     HCP_RETURN_IF_ERROR(executor_->LoadParameters(*weights));
   } else {
-    executor_->InitializeParameters(options_.seed);
+    HCP_RETURN_IF_ERROR(executor_->InitializeParameters(options_.seed));
   }
   if (root()) DescribeOptimizer();
   return OpenMetrics(comm_, options_, metrics_);
@@ -270,11 +270,12 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   }
   comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
   if (options_.grad_accum > 1) WriteBackGradients();
-  executor_->SumGradientsOverRanks();
+  HCP_RETURN_IF_ERROR(executor_->SumGradientsOverRanks());
   CopyGradients(/*accumulate=*/false);
 
   // The whole model's gradient norm: expert shards are summed over their ep group.
-  double norm = std::sqrt(executor_->GradientSquaredNorm());
+  HCP_ASSIGN_OR_RETURN(const double squared_norm, executor_->GradientSquaredNorm());
+  double norm = std::sqrt(squared_norm);
   StepDecision decision = DecideStep(loss, norm, options_.adamw.max_grad_norm);
   double lr = LearningRate(options_.schedule, step);
   if (decision.applied()) {

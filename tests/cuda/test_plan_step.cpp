@@ -164,8 +164,8 @@ struct Weights {
   uint64_t seed = 0;
 
   void Set(CpuExecutor& cpu) const {
-    if (!checkpoint) return cpu.InitializeParameters(seed);
-    if (absl::Status s = cpu.LoadParameters(*checkpoint); !s.ok()) Fail(s);
+    absl::Status s = checkpoint ? cpu.LoadParameters(*checkpoint) : cpu.InitializeParameters(seed);
+    if (!s.ok()) Fail(s);
   }
   void Set(CudaExecutor& gpu) const {
     absl::Status s = checkpoint ? gpu.LoadParameters(*checkpoint) : gpu.InitializeParameters(seed);
@@ -463,7 +463,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<GradientError> errors;
   for (const plan::Parameter& p : bf16_plan.parameters) {
-    const std::vector<float> g_gpu = OrFail(gpu->Gradient(p.name));
+    const std::vector<float> g_gpu = OrFail(gpu->FullGradient(p.name));
     const std::span<float> g_cpu_span = OrFail(cpu->Gradient(p.name));
     const std::vector<float> g_cpu(g_cpu_span.begin(), g_cpu_span.end());
     if (g_gpu.size() != g_cpu.size()) {
@@ -490,7 +490,7 @@ int Main(int argc, char** argv) {
   if (gpus > 1) {
     std::vector<std::vector<float>> overlapped;
     for (const plan::Parameter& p : bf16_plan.parameters) {
-      overlapped.push_back(OrFail(gpu->Gradient(p.name)));
+      overlapped.push_back(OrFail(gpu->FullGradient(p.name)));
     }
     for (absl::Status s :
          {gpu->SetInputs(ids, targets), gpu->RunStep(), gpu->SumGradientsOverRanks()}) {
@@ -500,7 +500,7 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < bf16_plan.parameters.size(); ++i) {
       worst_difference =
           std::max(worst_difference,
-                   RelativeRms(OrFail(gpu->Gradient(bf16_plan.parameters[i].name)), overlapped[i]));
+                   RelativeRms(OrFail(gpu->FullGradient(bf16_plan.parameters[i].name)), overlapped[i]));
     }
     const bool same = worst_difference <= kSameSumTolerance;
     ok &= same;
@@ -525,7 +525,7 @@ int Main(int argc, char** argv) {
     bool grads_ok = true;
     for (const plan::Parameter& p : bf16_plan.parameters) {
       const std::vector<float> g_ref = OrFail(reference.ReadF32("grad." + p.name));
-      const double e = RelativeRms(OrFail(gpu->Gradient(p.name)), g_ref);
+      const double e = RelativeRms(OrFail(gpu->FullGradient(p.name)), g_ref);
       const bool moe = has_experts && UnderMoeTolerance(p.name);
       const double tolerance = moe ? MoeTolerance(p.name, flips) : GradientTolerance(p.name);
       grads_ok &= e <= tolerance;
@@ -548,7 +548,7 @@ int Main(int argc, char** argv) {
   if (gpus == 1) {
     std::vector<std::vector<float>> one;
     for (const plan::Parameter& p : bf16_plan.parameters)
-      one.push_back(OrFail(gpu->Gradient(p.name)));
+      one.push_back(OrFail(gpu->FullGradient(p.name)));
     for (int m = 0; m < 4; ++m) {
       if (absl::Status s = gpu->RunStep(); !s.ok()) Fail(s);
       absl::Status kept =
@@ -557,7 +557,7 @@ int Main(int argc, char** argv) {
     }
     int64_t exact = 0, total = 0;
     for (size_t i = 0; i < bf16_plan.parameters.size(); ++i) {
-      const std::vector<float> four = OrFail(gpu->Gradient(bf16_plan.parameters[i].name));
+      const std::vector<float> four = OrFail(gpu->FullGradient(bf16_plan.parameters[i].name));
       for (size_t j = 0; j < four.size(); ++j) {
         if (one[i][j] == 0.0f) continue;  // exact either way
         exact += four[j] == 4.0f * one[i][j];
@@ -583,7 +583,7 @@ int Main(int argc, char** argv) {
   }
 
   // The whole gradient's norm, as the trainer's clipping sees it (informational).
-  const double norm_cpu = std::sqrt(cpu->GradientSquaredNorm());
+  const double norm_cpu = std::sqrt(OrFail(cpu->GradientSquaredNorm()));
   const double norm_gpu = std::sqrt(OrFail(gpu->GradientSquaredNorm()));
   std::printf("gradient norm: gpu %.6e, cpu %.6e, relative difference %.2e\n", norm_gpu, norm_cpu,
               std::abs(norm_gpu - norm_cpu) / norm_cpu);

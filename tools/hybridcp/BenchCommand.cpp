@@ -1,8 +1,10 @@
 // `hybridcp bench`: runs a bf16 plan on one GPU, or on cp x dp GPUs (one process each, started
 // by mpirun, NCCL between them), and reports what a user plans a cluster with: tokens/s/GPU for
 // forward + backward (with the gradients' all-reduce over the ranks) and for a full step with the
-// optimizer, MFU, peak GPU memory and where the time goes, per kernel kind. With --data it trains
-// on a token file (the loss should go down); otherwise the tokens are random. Rank 0 reports.
+// optimizer, MFU, peak GPU memory and where the time goes, per kernel kind. An f32 plan runs on
+// CPU ranks the same way (forward + backward, tokens/s per rank: the reference's speed). With
+// --data it trains on a token file (the loss should go down); otherwise the tokens are random.
+// Rank 0 reports.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,9 +16,8 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
-#include "runtime/comm/NcclCommunicator.h"
 #include "runtime/comm/World.h"
-#include "runtime/exec/CudaExecutor.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
@@ -24,7 +25,11 @@
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/Executors.h"
 #include "tools/hybridcp/Ranks.h"
+#ifdef HYBRIDCP_HAVE_CUDA
+#include "runtime/exec/CudaExecutor.h"
+#endif
 
 namespace hcp {
 namespace {
@@ -52,7 +57,8 @@ struct BenchOptions {
 absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
   BenchOptions o;
   if (args.positionals().size() != 1) {
-    return absl::InvalidArgumentError("bench takes one plan file (compiled with --dtype bf16)");
+    return absl::InvalidArgumentError(
+        "bench takes one plan file (bf16: runs on GPUs; f32: on CPU ranks)");
   }
   o.plan_path = args.positionals()[0];
   o.data_path = args.Get("data").value_or("");
@@ -135,6 +141,73 @@ void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
   }
 }
 
+// What only the GPUs measure: the optimizer (AdamW on the device), the peak memory and the
+// time per kernel launch. Refused for a plan that runs on the CPU.
+absl::Status CheckGpuOnlyOptions(const BenchOptions& o, const RankExecutor& rank) {
+  if (rank.on_gpu()) return absl::OkStatus();
+  for (const auto& [set, name] :
+       {std::pair{o.optimizer, "--optimizer"}, std::pair{o.shard_optimizer, "--shard-optimizer"},
+        std::pair{o.profile, "--profile"}}) {
+    if (set) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s times the GPUs' work: this plan is f32 and runs on the CPU (compile it with "
+          "--dtype bf16 for GPUs)",
+          name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+#ifdef HYBRIDCP_HAVE_CUDA
+// One AdamW update on the device from the summed gradients (clipped to the default max norm;
+// skipped when the norm is not finite). Returns its seconds.
+absl::StatusOr<double> GpuOptimizerStep(CudaExecutor& exec, const BenchOptions& o, int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  const train::AdamWConfig adamw;
+  const plan::Plan& plan = exec.plan();
+  auto decay = [&plan](const plan::Parameter& p) {
+    return train::DefaultDecay(p.name, plan.FullShape(p));
+  };
+  HCP_ASSIGN_OR_RETURN(double squared_norm, exec.GradientSquaredNorm());
+  const double norm = std::sqrt(squared_norm);
+  cuda::AdamWStep update{.lr = o.lr,
+                         .beta1 = adamw.beta1,
+                         .beta2 = adamw.beta2,
+                         .eps = adamw.eps,
+                         .weight_decay = adamw.weight_decay,
+                         .clip_coef = norm > adamw.max_grad_norm && std::isfinite(norm)
+                                          ? adamw.max_grad_norm / norm
+                                          : 1.0,
+                         .t = step + 1};
+  if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(exec.OptimizerStep(update, decay));
+  return Seconds(start);
+}
+
+void PrintGpuMemory(const CudaExecutor& exec) {
+  const CudaExecutor::Memory memory = exec.MemoryUse();
+  std::printf("GPU memory: %.2f GiB peak of %.2f GiB (%.0f%%)\n", memory.peak_bytes / 1073741824.0,
+              memory.device_bytes / 1073741824.0, 100.0 * memory.peak_bytes / memory.device_bytes);
+}
+
+absl::Status Profile(CudaExecutor& exec, Batches& batches, bool several_ranks) {
+  std::vector<int32_t> ids, targets;
+  HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
+  HCP_RETURN_IF_ERROR(exec.SetInputs(ids, targets));
+  std::vector<double> ms_per_kernel;
+  double sums_after_ms = 0;
+  HCP_RETURN_IF_ERROR(exec.RunStepProfiled(&ms_per_kernel, &sums_after_ms));
+  PrintBreakdown(ms_per_kernel);
+  if (several_ranks) {
+    std::printf("the gradient sums over the ranks ran on %.2f ms after the last kernel\n",
+                sums_after_ms);
+    std::printf(
+        "halo_exchange and state_scan run beside the compute stream: their times are the "
+        "compute stream's waits for them\n");
+  }
+  return absl::OkStatus();
+}
+#endif
+
 absl::Status RunBench(const Args& args) {
   HCP_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
   HCP_ASSIGN_OR_RETURN(World world, JoinRanks("bench", args));
@@ -147,80 +220,58 @@ absl::Status RunBench(const Args& args) {
   }
   HCP_RETURN_IF_ERROR(mine.plan.status());
   const plan::Plan& plan = *mine.plan;
-  // What the CUDA backend cannot run is refused before any GPU or rank is involved.
-  HCP_RETURN_IF_ERROR(cuda_backend::CheckPlanRunsOnCuda(plan));
   if (ranks.world_size() != plan.mesh.world()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan was compiled for cp=%d x dp=%d = %d GPUs: run it with mpirun -np %d",
+        "the plan was compiled for cp=%d x dp=%d = %d ranks: run it with mpirun -np %d",
         plan.mesh.cp, plan.mesh.dp, plan.mesh.world(), plan.mesh.world()));
   }
-  std::unique_ptr<comm::NcclCommunicator> nccl;
-  if (ranks.world_size() > 1) {
-    o.device = comm::NcclCommunicator::LocalDevice(ranks);
-    HCP_ASSIGN_OR_RETURN(nccl, comm::NcclCommunicator::Create(ranks, o.device, ranks.timeout()));
-    // Rank 0 reports; the others would print the same lines.
-    if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) {
-      return absl::InternalError("cannot silence the output of ranks other than 0");
-    }
+  ExecutorOptions executor_options{
+      .device = o.device, .optimizer_state = o.optimizer, .shard_optimizer = o.shard_optimizer};
+  HCP_ASSIGN_OR_RETURN(RankExecutor rank, RankExecutor::Create(plan, ranks, executor_options));
+  HCP_RETURN_IF_ERROR(CheckGpuOnlyOptions(o, rank));
+  // Rank 0 reports; the others would print the same lines.
+  if (ranks.world_size() > 1 && !world.is_root() &&
+      std::freopen("/dev/null", "w", stdout) == nullptr) {
+    return absl::InternalError("cannot silence the output of ranks other than 0");
   }
   HCP_ASSIGN_OR_RETURN(int64_t vocab, train::VocabularyOf(plan));
-  HCP_ASSIGN_OR_RETURN(Batches batches,
-                       Batches::Create(o, plan, vocab, nccl ? ranks.dp_index() : 0));
+  HCP_ASSIGN_OR_RETURN(Batches batches, Batches::Create(o, plan, vocab, ranks.dp_index()));
 
   std::printf("plan: %s (%s), micro-batch %lld x seq %lld, %zu steps\n", o.plan_path.c_str(),
               plan.model.c_str(), static_cast<long long>(plan.micro_batch),
               static_cast<long long>(plan.seq), plan.steps.size());
   std::printf("data: %s\n", o.data_path.empty() ? "random tokens" : o.data_path.c_str());
-  std::printf("GPUs: %lld (cp=%lld x dp=%lld, %s layout, experts split over ep=%lld)\n",
+  std::printf("ranks: %lld (cp=%lld x dp=%lld, %s layout, experts split over ep=%lld) on %s\n",
               static_cast<long long>(plan.mesh.world()), static_cast<long long>(plan.mesh.cp),
               static_cast<long long>(plan.mesh.dp),
               plan.mesh.layout == plan::SequenceLayout::Zigzag ? "zigzag" : "contiguous",
-              static_cast<long long>(plan.mesh.ep));
+              static_cast<long long>(plan.mesh.ep), rank.where().c_str());
   std::fflush(stdout);
 
-  CudaExecutor::Options exec_options;
-  exec_options.device = o.device;
-  exec_options.reserve_optimizer_state = o.optimizer;
-  exec_options.shard_optimizer = o.shard_optimizer;
-  exec_options.nccl = nccl.get();
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> exec,
-                       CudaExecutor::Create(plan, exec_options));
-  HCP_RETURN_IF_ERROR(exec->InitializeParameters(static_cast<uint64_t>(o.seed)));
-  const train::AdamWConfig adamw;
-  if (o.optimizer) HCP_RETURN_IF_ERROR(exec->InitOptimizer());
-  auto decay = [&plan](const plan::Parameter& p) {
-    return train::DefaultDecay(p.name, plan.FullShape(p));
-  };
+  Executor& exec = rank.executor();
+  HCP_RETURN_IF_ERROR(exec.InitializeParameters(static_cast<uint64_t>(o.seed)));
+#ifdef HYBRIDCP_HAVE_CUDA
+  if (o.optimizer) HCP_RETURN_IF_ERROR(rank.gpu()->InitOptimizer());
+#endif
 
-  // Tokens per GPU per step: a cp group shares one micro-batch; each dp index has its own.
+  // Tokens per rank per step: a cp group shares one micro-batch; each dp index has its own.
   const int64_t tokens = plan.local_tokens();
   std::vector<int32_t> ids, targets;
   double fwd_bwd_seconds = 0, optimizer_seconds = 0;
   std::vector<float> losses;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
     HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
-    HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
+    HCP_RETURN_IF_ERROR(exec.SetInputs(ids, targets));
     auto start = std::chrono::steady_clock::now();
-    HCP_RETURN_IF_ERROR(exec->RunStepAndSumGradients());
+    HCP_RETURN_IF_ERROR(exec.RunStepAndSumGradients());
     const double step_seconds = Seconds(start);
-    const float loss = exec->Loss();
+    const float loss = exec.Loss();
     double opt_seconds = 0;
+#ifdef HYBRIDCP_HAVE_CUDA
     if (o.optimizer) {
-      start = std::chrono::steady_clock::now();
-      HCP_ASSIGN_OR_RETURN(double squared_norm, exec->GradientSquaredNorm());
-      const double norm = std::sqrt(squared_norm);
-      cuda::AdamWStep update{.lr = o.lr,
-                             .beta1 = adamw.beta1,
-                             .beta2 = adamw.beta2,
-                             .eps = adamw.eps,
-                             .weight_decay = adamw.weight_decay,
-                             .clip_coef = norm > adamw.max_grad_norm && std::isfinite(norm)
-                                              ? adamw.max_grad_norm / norm
-                                              : 1.0,
-                             .t = step + 1};
-      if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(exec->OptimizerStep(update, decay));
-      opt_seconds = Seconds(start);
+      HCP_ASSIGN_OR_RETURN(opt_seconds, GpuOptimizerStep(*rank.gpu(), o, step));
     }
+#endif
     const bool timed = step >= o.warmup;
     if (timed) {
       fwd_bwd_seconds += step_seconds;
@@ -236,38 +287,31 @@ absl::Status RunBench(const Args& args) {
   }
 
   const double per_step = fwd_bwd_seconds / o.steps;
-  // flops_per_step counts one micro-batch, which the cp ranks of a dp replica share.
-  const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.cp);
-  std::printf("\nforward + backward: %s tokens/s/GPU, %.1f ms per step, MFU %.1f%%\n",
-              train::FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), 1e3 * per_step,
-              100.0 * flops / per_step / kPeakFlops);
+  const char* per = rank.on_gpu() ? "GPU" : "rank";
+  std::printf("\nforward + backward: %s tokens/s/%s, %.1f ms per step",
+              train::FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), per,
+              1e3 * per_step);
+  if (rank.on_gpu()) {
+    // flops_per_step counts one micro-batch, which the cp ranks of a dp replica share.
+    const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.cp);
+    std::printf(", MFU %.1f%%", 100.0 * flops / per_step / kPeakFlops);
+  }
+  std::printf("\n");
   if (o.optimizer) {
     const double full = (fwd_bwd_seconds + optimizer_seconds) / o.steps;
     std::printf("with the optimizer: %s tokens/s/GPU, %.1f ms per step (AdamW %.1f ms)\n",
                 train::FormatCount(static_cast<int64_t>(tokens / full)).c_str(), 1e3 * full,
                 1e3 * optimizer_seconds / o.steps);
   }
-  const CudaExecutor::Memory memory = exec->MemoryUse();
-  std::printf("GPU memory: %.2f GiB peak of %.2f GiB (%.0f%%)\n", memory.peak_bytes / 1073741824.0,
-              memory.device_bytes / 1073741824.0, 100.0 * memory.peak_bytes / memory.device_bytes);
+#ifdef HYBRIDCP_HAVE_CUDA
+  if (rank.on_gpu()) PrintGpuMemory(*rank.gpu());
+#endif
   if (losses.size() >= 2) {
     std::printf("loss: first %.4f, last %.4f\n", losses.front(), losses.back());
   }
-  if (o.profile) {
-    HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
-    HCP_RETURN_IF_ERROR(exec->SetInputs(ids, targets));
-    std::vector<double> ms_per_kernel;
-    double sums_after_ms = 0;
-    HCP_RETURN_IF_ERROR(exec->RunStepProfiled(&ms_per_kernel, &sums_after_ms));
-    PrintBreakdown(ms_per_kernel);
-    if (nccl != nullptr) {
-      std::printf("the gradient sums over the ranks ran on %.2f ms after the last kernel\n",
-                  sums_after_ms);
-      std::printf(
-          "halo_exchange and state_scan run beside the compute stream: their times are the "
-          "compute stream's waits for them\n");
-    }
-  }
+#ifdef HYBRIDCP_HAVE_CUDA
+  if (o.profile) HCP_RETURN_IF_ERROR(Profile(*rank.gpu(), batches, ranks.world_size() > 1));
+#endif
   return absl::OkStatus();
 }
 
@@ -276,10 +320,11 @@ absl::Status RunBench(const Args& args) {
 Command MakeBenchCommand() {
   return Command{
       "bench",
-      "time a bf16 plan on its GPUs: tokens/s/GPU, MFU, peak memory, time per kernel kind",
+      "time a plan on its ranks: a bf16 plan on GPUs (tokens/s/GPU, MFU, peak memory, time per "
+      "kernel kind), an f32 plan on CPU ranks (tokens/s per rank)",
       "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer [--shard-optimizer]]\n"
       "       [--profile]\n"
-      "       (a plan of cp x dp GPUs: mpirun -np cp*dp hybridcp bench PLAN ...)",
+      "       (a plan of cp x dp ranks: mpirun -np cp*dp hybridcp bench PLAN ...)",
       {{"data", "FILE", "token file to train on (default: random tokens)"},
        {"steps", "N", "timed steps (default 10)"},
        {"warmup", "N", "untimed steps first (default 2)"},

@@ -48,8 +48,6 @@ void PrintBytesSent(const plan::CommVolume& volume);
 #ifdef HYBRIDCP_HAVE_COMPILER
 Command MakeCompileCommand();
 #endif
-#ifdef HYBRIDCP_HAVE_CUDA
 Command MakeBenchCommand();
-#endif
 
 }  // namespace hcp

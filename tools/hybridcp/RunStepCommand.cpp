@@ -1,5 +1,5 @@
-// `hybridcp run-step`: one training step of a plan on the CPU backend; optionally compared with a
-// reference (the transformers fixtures).
+// `hybridcp run-step`: one training step of a plan, an f32 plan on the CPU backend or a bf16 one
+// on the GPUs; optionally compared with a reference (the transformers fixtures).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,13 +11,14 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/comm/World.h"
-#include "runtime/exec/CpuExecutor.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
+#include "tools/hybridcp/Executors.h"
 #include "tools/hybridcp/Ranks.h"
 #include "tools/hybridcp/StepResult.h"
 
@@ -62,14 +63,14 @@ absl::StatusOr<Tolerances> ReadTolerances(const Args& args) {
 // The step's loss (summed over dp: each dp group's loss is its micro-batch's share of the
 // global batch's mean) and every parameter's whole gradient (sharded ones gathered over the ep
 // group). Collective over the world; every rank gets the same.
-StepResult GatherStepResult(CpuExecutor& executor) {
+absl::StatusOr<StepResult> GatherStepResult(Executor& executor, comm::Communicator& comm) {
   StepResult result;
   double loss = executor.Loss();
-  executor.communicator().AllReduceSum(&loss, 1, comm::Group::kDp);
+  comm.AllReduceSum(&loss, 1, comm::Group::kDp);
   result.loss = static_cast<float>(loss);
-  for (const plan::Parameter& parameter : executor.parameters()) {
-    std::span<float> gradient = *executor.Gradient(parameter.name);  // the plan's own names
-    result.gradients.emplace_back(parameter.name, executor.GatherFull(parameter, gradient));
+  for (const plan::Parameter& parameter : executor.plan().parameters) {
+    HCP_ASSIGN_OR_RETURN(std::vector<float> gradient, executor.FullGradient(parameter.name));
+    result.gradients.emplace_back(parameter.name, std::move(gradient));
   }
   return result;
 }
@@ -182,17 +183,20 @@ absl::Status RunStep(const Args& args) {
   comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(comm, mine.plan, mine.hash));
   const plan::Plan& plan = *mine.plan;
-  CpuExecutor::Options options;
-  options.threads = CpuExecutor::ThreadsPerRank(comm.world_size());
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor,
-                       CpuExecutor::Create(plan, comm, options));
+  HCP_ASSIGN_OR_RETURN(RankExecutor rank, RankExecutor::Create(plan, comm, ExecutorOptions{}));
+  if (args.Has("traffic") && rank.on_gpu()) {
+    // NCCL's bytes are not counted by the host communicator.
+    return absl::InvalidArgumentError(
+        "--traffic measures the collectives of CPU ranks (an f32 plan); this plan runs on GPUs");
+  }
+  Executor* executor = &rank.executor();
   if (std::optional<std::string> weights = args.Get("weights")) {
     absl::StatusOr<CheckpointReader> checkpoint = CheckpointReader::OpenVerified(*weights);
     HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, checkpoint.status()));
     HCP_RETURN_IF_ERROR(executor->LoadParameters(*checkpoint));
   } else {
     HCP_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
-    executor->InitializeParameters(static_cast<uint64_t>(seed));
+    HCP_RETURN_IF_ERROR(executor->InitializeParameters(static_cast<uint64_t>(seed)));
   }
   std::optional<std::string> inputs_path = args.Get("inputs");
   if (!inputs_path) {
@@ -221,14 +225,14 @@ absl::Status RunStep(const Args& args) {
                                           loss_scale));
   comm.ResetTraffic();
   HCP_RETURN_IF_ERROR(executor->RunStep());
-  executor->SumGradientsOverRanks();
+  HCP_RETURN_IF_ERROR(executor->SumGradientsOverRanks());
   std::optional<plan::CommVolume> predicted, traffic;
   if (args.Has("traffic")) {
     predicted = plan::BytesSentPerRank(plan);
     traffic = GatherTraffic(*predicted, comm);
   }
 
-  const StepResult step = GatherStepResult(*executor);
+  HCP_ASSIGN_OR_RETURN(const StepResult step, GatherStepResult(*executor, comm));
   absl::Status result;
   if (world.is_root()) {
     result = Report(step, args);
@@ -262,7 +266,8 @@ const OptionSpec kVerbose{"verbose", "", "print every gradient's error"};
 Command MakeRunStepCommand() {
   return Command{
       "run-step",
-      "run one training step of a plan on the CPU: loss and gradients",
+      "run one training step of a plan, on the CPU (f32 plans) or the GPUs (bf16 plans): loss "
+      "and gradients",
       "run-step FILE.plan --inputs FILE.safetensors [--weights DIR | --seed N] [--compare "
       "DIR|FILE] "
       "[--save FILE] [--traffic]   (under mpirun: one process per rank)",

@@ -19,9 +19,7 @@ std::vector<hcp::Command> AllCommands() {
   commands.push_back(hcp::MakeTrainCommand());
   commands.push_back(hcp::MakeTokenizeCommand());
   commands.push_back(hcp::MakePlotCommand());
-#ifdef HYBRIDCP_HAVE_CUDA
   commands.push_back(hcp::MakeBenchCommand());
-#endif
   return commands;
 }
 

@@ -134,7 +134,7 @@ void PerturbNorm(CpuExecutor& exec) {
 TEST(CpuExecutor, TinyLmMatchesReferenceKernels) {
   const plan::Plan plan = LoadTinyLm();
   auto exec = MakeExecutor(plan);
-  exec->InitializeParameters(42);
+  EXPECT_TRUE(exec->InitializeParameters(42).ok());
   PerturbNorm(*exec);
   Batch batch;
   ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
@@ -159,7 +159,7 @@ TEST(CpuExecutor, TinyLmMatchesReferenceKernels) {
 TEST(CpuExecutor, GradientsMatchFiniteDifferencesOfTheLoss) {
   const plan::Plan plan = LoadTinyLm();
   auto exec = MakeExecutor(plan);
-  exec->InitializeParameters(3);
+  EXPECT_TRUE(exec->InitializeParameters(3).ok());
   PerturbNorm(*exec);
   Batch batch;
   ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
@@ -204,9 +204,9 @@ std::vector<uint8_t> ParameterBytes(CpuExecutor& exec) {
 TEST(CpuExecutor, InitializationIsDeterministic) {
   const plan::Plan plan = LoadTinyLm();
   auto a = MakeExecutor(plan), b = MakeExecutor(plan), c = MakeExecutor(plan);
-  a->InitializeParameters(1234);
-  b->InitializeParameters(1234);
-  c->InitializeParameters(1235);
+  EXPECT_TRUE(a->InitializeParameters(1234).ok());
+  EXPECT_TRUE(b->InitializeParameters(1234).ok());
+  EXPECT_TRUE(c->InitializeParameters(1235).ok());
   EXPECT_EQ(ParameterBytes(*a), ParameterBytes(*b));
   EXPECT_NE(Copy(*a->Parameter(TinyLm::kTable)), Copy(*c->Parameter(TinyLm::kTable)));
   // Ones does not depend on the seed.
@@ -236,8 +236,8 @@ TEST(CpuExecutor, InitializationFollowsNamesNotPlans) {
 
   auto tiny = MakeExecutor(LoadTinyLm());
   auto other = MakeExecutor(*other_plan);
-  tiny->InitializeParameters(9);
-  other->InitializeParameters(9);
+  EXPECT_TRUE(tiny->InitializeParameters(9).ok());
+  EXPECT_TRUE(other->InitializeParameters(9).ok());
   EXPECT_EQ(Copy(*tiny->Parameter(TinyLm::kTable)), Copy(*other->Parameter(TinyLm::kTable)));
   EXPECT_NE(Copy(*other->Parameter("model.other.weight")), Copy(*other->Parameter(TinyLm::kTable)));
   EXPECT_EQ(Copy(*other->Parameter("model.layers.0.mamba.A_log")),
@@ -269,7 +269,7 @@ class LoadParametersTest : public ::testing::Test {
     table_.resize(V * H);
     for (size_t i = 0; i < table_.size(); ++i) table_[i] = 0.01f * static_cast<float>(i) - 0.3f;
     norm_ = {1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.0009765625f + 1e-4f};  // the last one rounds in bf16
-    exec_->InitializeParameters(5);
+    EXPECT_TRUE(exec_->InitializeParameters(5).ok());
   }
   absl::Status Load(const std::vector<TensorToWrite>& tensors) {
     ScratchDir dir;
@@ -355,7 +355,7 @@ TEST(CpuExecutor, SetInputsChecksSizes) {
 
 TEST(CpuExecutor, DataErrorsNameTheStep) {
   auto exec = MakeExecutor(LoadTinyLm());
-  exec->InitializeParameters(1);
+  EXPECT_TRUE(exec->InitializeParameters(1).ok());
   Batch batch;
   batch.ids[3] = static_cast<int32_t>(V);
   ASSERT_TRUE(exec->SetInputs(batch.ids, batch.targets).ok());
@@ -442,7 +442,7 @@ plan::Plan RoutingPlan() {
 TEST(CpuExecutor, RouteWithTakesTheGivenExpertsAndTheirGates) {
   const plan::Plan plan = RoutingPlan();
   auto exec = MakeExecutor(plan);
-  exec->InitializeParameters(5);
+  EXPECT_TRUE(exec->InitializeParameters(5).ok());
   const std::vector<float> logits = Copy(*exec->Parameter("router.logits"));
   const uint32_t gates = plan.steps[0].outs[0], ids = plan.steps[0].outs[1];
 
@@ -608,7 +608,7 @@ plan::Plan ShardedPlan(plan::Mesh mesh) {
 TEST(CpuExecutor, ShardedParametersHoldTheirRowsOfTheWholeTensor) {
   const plan::Plan whole = ShardedPlan(plan::Mesh{});
   auto one = MakeExecutor(whole);
-  one->InitializeParameters(77);
+  EXPECT_TRUE(one->InitializeParameters(77).ok());
   const std::vector<float> w_in = Copy(*one->Parameter("experts.w_in"));
   const std::vector<float> a_log = Copy(*one->Parameter("experts.a_log"));
 
@@ -645,7 +645,7 @@ TEST(CpuExecutor, ShardedParametersHoldTheirRowsOfTheWholeTensor) {
     EXPECT_EQ(range.full, 48);
     EXPECT_EQ((*exec)->ShardOf((*exec)->parameters()[0]).count, 6);
 
-    (*exec)->InitializeParameters(77);
+    EXPECT_TRUE((*exec)->InitializeParameters(77).ok());
     auto rows = [&](const std::vector<float>& full, int64_t per_rank) {
       return std::vector<float>(full.begin() + world_rank * per_rank,
                                 full.begin() + (world_rank + 1) * per_rank);

@@ -38,7 +38,8 @@ plan::ParamInit initOf(StringRef init) {
 class Writer {
  public:
   explicit Writer(const PlanInfo& info) {
-    builder_.set_producer("hybridcp 0.1.0").set_model(info.model);
+    // The project version of CMakeLists.txt: plans say which compiler wrote them.
+    builder_.set_producer("hybridcp " HYBRIDCP_VERSION).set_model(info.model);
     builder_.set_shape(info.micro_batch, info.seq).set_flops_per_step(info.flops_per_step);
   }
 

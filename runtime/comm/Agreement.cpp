@@ -120,27 +120,6 @@ absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& local) {
   return CombineRankStatuses(per_rank);
 }
 
-uint64_t PlanBytesHash(std::string_view bytes) {
-  uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
-  for (char c : bytes) {
-    hash ^= static_cast<uint8_t>(c);
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
-std::string HashString(uint64_t hash) { return absl::StrFormat("%016x", hash); }
-
-RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source) {
-  return RankPlan{.plan = plan::ParsePlan(bytes, source), .hash = PlanBytesHash(bytes)};
-}
-
-RankPlan LoadPlanForRank(const std::string& path) {
-  absl::StatusOr<std::string> bytes = plan::ReadPlanFile(path);
-  if (!bytes.ok()) return RankPlan{.plan = bytes.status(), .hash = 0};
-  return ParsePlanForRank(*bytes, path);
-}
-
 absl::Status CheckRanksAgree(Communicator& comm, const absl::StatusOr<plan::Plan>& plan,
                              uint64_t plan_hash) {
   // 1. Everyone loaded a plan.
@@ -158,7 +137,7 @@ absl::Status CheckRanksAgree(Communicator& comm, const absl::StatusOr<plan::Plan
       const auto& [hash, ranks] = groups[i];
       const char* verb = ranks.size() == 1 ? "runs" : "run";
       parts.push_back(absl::StrFormat("%s %s %s%s", RankList(ranks), verb, i == 0 ? "plan " : "",
-                                      HashString(hash)));
+                                      plan::HashString(hash)));
     }
     return absl::InvalidArgumentError(
         absl::StrCat(absl::StrJoin(parts, ", "), ": start every rank with the same plan"));
@@ -253,7 +232,7 @@ absl::Status CheckCommandsAgree(Communicator& comm, const CommandLine& mine) {
   };
   const std::string text = Encode(mine);
   const std::vector<Record> records =
-      GatherWorld(comm, Record{PlanBytesHash(text), static_cast<int64_t>(text.size())});
+      GatherWorld(comm, Record{plan::PlanBytesHash(text), static_cast<int64_t>(text.size())});
   std::vector<int64_t> lengths;
   bool same = true;
   for (const Record& r : records) {

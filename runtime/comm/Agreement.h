@@ -3,7 +3,7 @@
 //
 // The startup sequence of a multi-rank tool, before any other communication:
 //   HCP_RETURN_IF_ERROR(comm::CheckCommandsAgree(world, {"train", options}));  // the first
-//   comm::RankPlan mine = comm::LoadPlanForRank(path);   // never fails by itself
+//   plan::RankPlan mine = plan::LoadPlanForRank(path);   // never fails by itself
 //   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world, mine.plan, mine.hash));
 // A rank whose plan failed to load still calls CheckRanksAgree (with its error), so every rank
 // joins the same collectives and every rank returns the same error.
@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/PlanFile.h"
 
 namespace hcp::comm {
 
@@ -35,21 +36,6 @@ absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& local);
 absl::Status CombineRankStatuses(const std::vector<absl::Status>& per_rank);
 // "rank 2", "ranks 0,1", "ranks 0-3,6": sorted world ranks, runs of three or more as ranges.
 std::string RankList(const std::vector<int>& ranks);
-
-// A stable 64-bit hash of a plan file's bytes (FNV-1a), for telling plans apart across ranks.
-uint64_t PlanBytesHash(std::string_view bytes);
-// "a1b2c3d4e5f60718".
-std::string HashString(uint64_t hash);
-
-// One rank's plan: loaded and validated, or the error; the hash of the file's bytes (0 if the
-// file could not be read).
-struct RankPlan {
-  absl::StatusOr<plan::Plan> plan;
-  uint64_t hash = 0;
-};
-RankPlan LoadPlanForRank(const std::string& path);
-// The same from bytes in memory; `source` starts error messages (as ParsePlan's).
-RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source);
 
 // Collective over the world, and the first communication a tool does. In order, with the same
 // error on every rank:

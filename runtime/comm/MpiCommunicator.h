@@ -5,7 +5,7 @@
 //   int main(int argc, char** argv) {
 //     comm::MpiSession mpi(&argc, &argv);          // MPI_Init here, MPI_Finalize at scope exit
 //     auto world = comm::MpiCommunicator::Create();  // the world only, no mesh yet
-//     comm::RankPlan mine = comm::LoadPlanForRank(path);
+//     plan::RankPlan mine = plan::LoadPlanForRank(path);
 //     if (absl::Status s = comm::CheckRanksAgree(**world, mine.plan, mine.hash); !s.ok()) ...
 //     ... CpuExecutor::Create(*mine.plan, **world) ...
 //   }

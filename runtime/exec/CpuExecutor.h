@@ -13,7 +13,7 @@
 //
 // Several ranks (mpirun -np cp*dp): the same, after the ranks have agreed on the plan
 // (runtime/comm/Agreement.h), with the communicator passed to Create:
-//   comm::RankPlan mine = comm::LoadPlanForRank(path);
+//   plan::RankPlan mine = plan::LoadPlanForRank(path);
 //   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world, mine.plan, mine.hash));
 //   HCP_ASSIGN_OR_RETURN(auto exec, CpuExecutor::Create(*mine.plan, world));
 //   ...

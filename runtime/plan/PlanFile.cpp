@@ -333,4 +333,25 @@ absl::StatusOr<Plan> LoadPlan(const std::string& path) {
   return ParsePlan(bytes, path);
 }
 
+uint64_t PlanBytesHash(std::string_view bytes) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
+  for (char c : bytes) {
+    hash ^= static_cast<uint8_t>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string HashString(uint64_t hash) { return absl::StrFormat("%016x", hash); }
+
+RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source) {
+  return RankPlan{.plan = ParsePlan(bytes, source), .hash = PlanBytesHash(bytes)};
+}
+
+RankPlan LoadPlanForRank(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadPlanFile(path);
+  if (!bytes.ok()) return RankPlan{.plan = bytes.status(), .hash = 0};
+  return ParsePlanForRank(*bytes, path);
+}
+
 }  // namespace hcp::plan

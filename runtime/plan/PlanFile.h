@@ -59,4 +59,20 @@ absl::StatusOr<std::string> ReadPlanFile(const std::string& path);
 // Reads `path` and parses it.
 absl::StatusOr<Plan> LoadPlan(const std::string& path);
 
+// A stable 64-bit hash of a plan file's bytes (FNV-1a), for telling plans apart across ranks
+// (comm::CheckRanksAgree), and its text: "a1b2c3d4e5f60718".
+uint64_t PlanBytesHash(std::string_view bytes);
+std::string HashString(uint64_t hash);
+
+// One rank's plan: loaded and validated, or the error; the hash of the file's bytes (0 if the
+// file could not be read). Every rank of a job loads its own and then agrees with the others
+// (comm::CheckRanksAgree), so a plan that fails on one rank is an error on every rank.
+struct RankPlan {
+  absl::StatusOr<Plan> plan;
+  uint64_t hash = 0;
+};
+RankPlan LoadPlanForRank(const std::string& path);
+// The same from bytes in memory; `source` starts error messages (as ParsePlan's).
+RankPlan ParsePlanForRank(std::string_view bytes, std::string_view source);
+
 }  // namespace hcp::plan

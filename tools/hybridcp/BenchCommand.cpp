@@ -214,7 +214,7 @@ absl::Status RunBench(const Args& args) {
   comm::Communicator& ranks = world.comm();
   // Every rank loads the plan; all must have the same one, and as many ranks as it was compiled
   // for (the same error on every rank otherwise).
-  comm::RankPlan mine = comm::LoadPlanForRank(o.plan_path);
+  plan::RankPlan mine = plan::LoadPlanForRank(o.plan_path);
   if (ranks.world_size() > 1) {
     HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(ranks, mine.plan, mine.hash));
   }

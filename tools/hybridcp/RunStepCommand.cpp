@@ -180,7 +180,7 @@ absl::Status RunStep(const Args& args) {
   // Every rank loads; the first collectives check that every rank runs this command with the
   // same options, and the same plan, and that the plan's cp x dp matches the ranks started,
   // before anything else communicates.
-  comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
+  plan::RankPlan mine = plan::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(comm, mine.plan, mine.hash));
   const plan::Plan& plan = *mine.plan;
   HCP_ASSIGN_OR_RETURN(RankExecutor rank, RankExecutor::Create(plan, comm, ExecutorOptions{}));

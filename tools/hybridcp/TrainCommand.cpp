@@ -87,7 +87,7 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
 absl::Status Train(const Args& args) {
   if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
   HCP_ASSIGN_OR_RETURN(World world, JoinRanks("train", args));
-  comm::RankPlan mine = comm::LoadPlanForRank(args.positionals()[0]);
+  plan::RankPlan mine = plan::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world.comm(), mine.plan, mine.hash));
   absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));

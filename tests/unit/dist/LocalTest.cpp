@@ -96,17 +96,17 @@ TEST(Agreement, OneRankChecksItsPlan) {
   ASSERT_TRUE(bytes.ok()) << bytes.status();
 
   comm::LocalCommunicator local;
-  const comm::RankPlan two = comm::ParsePlanForRank(*bytes, "two.plan");
-  EXPECT_EQ(two.hash, comm::PlanBytesHash(*bytes));
+  const plan::RankPlan two = plan::ParsePlanForRank(*bytes, "two.plan");
+  EXPECT_EQ(two.hash, plan::PlanBytesHash(*bytes));
   EXPECT_EQ(comm::CheckRanksAgree(local, two.plan, two.hash).message(),
             "the plan was compiled for cp=2 x dp=1 = 2 ranks, but 1 rank was started");
   // With one rank a load error comes back as it is.
-  const comm::RankPlan missing = comm::LoadPlanForRank("/nonexistent/one.plan");
+  const plan::RankPlan missing = plan::LoadPlanForRank("/nonexistent/one.plan");
   EXPECT_THAT(std::string(comm::CheckRanksAgree(local, missing.plan, missing.hash).message()),
               HasSubstr("cannot open plan '/nonexistent/one.plan'"));
   // The FNV-1a hash is stable (the same on every machine and run).
-  EXPECT_EQ(comm::HashString(comm::PlanBytesHash("")), "cbf29ce484222325");
-  EXPECT_EQ(comm::HashString(comm::PlanBytesHash("a")), "af63dc4c8601ec8c");
+  EXPECT_EQ(plan::HashString(plan::PlanBytesHash("")), "cbf29ce484222325");
+  EXPECT_EQ(plan::HashString(plan::PlanBytesHash("a")), "af63dc4c8601ec8c");
 }
 
 // 6 experts over 3 ranks (2 each): slots go to their expert's owner in send order "by owner,

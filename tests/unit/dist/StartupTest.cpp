@@ -40,7 +40,7 @@ TEST(Startup, RanksWithTheSamePlanGetItsMesh) {
   const int world = World().world_size();
   const Mesh mesh{.cp = world, .dp = 1, .layout = plan::SequenceLayout::Zigzag};
   auto comm = NewWorldCommunicator();
-  const comm::RankPlan mine = comm::ParsePlanForRank(PlanBytes(mesh, "same"), "same.plan");
+  const plan::RankPlan mine = plan::ParsePlanForRank(PlanBytes(mesh, "same"), "same.plan");
   const absl::Status status = comm::CheckRanksAgree(*comm, mine.plan, mine.hash);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(comm->has_mesh());
@@ -52,15 +52,15 @@ TEST(Startup, WrongWorldSize) {
   const int world = World().world_size();
   const Mesh mesh{.cp = 2 * world, .dp = 1};
   auto comm = NewWorldCommunicator();
-  const comm::RankPlan mine = comm::ParsePlanForRank(PlanBytes(mesh, "big"), "big.plan");
+  const plan::RankPlan mine = plan::ParsePlanForRank(PlanBytes(mesh, "big"), "big.plan");
   const absl::Status status = comm::CheckRanksAgree(*comm, mine.plan, mine.hash);
   EXPECT_EQ(status.message(),
             absl::StrFormat("the plan was compiled for cp=%d x dp=1 = %d ranks, but %d %s started",
                             2 * world, 2 * world, world, world == 1 ? "rank was" : "ranks were"));
   EXPECT_FALSE(comm->has_mesh());
   // And with dp: cp=world x dp=2.
-  const comm::RankPlan dp2 =
-      comm::ParsePlanForRank(PlanBytes(Mesh{.cp = world, .dp = 2}, "dp2"), "dp2.plan");
+  const plan::RankPlan dp2 =
+      plan::ParsePlanForRank(PlanBytes(Mesh{.cp = world, .dp = 2}, "dp2"), "dp2.plan");
   EXPECT_THAT(std::string(comm::CheckRanksAgree(*comm, dp2.plan, dp2.hash).message()),
               HasSubstr(absl::StrFormat("compiled for cp=%d x dp=2 = %d ranks", world, 2 * world)));
 }
@@ -72,14 +72,14 @@ TEST(Startup, OneRankRunsAnotherPlan) {
   const std::string ours = PlanBytes(mesh, "ours"), theirs = PlanBytes(mesh, "theirs");
   auto comm = NewWorldCommunicator();
   const bool odd_one = comm->world_rank() == world - 1;
-  const comm::RankPlan mine = comm::ParsePlanForRank(odd_one ? theirs : ours, "model.plan");
+  const plan::RankPlan mine = plan::ParsePlanForRank(odd_one ? theirs : ours, "model.plan");
   ASSERT_TRUE(mine.plan.ok());
   const absl::Status status = comm::CheckRanksAgree(*comm, mine.plan, mine.hash);
   EXPECT_EQ(status.message(),
             absl::StrFormat("%s %s plan %s, rank %d runs %s: start every rank with the same plan",
                             FirstRanks(world - 1), world - 1 == 1 ? "runs" : "run",
-                            comm::HashString(comm::PlanBytesHash(ours)), world - 1,
-                            comm::HashString(comm::PlanBytesHash(theirs))));
+                            plan::HashString(plan::PlanBytesHash(ours)), world - 1,
+                            plan::HashString(plan::PlanBytesHash(theirs))));
   EXPECT_FALSE(comm->has_mesh());
 }
 
@@ -90,7 +90,7 @@ TEST(Startup, OneRankFailsToLoad) {
   auto comm = NewWorldCommunicator();
   const int last = world - 1;
   if (comm->world_rank() == last) bytes[2] = 'X';  // bad magic on the last rank only
-  const comm::RankPlan mine = comm::ParsePlanForRank(bytes, "rank.plan");
+  const plan::RankPlan mine = plan::ParsePlanForRank(bytes, "rank.plan");
   const absl::Status status = comm::CheckRanksAgree(*comm, mine.plan, mine.hash);
   EXPECT_EQ(status.message(), world == 1 ? std::string("rank.plan: not a hybridcp plan (bad magic)")
                                          : absl::StrFormat("the plan did not load on every rank: "
@@ -101,9 +101,9 @@ TEST(Startup, OneRankFailsToLoad) {
 
   // A file that is not there on rank 0, the plan everywhere else.
   const std::string missing = "/nonexistent/hybridcp/test.plan";
-  const comm::RankPlan from_file = comm->world_rank() == 0
-                                       ? comm::LoadPlanForRank(missing)
-                                       : comm::ParsePlanForRank(PlanBytes(mesh, "ok"), "test.plan");
+  const plan::RankPlan from_file = comm->world_rank() == 0
+                                       ? plan::LoadPlanForRank(missing)
+                                       : plan::ParsePlanForRank(PlanBytes(mesh, "ok"), "test.plan");
   const absl::Status missing_status = comm::CheckRanksAgree(*comm, from_file.plan, from_file.hash);
   EXPECT_THAT(std::string(missing_status.message()),
               HasSubstr("cannot open plan '/nonexistent/hybridcp/test.plan': No such file"));

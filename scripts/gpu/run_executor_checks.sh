@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU: the runtime through its Executor interface, and the same step before and after a
+# runtime change.
+# 1. `hybridcp run-step` on the GPU: the bf16 plan of the gpu-shapes fixture against
+#    transformers' fp32 loss and gradients (the fixture), from the command line; --verbose lists
+#    every gradient's error. Tolerances: bf16 against fp32 (2x the worst of the tolerance
+#    survey's gpu-shapes figures, scripts/gpu/run_tolerance_survey.sh).
+# 2. test_plan_step on the small plans (the per-family GPU parity).
+# 3. Before/after: `hybridcp bench` of granite-4.0-h-tiny at s = 8192 with the previous bundle
+#    (BEFORE, the packed bundle of the commit before the change, carried as build-gpu/before) and
+#    this one, alternating, each on its own plan and the new binary on the old plan: the step
+#    losses must agree, the tokens/s within noise.
+#
+#   run(command="scripts/gpu/run_executor_checks.sh", carry=["build-gpu/carry", "build-gpu/before"])
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUNDLE=${1:-$ROOT/build-gpu/bundle}
+LOG=${OUT:-/tmp}/executor_checks.log
+source "$ROOT/scripts/gpu/common.sh"
+HCP=$BUNDLE/bin/hybridcp
+P=$BUNDLE/plans
+FIX=$ROOT/tests/fixtures/gpu-shapes
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
+run "$HCP" run-step "$P/gpu-shapes-bf16.plan" --weights "$FIX" --inputs "$FIX/reference.safetensors" \
+  --compare "$FIX" --loss-tolerance "${LOSS_TOL:-2e-2}" --grad-tolerance "${GRAD_TOL:-1e-1}" --verbose
+for name in small-300 small-512; do
+  run "$BUNDLE/bin/test_plan_step" "$P/$name-bf16.plan" "$P/$name-f32.plan"
+done
+
+BEFORE=$ROOT/build-gpu/before/bundle
+if [ -f "$ROOT/build-gpu/before/bundle.tar.gz" ]; then
+  rm -rf "$BEFORE" && tar -C "$ROOT/build-gpu/before" -xzf "$ROOT/build-gpu/before/bundle.tar.gz"
+  for round in 1 2; do
+    run "$BEFORE/bin/hybridcp" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
+    run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
+  done
+  run "$HCP" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
+  cmp "$BEFORE/plans/tiny-8192-bf16.plan" "$P/tiny-8192-bf16.plan" &&
+    echo "== the plans are byte-identical" | tee -a "$LOG"
+fi
+exit $status

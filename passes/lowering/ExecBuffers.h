@@ -18,10 +18,6 @@ inline exec::BufferOp rootOf(mlir::Value value) {
   return value.getDefiningOp<exec::BufferOp>();
 }
 
-inline bool isKernel(exec::LaunchOp launch, llvm::StringRef kernel) {
-  return launch && launch.getKernel() == kernel;
-}
-
 // Who touches each buffer, in step order: the launches (and results) that read or write it
 // directly or through a view.
 class Accesses {

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "passes/lowering/ExecBuffers.h"
+#include "passes/lowering/LaunchArgs.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -20,86 +21,103 @@ using namespace mlir;
 
 int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
 
-// One chain to fold: the GEMM, its optional scale, the add, and what the fused launch takes.
+using GemmArgs = plan::GemmArgs<Value>;
+using GemmAddArgs = plan::GemmAddArgs<Value>;
+
+// One chain to fold: the GEMM (with its arguments), its optional scale, the add, and what the
+// fused launch takes.
 struct Chain {
-  exec::LaunchOp gemm, scale, add;
+  exec::LaunchOp gemmLaunch, scale, add;
+  GemmArgs gemm;
   Value addend, out;
   double alpha = 1.0;
 };
 
-// The chain that starts at `gemm`, if it can be folded into it (see Passes.td).
-std::optional<Chain> chainFrom(exec::LaunchOp gemm, const Accesses& accesses) {
+// The chain that starts at `launch`, if it is a GEMM that can take it in (see Passes.td).
+std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) {
+  std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch);
+  if (!gemm) return std::nullopt;
   Chain chain;
-  chain.gemm = gemm;
-  chain.alpha = gemm.getFloats()[0];
-  ArrayRef<int64_t> ints = gemm.getInts();
-  const int64_t elements = ints[2] * ints[3];  // m * n
-  Value product = gemm.getOuts()[0];
+  chain.gemmLaunch = launch;
+  chain.gemm = *gemm;
+  chain.alpha = gemm->alpha;
+  const int64_t elements = gemm->m * gemm->n;
+  Value product = gemm->c;
   if (elementsOf(product) != elements) return std::nullopt;
-  exec::LaunchOp next = accesses.soleReader(product, gemm);
-  if (isKernel(next, "scale") && next.getInts()[0] == elements) {
+  exec::LaunchOp next = accesses.soleReader(product, launch);
+  if (std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(next);
+      scale && scale->n == elements) {
     chain.scale = next;
-    chain.alpha *= next.getFloats()[0];
-    product = next.getOuts()[0];
+    chain.alpha *= scale->factor;
+    product = scale->y;
     next = accesses.soleReader(product, next);
   }
-  if (!isKernel(next, "add") || next.getInts()[0] != elements || next.getInts()[1] != elements) {
-    return std::nullopt;
-  }
+  std::optional<plan::AddArgs<Value>> add = decodeLaunch<plan::AddArgs>(next);
+  if (!add || add->n != elements || add->rhs_n != elements) return std::nullopt;
   chain.add = next;
-  Value lhs = next.getIns()[0], rhs = next.getIns()[1];
-  if (rootOf(lhs) == rootOf(rhs)) return std::nullopt;
-  chain.addend = rootOf(lhs) == rootOf(product) ? rhs : lhs;
-  chain.out = next.getOuts()[0];
+  if (rootOf(add->a) == rootOf(add->b)) return std::nullopt;
+  chain.addend = rootOf(add->a) == rootOf(product) ? add->b : add->a;
+  chain.out = add->y;
   if (elementsOf(chain.addend) != elements || elementsOf(chain.out) != elements) {
     return std::nullopt;
   }
   // The fused launch runs at the GEMM's place: the addend must already hold what the add read,
   // and the add's output must not be read or written in between.
-  const int64_t from = accesses.position(gemm), to = accesses.position(next);
+  const int64_t from = accesses.position(launch), to = accesses.position(next);
   if (accesses.touchedBetween(chain.addend, from, to, /*any=*/false)) return std::nullopt;
   if (accesses.touchedBetween(chain.out, from, to, /*any=*/true)) return std::nullopt;
   return chain;
 }
 
+// Makes `reader`, a gemm or gemm_add launch with arguments `gemm`, read `input` where it read
+// `scaled` (= factor * input) as its a or b, with alpha times the factor per operand replaced.
+template <typename Args>
+void readUnscaled(exec::LaunchOp reader, Args gemm, Value scaled, Value input, double factor) {
+  for (Value* operand : {&gemm.a, &gemm.b}) {
+    if (rootOf(*operand) != rootOf(scaled)) continue;
+    Value replacement = input;
+    if (operand->getType() != input.getType()) {
+      OpBuilder b(reader);
+      replacement = exec::ViewOp::create(b, reader.getLoc(), operand->getType(), input);
+    }
+    *operand = replacement;
+    gemm.alpha *= factor;
+  }
+  updateLaunch(reader, gemm);
+}
+
 // A scale whose result only GEMMs read, as their a or b operand (a gradient scaled by the
 // residual multiplier before the projections' backward): the GEMMs read the scale's input
 // instead, each with alpha times the factor per operand it was. Returns whether it folded.
-bool foldScaleIntoReaders(exec::LaunchOp scale, Accesses& accesses) {
-  Value input = scale.getIns()[0], scaled = scale.getOuts()[0];
-  const int64_t elements = scale.getInts()[0];
-  if (elementsOf(input) != elements || elementsOf(scaled) != elements) return false;
+bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
+  std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(launch);
+  if (!scale) return false;
+  Value input = scale->x, scaled = scale->y;
+  if (elementsOf(input) != scale->n || elementsOf(scaled) != scale->n) return false;
   if (rootOf(input) == rootOf(scaled)) return false;
-  std::vector<exec::LaunchOp> readers = accesses.onlyReaders(scaled, scale);
+  std::vector<exec::LaunchOp> readers = accesses.onlyReaders(scaled, launch);
   if (readers.empty()) return false;
   for (exec::LaunchOp reader : readers) {
-    if (!isKernel(reader, "gemm") && !isKernel(reader, "gemm_add")) return false;
-    if (isKernel(reader, "gemm_add") && rootOf(reader.getIns()[2]) == rootOf(scaled)) return false;
+    if (isLaunchOf<plan::GemmArgs>(reader)) continue;
+    std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(reader);
+    if (!gemmAdd || rootOf(gemmAdd->c) == rootOf(scaled)) return false;
   }
   // The readers now read the input later than the scale did: nothing may change it meanwhile.
-  const int64_t from = accesses.position(scale) + 1;
+  const int64_t from = accesses.position(launch) + 1;
   const int64_t to = accesses.position(readers.back()) + 1;
   if (accesses.touchedBetween(input, from, to, /*any=*/false)) return false;
-  const double factor = scale.getFloats()[0];
+  // (A GEMM reading the scaled value as both operands is in `readers` twice: the second time
+  // it reads nothing scaled any more and stays as it is.)
   for (exec::LaunchOp reader : readers) {
-    double alpha = reader.getFloats()[0];
-    for (unsigned i = 0; i < 2; ++i) {
-      Value operand = reader.getIns()[i];
-      if (rootOf(operand) != rootOf(scaled)) continue;
-      Value replacement = input;
-      if (operand.getType() != input.getType()) {
-        OpBuilder b(reader);
-        replacement = exec::ViewOp::create(b, reader.getLoc(), operand.getType(), input);
-      }
-      reader->setOperand(i, replacement);
-      alpha *= factor;
+    if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(reader)) {
+      readUnscaled(reader, *gemm, scaled, input, scale->factor);
+    } else {
+      readUnscaled(reader, *decodeLaunch<plan::GemmAddArgs>(reader), scaled, input, scale->factor);
     }
-    OpBuilder b(reader);
-    reader.setFloatsAttr(b.getDenseF64ArrayAttr({alpha}));
     accesses.replace(reader, reader);
   }
-  accesses.forget(scale);
-  scale.erase();
+  accesses.forget(launch);
+  launch.erase();
   return true;
 }
 
@@ -110,12 +128,11 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
 
   void fuseFunction(func::FuncOp func) {
     foldUntilDone(func, [&](exec::LaunchOp launch, Accesses& accesses) {
-      if (launch.getKernel() == "gemm") {
-        std::optional<Chain> chain = chainFrom(launch, accesses);
-        if (chain) fold(*chain, accesses);
-        return chain.has_value();
+      if (std::optional<Chain> chain = chainFrom(launch, accesses)) {
+        fold(*chain, accesses);
+        return true;
       }
-      if (launch.getKernel() == "scale" && foldScaleIntoReaders(launch, accesses)) {
+      if (foldScaleIntoReaders(launch, accesses)) {
         ++fusedScales;
         return true;
       }
@@ -124,14 +141,21 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
   }
 
   void fold(Chain chain, Accesses& accesses) {
-    accesses.defineBefore(chain.addend, chain.gemm);
-    accesses.defineBefore(chain.out, chain.gemm);
-    OpBuilder b(chain.gemm);
-    auto fused = exec::LaunchOp::create(
-        b, chain.gemm.getLoc(), b.getStringAttr("gemm_add"),
-        ValueRange{chain.gemm.getIns()[0], chain.gemm.getIns()[1], chain.addend},
-        ValueRange{chain.out}, chain.gemm.getIntsAttr(), b.getDenseF64ArrayAttr({chain.alpha}));
-    accesses.replace(chain.gemm, fused);
+    accesses.defineBefore(chain.addend, chain.gemmLaunch);
+    accesses.defineBefore(chain.out, chain.gemmLaunch);
+    GemmAddArgs fused;
+    fused.trans_a = chain.gemm.trans_a;
+    fused.trans_b = chain.gemm.trans_b;
+    fused.m = chain.gemm.m;
+    fused.n = chain.gemm.n;
+    fused.k = chain.gemm.k;
+    fused.alpha = chain.alpha;
+    fused.a = chain.gemm.a;
+    fused.b = chain.gemm.b;
+    fused.c = chain.addend;
+    fused.out = chain.out;
+    OpBuilder b(chain.gemmLaunch);
+    accesses.replace(chain.gemmLaunch, createLaunch(b, chain.gemmLaunch.getLoc(), fused));
     accesses.forget(chain.add);
     if (chain.scale) accesses.forget(chain.scale);
     chain.add.erase();
@@ -139,7 +163,7 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
       chain.scale.erase();
       ++fusedScales;
     }
-    chain.gemm.erase();
+    chain.gemmLaunch.erase();
     ++fusedAdds;
   }
 };

@@ -1,5 +1,4 @@
 // hcp-lower-to-exec: tensors become buffers, every model op one kernel launch.
-#include <functional>
 #include <string>
 
 #include "dialects/dist/DistOps.h"
@@ -7,8 +6,10 @@
 #include "dialects/model/ModelOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "passes/lowering/LaunchArgs.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -28,11 +29,65 @@ int64_t rowsOf(Value value) {
   int64_t last = shapeOf(value).empty() ? 1 : lastDim(value);
   return elementsOf(value) / last;
 }
-double f64Attr(Operation* op, StringRef name) {
-  return op->getAttrOfType<FloatAttr>(name).getValueAsDouble();
+
+// The SSD kernels' shape ints, from x [batch, seq, heads, head_dim] and B or C
+// [batch, seq, groups, state].
+template <typename Args>
+void setSsdShape(Args& args, Value x, Value bOrC) {
+  ArrayRef<int64_t> s = shapeOf(x), g = shapeOf(bOrC);
+  args.batch = s[0];
+  args.seq = s[1];
+  args.heads = s[2];
+  args.head_dim = s[3];
+  args.groups = g[2];
+  args.state = g[3];
 }
-int64_t i64Attr(Operation* op, StringRef name) {
-  return op->getAttrOfType<IntegerAttr>(name).getInt();
+
+// The attention kernels' shape ints, from q [batch, seq, q_heads, head_dim] and k.
+template <typename Args>
+void setAttentionShape(Args& args, Value q, Value k) {
+  ArrayRef<int64_t> s = shapeOf(q);
+  args.batch = s[0];
+  args.seq = s[1];
+  args.q_heads = s[2];
+  args.kv_heads = shapeOf(k)[2];
+  args.head_dim = s[3];
+}
+
+// The experts kernels' shape ints but `experts` (the local count, or the global one with
+// expert parallelism), from x [tokens..., hidden], gates [tokens..., k] and w_in
+// [experts, 2*inner, hidden].
+template <typename Args>
+void setExpertsShape(Args& args, Value x, Value gates, Value wIn) {
+  args.tokens = rowsOf(x);
+  args.hidden = lastDim(x);
+  args.inner = shapeOf(wIn)[1] / 2;
+  args.k = lastDim(gates);
+}
+
+// The halo exchange's shape ints, from the conv input x [batch * segs, len, channels] and the
+// halo [batch * segs, width, channels]: a rank's segments are rows, as many as its layout gives.
+template <typename Args>
+void setHaloShape(Args& args, Value x, Value halo, dist::SequenceLayoutAttr layout) {
+  ArrayRef<int64_t> s = shapeOf(x);
+  args.segs = layout.segmentsPerRank();
+  args.batch = s[0] / args.segs;
+  args.len = s[1];
+  args.channels = s[2];
+  args.width = shapeOf(halo)[1];
+}
+
+// The state scan's ints, from the states s or s_in [batch * segs, heads, head_dim, state], the
+// op's layout and its strategy.
+template <typename Args, typename Op>
+void setStateScanShape(Args& args, Value states, Op op) {
+  ArrayRef<int64_t> s = shapeOf(states);
+  args.segs = op.getLayout().segmentsPerRank();
+  args.batch = s[0] / args.segs;
+  args.heads = s[1];
+  args.head_dim = s[2];
+  args.state = s[3];
+  args.strategy = static_cast<int64_t>(op.getStrategy());
 }
 
 // Walks the tensor function once, in order, emitting buffers and launches into a new function.
@@ -73,12 +128,9 @@ class Lowering {
     source_.walk([&](model::ParamOp param) {
       if (param.getShards()) shardsOf_[param.getName()] = param.getShardsAttr();
     });
-    source_.walk([&](Operation* op) {
-      if (op->getName().getStringRef() != "model.param_grad") return;
-      auto name = op->getAttrOfType<StringAttr>("name");
-      Value grad = op->getOperand(0);
+    source_.walk([&](model::ParamGradOp sink) {
       // One buffer per value: a value that is two parameters' gradient gets copied for the second.
-      if (!gradientOf_.count(grad)) gradientOf_[grad] = name.getValue().str();
+      if (!gradientOf_.count(sink.getGrad())) gradientOf_[sink.getGrad()] = sink.getName().str();
     });
   }
 
@@ -106,64 +158,709 @@ class Lowering {
 
   Value in(Value tensor) { return buffers_.lookup(tensor); }
 
-  void launch(StringRef kernel, ArrayRef<Value> ins, ArrayRef<Value> outs, ArrayRef<int64_t> ints,
-              ArrayRef<double> floats = {}) {
-    exec::LaunchOp::create(b_, loc_, b_.getStringAttr(kernel), ins, outs,
-                           b_.getDenseI64ArrayAttr(ints), b_.getDenseF64ArrayAttr(floats));
-  }
-
-  // Lowers an op whose operands map one-to-one to the kernel's inputs and whose results map to
-  // its outputs.
-  void direct(Operation* op, StringRef kernel, ArrayRef<int64_t> ints,
-              ArrayRef<double> floats = {}) {
-    SmallVector<Value> ins, outs;
-    for (Value operand : op->getOperands()) ins.push_back(in(operand));
-    for (Value result : op->getResults()) outs.push_back(output(result));
-    launch(kernel, ins, outs, ints, floats);
+  template <typename Args>
+  void emit(const Args& args) {
+    createLaunch(b_, loc_, args);
   }
 
   // --- ops --------------------------------------------------------------------------------------
+  // Each rule fills its kernel's arguments (runtime/plan/KernelTable.txt); the buffers of an
+  // op's results are created in result order.
   LogicalResult lower(Operation* op) {
     loc_ = op->getLoc();
-    StringRef name = op->getName().getStringRef();
-    if (auto param = dyn_cast<model::ParamOp>(op)) {
-      FloatAttr std = param.getStdAttr();
-      buffers_[param.getResult()] = buffer(
-          exec::Arena::Parameters, param.getName(), param.getType(),
-          b_.getStringAttr(model::stringifyParamInit(param.getInit())), std, param.getShardsAttr());
-      return success();
-    }
-    if (isa<func::ReturnOp>(op)) {
-      if (op->getNumOperands() != 1)
-        return op->emitError() << "the training step must return exactly the loss";
-      Value loss = in(op->getOperand(0));
-      exec::ResultOp::create(b_, loc_, b_.getStringAttr("loss"), loss);
-      return success();
-    }
-    if (name == "model.param_grad") {
-      // Already computed into the gradient buffer unless the value was some other gradient too.
-      std::string param = op->getAttrOfType<StringAttr>("name").getValue().str();
-      Value grad = op->getOperand(0);
-      Value target = gradientBuffer(param, grad.getType());
-      if (in(grad) != target) launch("copy", {in(grad)}, {target}, {elementsOf(grad)});
-      return success();
-    }
-    if (isa<model::ReshapeOp>(op)) {
-      Value source = in(op->getOperand(0));
-      auto tensor = cast<RankedTensorType>(op->getResult(0).getType());
-      buffers_[op->getResult(0)] = exec::ViewOp::create(
-          b_, loc_, MemRefType::get(tensor.getShape(), tensor.getElementType()), source);
-      return success();
-    }
-    auto rule = rules().find(name);
-    if (rule == rules().end())
-      return op->emitError() << "no kernel for '" << name << "' in the CPU kernel set";
-    rule->second(*this, op);
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) return lowerReturn(ret);
+    bool lowered =
+        TypeSwitch<Operation*, bool>(op)
+            .Case<model::ParamOp, model::ParamGradOp, model::ReshapeOp, model::LinearOp,
+                  model::LinearGradInputOp, model::LinearGradWeightOp, model::EmbeddingOp,
+                  model::EmbeddingGradOp, model::RmsNormOp, model::RmsNormGradOp,
+                  model::GatedRmsNormOp, model::GatedRmsNormGradOp, model::SiluOp,
+                  model::SiluGradOp, model::SoftplusOp, model::SoftplusGradOp, model::CastOp,
+                  model::NegExpOp, model::NegExpGradOp, model::ScaleOp, model::AddOp, model::MulOp,
+                  model::DivOp, model::SwigluOp, model::SwigluGradOp, model::SumLeadingOp,
+                  model::FillOp, model::SplitOp, model::ConcatOp, model::CausalConv1dOp,
+                  model::CausalConv1dGradOp, model::SsdLogDecayOp, model::SsdLogDecayGradOp,
+                  model::SsdScanOp, model::SsdScanGradOp, model::SsdFinalStateOp,
+                  model::SsdFinalStateGradOp, model::SsdAddInitialStateOp,
+                  model::SsdAddInitialStateGradOp, model::AttentionOp, model::AttentionGradOp,
+                  model::MoeRouteOp, model::MoeRouteGradOp, model::MoeExpertsOp,
+                  model::MoeExpertsGradOp, model::CrossEntropyOp, model::CrossEntropyGradOp,
+                  dist::MoeExpertsOp, dist::MoeExpertsGradOp, dist::HaloExchangeOp,
+                  dist::HaloExchangeGradOp, dist::StateScanOp, dist::StateScanGradOp,
+                  dist::RingAttentionOp, dist::RingAttentionGradOp, dist::AllReduceOp>(
+                [&](auto typed) {
+                  lowerOp(typed);
+                  return true;
+                })
+            .Default([](Operation*) { return false; });
+    if (!lowered)
+      return op->emitError() << "hcp-lower-to-exec has no kernel for '" << op->getName() << "'";
     return success();
   }
 
-  using Rule = std::function<void(Lowering&, Operation*)>;
-  static const llvm::StringMap<Rule>& rules();
+  LogicalResult lowerReturn(func::ReturnOp ret) {
+    if (ret.getNumOperands() != 1)
+      return ret.emitError() << "the training step must return exactly the loss";
+    exec::ResultOp::create(b_, loc_, b_.getStringAttr("loss"), in(ret.getOperands().front()));
+    return success();
+  }
+
+  // --- buffers without a launch -----------------------------------------------------------------
+  void lowerOp(model::ParamOp param) {
+    buffers_[param.getResult()] =
+        buffer(exec::Arena::Parameters, param.getName(), param.getType(),
+               b_.getStringAttr(model::stringifyParamInit(param.getInit())), param.getStdAttr(),
+               param.getShardsAttr());
+  }
+
+  // Reshapes are views of the same bytes.
+  void lowerOp(model::ReshapeOp reshape) {
+    RankedTensorType tensor = reshape.getResult().getType();
+    buffers_[reshape.getResult()] = exec::ViewOp::create(
+        b_, loc_, MemRefType::get(tensor.getShape(), tensor.getElementType()), in(reshape.getX()));
+  }
+
+  // Already computed into the gradient buffer unless the value was some other gradient too.
+  void lowerOp(model::ParamGradOp sink) {
+    Value grad = sink.getGrad();
+    Value target = gradientBuffer(sink.getName().str(), grad.getType());
+    if (in(grad) == target) return;
+    plan::CopyArgs<Value> copy;
+    copy.n = elementsOf(grad);
+    copy.x = in(grad);
+    copy.y = target;
+    emit(copy);
+  }
+
+  // --- linear layers: y[T,N] = x[T,K] W[N,K]^T; dx = dy W; dW = dy^T x ---------------------------
+  void lowerOp(model::LinearOp op) {
+    Value x = op.getX(), w = op.getWeight();
+    plan::GemmArgs<Value> gemm;
+    gemm.trans_a = false;
+    gemm.trans_b = true;
+    gemm.m = rowsOf(x);
+    gemm.n = shapeOf(w)[0];
+    gemm.k = shapeOf(w)[1];
+    gemm.alpha = 1.0;
+    gemm.a = in(x);
+    gemm.b = in(w);
+    gemm.c = output(op.getResult());
+    emit(gemm);
+  }
+
+  void lowerOp(model::LinearGradInputOp op) {
+    Value dy = op.getDy(), w = op.getW();
+    plan::GemmArgs<Value> gemm;
+    gemm.trans_a = false;
+    gemm.trans_b = false;
+    gemm.m = rowsOf(dy);
+    gemm.n = shapeOf(w)[1];
+    gemm.k = shapeOf(w)[0];
+    gemm.alpha = 1.0;
+    gemm.a = in(dy);
+    gemm.b = in(w);
+    gemm.c = output(op.getDx());
+    emit(gemm);
+  }
+
+  void lowerOp(model::LinearGradWeightOp op) {
+    Value dy = op.getDy(), x = op.getX();
+    plan::GemmArgs<Value> gemm;
+    gemm.trans_a = true;
+    gemm.trans_b = false;
+    gemm.m = lastDim(dy);
+    gemm.n = lastDim(x);
+    gemm.k = rowsOf(dy);
+    gemm.alpha = 1.0;
+    gemm.a = in(dy);
+    gemm.b = in(x);
+    gemm.c = output(op.getDw());
+    emit(gemm);
+  }
+
+  // --- embeddings -------------------------------------------------------------------------------
+  void lowerOp(model::EmbeddingOp op) {
+    ArrayRef<int64_t> table = shapeOf(op.getTable());
+    plan::EmbeddingForwardArgs<Value> embedding;
+    embedding.tokens = elementsOf(op.getIds());
+    embedding.vocab = table[0];
+    embedding.hidden = table[1];
+    embedding.multiplier = op.getMultiplier().convertToDouble();
+    embedding.table = in(op.getTable());
+    embedding.ids = in(op.getIds());
+    embedding.out = output(op.getResult());
+    emit(embedding);
+  }
+
+  void lowerOp(model::EmbeddingGradOp op) {
+    ArrayRef<int64_t> table = shapeOf(op.getDtable());
+    IntegerAttr padding = op.getPaddingIdxAttr();
+    plan::EmbeddingBackwardArgs<Value> embedding;
+    embedding.tokens = elementsOf(op.getIds());
+    embedding.vocab = table[0];
+    embedding.hidden = table[1];
+    embedding.padding_idx = padding ? padding.getInt() : -1;
+    embedding.multiplier = op.getMultiplier().convertToDouble();
+    embedding.dout = in(op.getDy());
+    embedding.ids = in(op.getIds());
+    embedding.dtable = output(op.getDtable());
+    emit(embedding);
+  }
+
+  // --- row-wise norms ---------------------------------------------------------------------------
+  void lowerOp(model::RmsNormOp op) {
+    plan::RmsNormForwardArgs<Value> norm;
+    norm.rows = rowsOf(op.getX());
+    norm.dim = lastDim(op.getX());
+    norm.eps = op.getEps().convertToDouble();
+    norm.x = in(op.getX());
+    norm.w = in(op.getWeight());
+    norm.y = output(op.getResult());
+    emit(norm);
+  }
+
+  void lowerOp(model::RmsNormGradOp op) {
+    plan::RmsNormBackwardArgs<Value> norm;
+    norm.rows = rowsOf(op.getDy());
+    norm.dim = lastDim(op.getDy());
+    norm.eps = op.getEps().convertToDouble();
+    norm.dy = in(op.getDy());
+    norm.x = in(op.getX());
+    norm.w = in(op.getW());
+    norm.dx = output(op.getDx());
+    norm.dw = output(op.getDw());
+    emit(norm);
+  }
+
+  void lowerOp(model::GatedRmsNormOp op) {
+    plan::GatedRmsNormForwardArgs<Value> norm;
+    norm.rows = rowsOf(op.getY());
+    norm.dim = lastDim(op.getY());
+    norm.eps = op.getEps().convertToDouble();
+    norm.y = in(op.getY());
+    norm.z = in(op.getGate());
+    norm.w = in(op.getWeight());
+    norm.out = output(op.getResult());
+    emit(norm);
+  }
+
+  void lowerOp(model::GatedRmsNormGradOp op) {
+    plan::GatedRmsNormBackwardArgs<Value> norm;
+    norm.rows = rowsOf(op.getDout());
+    norm.dim = lastDim(op.getDout());
+    norm.eps = op.getEps().convertToDouble();
+    norm.dout = in(op.getDout());
+    norm.y = in(op.getY());
+    norm.z = in(op.getGate());
+    norm.w = in(op.getW());
+    norm.dy = output(op.getDy());
+    norm.dz = output(op.getDgate());
+    norm.dw = output(op.getDw());
+    emit(norm);
+  }
+
+  // --- elementwise ------------------------------------------------------------------------------
+  // y = f(x).
+  template <typename Args, typename Op>
+  void unary(Op op) {
+    Args unary;
+    unary.n = elementsOf(op.getResult());
+    unary.x = in(op.getX());
+    unary.y = output(op.getResult());
+    emit(unary);
+  }
+  void lowerOp(model::SiluOp op) { unary<plan::SiluForwardArgs<Value>>(op); }
+  void lowerOp(model::SoftplusOp op) { unary<plan::SoftplusForwardArgs<Value>>(op); }
+  void lowerOp(model::NegExpOp op) { unary<plan::NegExpForwardArgs<Value>>(op); }
+  void lowerOp(model::CastOp op) { unary<plan::CastArgs<Value>>(op); }
+
+  // dx = dy * f'(x).
+  template <typename Args, typename Op>
+  void unaryGrad(Op op) {
+    Args grad;
+    grad.n = elementsOf(op.getDx());
+    grad.dy = in(op.getDy());
+    grad.x = in(op.getX());
+    grad.dx = output(op.getDx());
+    emit(grad);
+  }
+  void lowerOp(model::SiluGradOp op) { unaryGrad<plan::SiluBackwardArgs<Value>>(op); }
+  void lowerOp(model::SoftplusGradOp op) { unaryGrad<plan::SoftplusBackwardArgs<Value>>(op); }
+
+  // From the forward's output y, not its input.
+  void lowerOp(model::NegExpGradOp op) {
+    plan::NegExpBackwardArgs<Value> grad;
+    grad.n = elementsOf(op.getDx());
+    grad.dy = in(op.getDy());
+    grad.y = in(op.getY());
+    grad.dx = output(op.getDx());
+    emit(grad);
+  }
+
+  void lowerOp(model::ScaleOp op) {
+    plan::ScaleArgs<Value> scale;
+    scale.n = elementsOf(op.getResult());
+    scale.factor = op.getFactor().convertToDouble();
+    scale.x = in(op.getX());
+    scale.y = output(op.getResult());
+    emit(scale);
+  }
+
+  // y = lhs op rhs, rhs broadcast over the leading dims.
+  template <typename Args, typename Op>
+  void binary(Op op) {
+    Args binary;
+    binary.n = elementsOf(op.getLhs());
+    binary.rhs_n = elementsOf(op.getRhs());
+    binary.a = in(op.getLhs());
+    binary.b = in(op.getRhs());
+    binary.y = output(op.getResult());
+    emit(binary);
+  }
+  void lowerOp(model::AddOp op) { binary<plan::AddArgs<Value>>(op); }
+  void lowerOp(model::MulOp op) { binary<plan::MulArgs<Value>>(op); }
+  void lowerOp(model::DivOp op) { binary<plan::DivArgs<Value>>(op); }
+
+  void lowerOp(model::SwigluOp op) {
+    Value y = op.getResult();
+    plan::SwigluForwardArgs<Value> swiglu;
+    swiglu.rows = rowsOf(y);
+    swiglu.inner = lastDim(y);
+    swiglu.x = in(op.getX());
+    swiglu.y = output(y);
+    emit(swiglu);
+  }
+
+  void lowerOp(model::SwigluGradOp op) {
+    Value dy = op.getDy();
+    plan::SwigluBackwardArgs<Value> swiglu;
+    swiglu.rows = rowsOf(dy);
+    swiglu.inner = lastDim(dy);
+    swiglu.dy = in(dy);
+    swiglu.x = in(op.getX());
+    swiglu.dx = output(op.getDx());
+    emit(swiglu);
+  }
+
+  // --- constants, sums, columns -----------------------------------------------------------------
+  void lowerOp(model::SumLeadingOp op) {
+    plan::SumLeadingArgs<Value> sum;
+    sum.cols = elementsOf(op.getResult());
+    sum.rows = elementsOf(op.getX()) / sum.cols;
+    sum.x = in(op.getX());
+    sum.y = output(op.getResult());
+    emit(sum);
+  }
+
+  void lowerOp(model::FillOp op) {
+    plan::FillArgs<Value> fill;
+    fill.n = elementsOf(op.getResult());
+    fill.value = op.getValue().convertToDouble();
+    fill.y = output(op.getResult());
+    emit(fill);
+  }
+
+  void lowerOp(model::SplitOp op) {
+    Value x = op.getX();
+    int64_t offset = 0;
+    for (Value piece : op.getPieces()) {
+      plan::SliceColumnsArgs<Value> slice;
+      slice.rows = rowsOf(x);
+      slice.in_cols = lastDim(x);
+      slice.offset = offset;
+      slice.width = lastDim(piece);
+      slice.in = in(x);
+      slice.out = output(piece);
+      emit(slice);
+      offset += slice.width;
+    }
+  }
+
+  void lowerOp(model::ConcatOp op) {
+    Value result = op.getResult();
+    Value memref = output(result);
+    int64_t offset = 0;
+    for (Value piece : op.getPieces()) {
+      plan::InsertColumnsArgs<Value> insert;
+      insert.rows = rowsOf(result);
+      insert.out_cols = lastDim(result);
+      insert.offset = offset;
+      insert.width = lastDim(piece);
+      insert.in = in(piece);
+      insert.out = memref;
+      emit(insert);
+      offset += insert.width;
+    }
+  }
+
+  // --- Mamba2 mixer -----------------------------------------------------------------------------
+  // The SiLU after the conv stays a launch of its own (silu false): hcp-fuse-conv-silu, with
+  // --fuse-conv-silu, folds it in. The weight is [channels, 1, width].
+  void lowerOp(model::CausalConv1dOp op) {
+    ArrayRef<int64_t> x = shapeOf(op.getX());
+    plan::CausalConv1dForwardArgs<Value> conv;
+    conv.batch = x[0];
+    conv.seq = x[1];
+    conv.channels = x[2];
+    conv.width = shapeOf(op.getWeight())[2];
+    conv.has_halo = static_cast<bool>(op.getHalo());
+    conv.silu = false;
+    conv.x = in(op.getX());
+    conv.w = in(op.getWeight());
+    conv.bias = in(op.getBias());
+    if (conv.has_halo) conv.halo = in(op.getHalo());
+    conv.y = output(op.getResult());
+    emit(conv);
+  }
+
+  void lowerOp(model::CausalConv1dGradOp op) {
+    ArrayRef<int64_t> x = shapeOf(op.getX());
+    plan::CausalConv1dBackwardArgs<Value> conv;
+    conv.batch = x[0];
+    conv.seq = x[1];
+    conv.channels = x[2];
+    conv.width = shapeOf(op.getW())[2];
+    conv.has_halo = static_cast<bool>(op.getHalo());
+    conv.silu = false;
+    conv.dy = in(op.getDy());
+    conv.x = in(op.getX());
+    conv.w = in(op.getW());
+    if (conv.has_halo) conv.halo = in(op.getHalo());
+    conv.dx = output(op.getDx());
+    conv.dw = output(op.getDw());
+    conv.dbias = output(op.getDbias());
+    if (conv.has_halo) conv.dhalo = output(op.getDhalo());
+    emit(conv);
+  }
+
+  void lowerOp(model::SsdLogDecayOp op) {
+    ArrayRef<int64_t> dt = shapeOf(op.getDt());
+    plan::SsdLogDecayForwardArgs<Value> decay;
+    decay.batch = dt[0];
+    decay.seq = dt[1];
+    decay.heads = dt[2];
+    decay.dt = in(op.getDt());
+    decay.A = in(op.getA());
+    decay.g = output(op.getG());
+    emit(decay);
+  }
+
+  void lowerOp(model::SsdLogDecayGradOp op) {
+    ArrayRef<int64_t> dt = shapeOf(op.getDt());
+    plan::SsdLogDecayBackwardArgs<Value> decay;
+    decay.batch = dt[0];
+    decay.seq = dt[1];
+    decay.heads = dt[2];
+    decay.dg = in(op.getDg());
+    decay.dt = in(op.getDt());
+    decay.A = in(op.getA());
+    decay.ddt = output(op.getDdt());
+    decay.dA = output(op.getDA());
+    emit(decay);
+  }
+
+  void lowerOp(model::SsdScanOp op) {
+    plan::SsdScanForwardArgs<Value> scan;
+    setSsdShape(scan, op.getX(), op.getB());
+    scan.chunk = op.getChunkSize();
+    scan.has_init = static_cast<bool>(op.getInitState());
+    scan.x = in(op.getX());
+    scan.dt = in(op.getDt());
+    scan.A = in(op.getA());
+    scan.B = in(op.getB());
+    scan.C = in(op.getC());
+    scan.D = in(op.getD());
+    if (scan.has_init) scan.init_state = in(op.getInitState());
+    scan.y = output(op.getY());
+    scan.final_state = output(op.getFinalState());
+    emit(scan);
+  }
+
+  // dinit is a result exactly when init_state is an operand (the op's verifier).
+  void lowerOp(model::SsdScanGradOp op) {
+    plan::SsdScanBackwardArgs<Value> scan;
+    setSsdShape(scan, op.getX(), op.getB());
+    scan.chunk = op.getChunkSize();
+    scan.has_init = static_cast<bool>(op.getInitState());
+    scan.has_dfinal = static_cast<bool>(op.getDfinal());
+    scan.dy = in(op.getDy());
+    scan.x = in(op.getX());
+    scan.dt = in(op.getDt());
+    scan.A = in(op.getA());
+    scan.B = in(op.getB());
+    scan.C = in(op.getC());
+    scan.D = in(op.getD());
+    if (scan.has_init) scan.init_state = in(op.getInitState());
+    if (scan.has_dfinal) scan.dfinal_state = in(op.getDfinal());
+    scan.dx = output(op.getDx());
+    scan.ddt = output(op.getDdt());
+    scan.dA = output(op.getDA());
+    scan.dB = output(op.getDB());
+    scan.dC = output(op.getDC());
+    scan.dD = output(op.getDD());
+    if (scan.has_init) scan.dinit_state = output(op.getDinit());
+    emit(scan);
+  }
+
+  void lowerOp(model::SsdFinalStateOp op) {
+    plan::SsdFinalStateForwardArgs<Value> summary;
+    setSsdShape(summary, op.getX(), op.getB());
+    summary.chunk = op.getChunkSize();
+    summary.x = in(op.getX());
+    summary.dt = in(op.getDt());
+    summary.A = in(op.getA());
+    summary.B = in(op.getB());
+    summary.final_state = output(op.getFinalState());
+    emit(summary);
+  }
+
+  void lowerOp(model::SsdFinalStateGradOp op) {
+    plan::SsdFinalStateBackwardArgs<Value> summary;
+    setSsdShape(summary, op.getX(), op.getB());
+    summary.chunk = op.getChunkSize();
+    summary.dfinal_state = in(op.getDfinal());
+    summary.x = in(op.getX());
+    summary.dt = in(op.getDt());
+    summary.A = in(op.getA());
+    summary.B = in(op.getB());
+    summary.dx = output(op.getDx());
+    summary.ddt = output(op.getDdt());
+    summary.dA = output(op.getDA());
+    summary.dB = output(op.getDB());
+    emit(summary);
+  }
+
+  void lowerOp(model::SsdAddInitialStateOp op) {
+    plan::SsdAddInitialStateForwardArgs<Value> correction;
+    setSsdShape(correction, op.getY(), op.getC());
+    correction.y = in(op.getY());
+    correction.dt = in(op.getDt());
+    correction.A = in(op.getA());
+    correction.C = in(op.getC());
+    correction.init_state = in(op.getInitState());
+    correction.out = output(op.getResult());
+    emit(correction);
+  }
+
+  void lowerOp(model::SsdAddInitialStateGradOp op) {
+    plan::SsdAddInitialStateBackwardArgs<Value> correction;
+    setSsdShape(correction, op.getDresult(), op.getC());
+    correction.dout = in(op.getDresult());
+    correction.dt = in(op.getDt());
+    correction.A = in(op.getA());
+    correction.C = in(op.getC());
+    correction.init_state = in(op.getInitState());
+    correction.ddt = output(op.getDdt());
+    correction.dA = output(op.getDA());
+    correction.dC = output(op.getDC());
+    correction.dinit_state = output(op.getDinit());
+    emit(correction);
+  }
+
+  // --- attention --------------------------------------------------------------------------------
+  // The same arguments for the local attention and the ring attention of context parallelism.
+  template <typename Args, typename Op>
+  void attention(Op op) {
+    Args attention;
+    setAttentionShape(attention, op.getQ(), op.getK());
+    attention.causal = op.getCausal();
+    attention.scale = op.getScale().convertToDouble();
+    attention.q = in(op.getQ());
+    attention.k = in(op.getK());
+    attention.v = in(op.getV());
+    attention.out = output(op.getOut());
+    attention.lse = output(op.getLse());
+    emit(attention);
+  }
+  void lowerOp(model::AttentionOp op) { attention<plan::AttentionForwardArgs<Value>>(op); }
+  void lowerOp(dist::RingAttentionOp op) { attention<plan::RingAttentionForwardArgs<Value>>(op); }
+
+  template <typename Args, typename Op>
+  void attentionGrad(Op op) {
+    Args attention;
+    setAttentionShape(attention, op.getQ(), op.getK());
+    attention.causal = op.getCausal();
+    attention.scale = op.getScale().convertToDouble();
+    attention.dout = in(op.getDout());
+    attention.q = in(op.getQ());
+    attention.k = in(op.getK());
+    attention.v = in(op.getV());
+    attention.out = in(op.getOut());
+    attention.lse = in(op.getLse());
+    attention.dq = output(op.getDq());
+    attention.dk = output(op.getDk());
+    attention.dv = output(op.getDv());
+    emit(attention);
+  }
+  void lowerOp(model::AttentionGradOp op) { attentionGrad<plan::AttentionBackwardArgs<Value>>(op); }
+  void lowerOp(dist::RingAttentionGradOp op) {
+    attentionGrad<plan::RingAttentionBackwardArgs<Value>>(op);
+  }
+
+  // --- mixture of experts -----------------------------------------------------------------------
+  void lowerOp(model::MoeRouteOp op) {
+    Value logits = op.getLogits();
+    plan::MoeRouteForwardArgs<Value> route;
+    route.tokens = rowsOf(logits);
+    route.experts = lastDim(logits);
+    route.k = op.getTopK();
+    route.logits = in(logits);
+    route.gates = output(op.getGates());
+    route.expert_ids = output(op.getExperts());
+    emit(route);
+  }
+
+  void lowerOp(model::MoeRouteGradOp op) {
+    Value gates = op.getGates();
+    plan::MoeRouteBackwardArgs<Value> route;
+    route.tokens = rowsOf(gates);
+    route.experts = lastDim(op.getDlogits());
+    route.k = lastDim(gates);
+    route.dgates = in(op.getDgates());
+    route.gates = in(gates);
+    route.expert_ids = in(op.getExperts());
+    route.dlogits = output(op.getDlogits());
+    emit(route);
+  }
+
+  // keep_h false: hcp-keep-expert-h sets it.
+  void lowerOp(model::MoeExpertsOp op) {
+    plan::MoeExpertsForwardArgs<Value> experts;
+    setExpertsShape(experts, op.getX(), op.getGates(), op.getInputWeight());
+    experts.experts = shapeOf(op.getInputWeight())[0];
+    experts.keep_h = false;
+    experts.x = in(op.getX());
+    experts.gates = in(op.getGates());
+    experts.expert_ids = in(op.getExperts());
+    experts.w_in = in(op.getInputWeight());
+    experts.w_out = in(op.getOutputWeight());
+    experts.out = output(op.getResult());
+    emit(experts);
+  }
+
+  void lowerOp(model::MoeExpertsGradOp op) {
+    plan::MoeExpertsBackwardArgs<Value> experts;
+    setExpertsShape(experts, op.getX(), op.getGates(), op.getWIn());
+    experts.experts = shapeOf(op.getWIn())[0];
+    experts.keep_h = false;
+    experts.dout = in(op.getDout());
+    experts.x = in(op.getX());
+    experts.gates = in(op.getGates());
+    experts.expert_ids = in(op.getExperts());
+    experts.w_in = in(op.getWIn());
+    experts.w_out = in(op.getWOut());
+    experts.dx = output(op.getDx());
+    experts.dgates = output(op.getDgates());
+    experts.dw_in = output(op.getDwIn());
+    experts.dw_out = output(op.getDwOut());
+    emit(experts);
+  }
+
+  // Expert parallelism: the weights are this rank's experts; `experts` is the global count.
+  void lowerOp(dist::MoeExpertsOp op) {
+    plan::MoeExpertsEpForwardArgs<Value> experts;
+    setExpertsShape(experts, op.getX(), op.getGates(), op.getInputWeight());
+    experts.experts = op.getNumExperts();
+    experts.ep = op.getEp();
+    experts.x = in(op.getX());
+    experts.gates = in(op.getGates());
+    experts.expert_ids = in(op.getExperts());
+    experts.w_in = in(op.getInputWeight());
+    experts.w_out = in(op.getOutputWeight());
+    experts.out = output(op.getResult());
+    emit(experts);
+  }
+
+  void lowerOp(dist::MoeExpertsGradOp op) {
+    plan::MoeExpertsEpBackwardArgs<Value> experts;
+    setExpertsShape(experts, op.getX(), op.getGates(), op.getWIn());
+    experts.experts = op.getNumExperts();
+    experts.ep = op.getEp();
+    experts.dout = in(op.getDout());
+    experts.x = in(op.getX());
+    experts.gates = in(op.getGates());
+    experts.expert_ids = in(op.getExperts());
+    experts.w_in = in(op.getWIn());
+    experts.w_out = in(op.getWOut());
+    experts.dx = output(op.getDx());
+    experts.dgates = output(op.getDgates());
+    experts.dw_in = output(op.getDwIn());
+    experts.dw_out = output(op.getDwOut());
+    emit(experts);
+  }
+
+  // --- loss -------------------------------------------------------------------------------------
+  void lowerOp(model::CrossEntropyOp op) {
+    Value logits = op.getLogits();
+    plan::CrossEntropyForwardArgs<Value> loss;
+    loss.tokens = rowsOf(logits);
+    loss.vocab = lastDim(logits);
+    loss.ignore_index = op.getIgnoreIndexAttr().getInt();
+    loss.logits = in(logits);
+    loss.targets = in(op.getTargets());
+    loss.loss_sum = output(op.getLossSum());
+    loss.valid_count = output(op.getValidCount());
+    emit(loss);
+  }
+
+  void lowerOp(model::CrossEntropyGradOp op) {
+    Value logits = op.getLogits();
+    plan::CrossEntropyBackwardArgs<Value> loss;
+    loss.tokens = rowsOf(logits);
+    loss.vocab = lastDim(logits);
+    loss.ignore_index = op.getIgnoreIndexAttr().getInt();
+    loss.dloss_sum = in(op.getDlossSum());
+    loss.logits = in(logits);
+    loss.targets = in(op.getTargets());
+    loss.dlogits = output(op.getDlogits());
+    emit(loss);
+  }
+
+  // --- collectives: the mesh and the rank come from the plan at run time ------------------------
+  void lowerOp(dist::HaloExchangeOp op) {
+    plan::HaloExchangeForwardArgs<Value> exchange;
+    setHaloShape(exchange, op.getX(), op.getHalo(), op.getLayout());
+    exchange.x = in(op.getX());
+    exchange.halo = output(op.getHalo());
+    emit(exchange);
+  }
+
+  void lowerOp(dist::HaloExchangeGradOp op) {
+    plan::HaloExchangeBackwardArgs<Value> exchange;
+    setHaloShape(exchange, op.getDx(), op.getDhalo(), op.getLayout());
+    exchange.dhalo = in(op.getDhalo());
+    exchange.dx = output(op.getDx());
+    emit(exchange);
+  }
+
+  void lowerOp(dist::StateScanOp op) {
+    plan::StateScanForwardArgs<Value> scan;
+    setStateScanShape(scan, op.getS(), op);
+    scan.g = in(op.getG());
+    scan.s = in(op.getS());
+    scan.s_in = output(op.getSIn());
+    emit(scan);
+  }
+
+  void lowerOp(dist::StateScanGradOp op) {
+    plan::StateScanBackwardArgs<Value> scan;
+    setStateScanShape(scan, op.getSIn(), op);
+    scan.ds_in = in(op.getDsIn());
+    scan.g = in(op.getG());
+    scan.s_in = in(op.getSIn());
+    scan.dg = output(op.getDg());
+    scan.ds = output(op.getDs());
+    emit(scan);
+  }
+
+  void lowerOp(dist::AllReduceOp op) {
+    plan::AllReduceArgs<Value> reduce;
+    reduce.n = elementsOf(op.getResult());
+    reduce.group = static_cast<int64_t>(op.getGroup());
+    reduce.x = in(op.getX());
+    reduce.y = output(op.getResult());
+    emit(reduce);
+  }
 
   func::FuncOp source_;
   OpBuilder b_;
@@ -174,266 +871,6 @@ class Lowering {
   llvm::StringMap<IntegerAttr> shardsOf_;  // sharded parameters by checkpoint name
   int64_t nextActivation_ = 0;
 };
-
-// The kernel choice and scalar arguments of every op, by op name. Operand and result orders
-// follow the op definitions (ModelOps.td, ModelGradOps.td) and KernelTable.def.
-const llvm::StringMap<Lowering::Rule>& Lowering::rules() {
-  static const llvm::StringMap<Rule> table = [] {
-    llvm::StringMap<Rule> r;
-    // Linear layers: y[T,N] = x[T,K] W[N,K]^T; dx = dy W; dW = dy^T x.
-    r["model.linear"] = [](Lowering& l, Operation* op) {
-      Value x = op->getOperand(0), w = op->getOperand(1);
-      l.direct(op, "gemm", {0, 1, rowsOf(x), shapeOf(w)[0], shapeOf(w)[1]}, {1.0});
-    };
-    r["model.linear_grad_input"] = [](Lowering& l, Operation* op) {
-      Value dy = op->getOperand(0), w = op->getOperand(1);
-      l.direct(op, "gemm", {0, 0, rowsOf(dy), shapeOf(w)[1], shapeOf(w)[0]}, {1.0});
-    };
-    r["model.linear_grad_weight"] = [](Lowering& l, Operation* op) {
-      Value dy = op->getOperand(0), x = op->getOperand(1);
-      l.direct(op, "gemm", {1, 0, lastDim(dy), lastDim(x), rowsOf(dy)}, {1.0});
-    };
-    r["model.embedding"] = [](Lowering& l, Operation* op) {
-      Value table = op->getOperand(0), ids = op->getOperand(1);
-      l.direct(op, "embedding.forward", {elementsOf(ids), shapeOf(table)[0], shapeOf(table)[1]},
-               {f64Attr(op, "multiplier")});
-    };
-    r["model.embedding_grad"] = [](Lowering& l, Operation* op) {
-      Value ids = op->getOperand(1), table = op->getResult(0);
-      auto pad = op->getAttrOfType<IntegerAttr>("padding_idx");
-      l.direct(op, "embedding.backward",
-               {elementsOf(ids), shapeOf(table)[0], shapeOf(table)[1], pad ? pad.getInt() : -1},
-               {f64Attr(op, "multiplier")});
-    };
-    auto rowwise = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        Value x = op->getOperand(0);
-        l.direct(op, kernel, {rowsOf(x), lastDim(x)}, {f64Attr(op, "eps")});
-      };
-    };
-    r["model.rms_norm"] = rowwise("rms_norm.forward");
-    r["model.rms_norm_grad"] = rowwise("rms_norm.backward");
-    r["model.gated_rms_norm"] = rowwise("gated_rms_norm.forward");
-    r["model.gated_rms_norm_grad"] = rowwise("gated_rms_norm.backward");
-    auto elementwise = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        l.direct(op, kernel, {elementsOf(op->getResult(0))});
-      };
-    };
-    r["model.silu"] = elementwise("silu.forward");
-    r["model.silu_grad"] = elementwise("silu.backward");
-    r["model.softplus"] = elementwise("softplus.forward");
-    r["model.softplus_grad"] = elementwise("softplus.backward");
-    r["model.cast"] = elementwise("cast");
-    r["model.neg_exp"] = elementwise("neg_exp.forward");
-    r["model.neg_exp_grad"] = elementwise("neg_exp.backward");
-    r["model.scale"] = [](Lowering& l, Operation* op) {
-      l.direct(op, "scale", {elementsOf(op->getResult(0))}, {f64Attr(op, "factor")});
-    };
-    auto binary = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        l.direct(op, kernel, {elementsOf(op->getOperand(0)), elementsOf(op->getOperand(1))});
-      };
-    };
-    r["model.add"] = binary("add");
-    r["model.mul"] = binary("mul");
-    r["model.div"] = binary("div");
-    r["model.swiglu"] = [](Lowering& l, Operation* op) {
-      Value y = op->getResult(0);
-      l.direct(op, "swiglu.forward", {rowsOf(y), lastDim(y)});
-    };
-    r["model.swiglu_grad"] = [](Lowering& l, Operation* op) {
-      Value dy = op->getOperand(0);
-      l.direct(op, "swiglu.backward", {rowsOf(dy), lastDim(dy)});
-    };
-    r["model.sum_leading"] = [](Lowering& l, Operation* op) {
-      Value x = op->getOperand(0);
-      int64_t cols = elementsOf(op->getResult(0));
-      l.direct(op, "sum_leading", {elementsOf(x) / cols, cols});
-    };
-    r["model.fill"] = [](Lowering& l, Operation* op) {
-      l.direct(op, "fill", {elementsOf(op->getResult(0))}, {f64Attr(op, "value")});
-    };
-    r["model.split"] = [](Lowering& l, Operation* op) {
-      Value x = op->getOperand(0);
-      int64_t offset = 0;
-      for (Value piece : op->getResults()) {
-        l.launch("slice_columns", {l.in(x)}, {l.output(piece)},
-                 {rowsOf(x), lastDim(x), offset, lastDim(piece)});
-        offset += lastDim(piece);
-      }
-    };
-    r["model.concat"] = [](Lowering& l, Operation* op) {
-      Value out = op->getResult(0);
-      Value memref = l.output(out);
-      int64_t offset = 0;
-      for (Value piece : op->getOperands()) {
-        l.launch("insert_columns", {l.in(piece)}, {memref},
-                 {rowsOf(out), lastDim(out), offset, lastDim(piece)});
-        offset += lastDim(piece);
-      }
-    };
-    // ints: batch, seq, channels, width, has_halo (the halo is the last operand when present),
-    // silu (0 here: hcp-fuse-conv-silu, with --fuse-conv-silu, folds the SiLU that follows).
-    auto conv = [](StringRef kernel, unsigned xIndex) {
-      return [kernel, xIndex](Lowering& l, Operation* op) {
-        Value x = op->getOperand(xIndex), w = op->getOperand(xIndex + 1);
-        ArrayRef<int64_t> s = shapeOf(x);
-        int64_t hasHalo = op->getNumOperands() == 4;  // x, w, bias | dy, x, w; then the halo
-        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(w)[2], hasHalo, 0});
-      };
-    };
-    r["model.causal_conv1d"] = conv("causal_conv1d.forward", 0);
-    r["model.causal_conv1d_grad"] = conv("causal_conv1d.backward", 1);
-    auto logDecay = [](StringRef kernel, unsigned dtIndex) {
-      return [kernel, dtIndex](Lowering& l, Operation* op) {
-        ArrayRef<int64_t> s = shapeOf(op->getOperand(dtIndex));
-        l.direct(op, kernel, {s[0], s[1], s[2]});
-      };
-    };
-    r["model.ssd_log_decay"] = logDecay("ssd_log_decay.forward", 0);
-    r["model.ssd_log_decay_grad"] = logDecay("ssd_log_decay.backward", 1);
-    // ints: batch, seq, heads, head_dim, groups, state, chunk, has_init[, has_dfinal].
-    r["model.ssd_scan"] = [](Lowering& l, Operation* op) {
-      Value x = op->getOperand(0), B = op->getOperand(3);
-      ArrayRef<int64_t> s = shapeOf(x);
-      int64_t hasInit = op->getNumOperands() == 7;
-      l.direct(op, "ssd_scan.forward",
-               {s[0], s[1], s[2], s[3], shapeOf(B)[2], shapeOf(B)[3], i64Attr(op, "chunk_size"),
-                hasInit});
-    };
-    r["model.ssd_scan_grad"] = [](Lowering& l, Operation* op) {
-      Value x = op->getOperand(1), B = op->getOperand(4);
-      ArrayRef<int64_t> s = shapeOf(x);
-      // dinit is a result exactly when init is an operand; the rest of the optional operands
-      // is dfinal.
-      int64_t hasInit = op->getNumResults() == 7;
-      int64_t hasDfinal = static_cast<int64_t>(op->getNumOperands()) - 7 - hasInit;
-      l.direct(op, "ssd_scan.backward",
-               {s[0], s[1], s[2], s[3], shapeOf(B)[2], shapeOf(B)[3], i64Attr(op, "chunk_size"),
-                hasInit, hasDfinal});
-    };
-    // ints: batch, seq, heads, head_dim, groups, state, chunk (x and B are operands 0 and 3 of
-    // the forward, 1 and 4 of the gradient, after dfinal).
-    auto finalState = [](StringRef kernel, unsigned xIndex) {
-      return [kernel, xIndex](Lowering& l, Operation* op) {
-        ArrayRef<int64_t> s = shapeOf(op->getOperand(xIndex)),
-                          b = shapeOf(op->getOperand(xIndex + 3));
-        l.direct(op, kernel, {s[0], s[1], s[2], s[3], b[2], b[3], i64Attr(op, "chunk_size")});
-      };
-    };
-    r["model.ssd_final_state"] = finalState("ssd_final_state.forward", 0);
-    r["model.ssd_final_state_grad"] = finalState("ssd_final_state.backward", 1);
-    // ints: batch, seq, heads, head_dim, groups, state (y | dresult is operand 0, C operand 3).
-    auto initialState = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        ArrayRef<int64_t> s = shapeOf(op->getOperand(0)), c = shapeOf(op->getOperand(3));
-        l.direct(op, kernel, {s[0], s[1], s[2], s[3], c[2], c[3]});
-      };
-    };
-    r["model.ssd_add_initial_state"] = initialState("ssd_add_initial_state.forward");
-    r["model.ssd_add_initial_state_grad"] = initialState("ssd_add_initial_state.backward");
-    auto attention = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        bool forward = kernel == "attention.forward";
-        Value q = op->getOperand(forward ? 0 : 1), k = op->getOperand(forward ? 1 : 2);
-        ArrayRef<int64_t> s = shapeOf(q);
-        int64_t causal = op->hasAttr("causal");
-        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(k)[2], s[3], causal},
-                 {f64Attr(op, "scale")});
-      };
-    };
-    r["model.attention"] = attention("attention.forward");
-    r["model.attention_grad"] = attention("attention.backward");
-    r["model.moe_route"] = [](Lowering& l, Operation* op) {
-      Value logits = op->getOperand(0);
-      l.direct(op, "moe_route.forward", {rowsOf(logits), lastDim(logits), i64Attr(op, "top_k")});
-    };
-    r["model.moe_route_grad"] = [](Lowering& l, Operation* op) {
-      Value gates = op->getOperand(1), dlogits = op->getResult(0);
-      l.direct(op, "moe_route.backward", {rowsOf(gates), lastDim(dlogits), lastDim(gates)});
-    };
-    // ints: tokens, hidden, inner, experts, k, keep_h (0 here: hcp-keep-expert-h sets it).
-    auto experts = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        int first = kernel == "moe_experts.forward" ? 0 : 1;
-        Value x = op->getOperand(first), gates = op->getOperand(first + 1);
-        Value win = op->getOperand(first + 3);
-        ArrayRef<int64_t> w = shapeOf(win);
-        l.direct(op, kernel, {rowsOf(x), lastDim(x), w[1] / 2, w[0], lastDim(gates), 0});
-      };
-    };
-    r["model.moe_experts"] = experts("moe_experts.forward");
-    r["model.moe_experts_grad"] = experts("moe_experts.backward");
-    // Expert parallelism: ints tokens, hidden, inner, experts (global), k, ep.
-    auto expertsEp = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        int first = kernel == "moe_experts_ep.forward" ? 0 : 1;
-        Value x = op->getOperand(first), gates = op->getOperand(first + 1);
-        ArrayRef<int64_t> w = shapeOf(op->getOperand(first + 3));
-        l.direct(op, kernel,
-                 {rowsOf(x), lastDim(x), w[1] / 2, i64Attr(op, "num_experts"), lastDim(gates),
-                  i64Attr(op, "ep")});
-      };
-    };
-    r["dist.moe_experts"] = expertsEp("moe_experts_ep.forward");
-    r["dist.moe_experts_grad"] = expertsEp("moe_experts_ep.backward");
-    r["model.cross_entropy"] = [](Lowering& l, Operation* op) {
-      Value logits = op->getOperand(0);
-      l.direct(op, "cross_entropy.forward",
-               {rowsOf(logits), lastDim(logits), i64Attr(op, "ignore_index")});
-    };
-    r["model.cross_entropy_grad"] = [](Lowering& l, Operation* op) {
-      Value logits = op->getOperand(1);
-      l.direct(op, "cross_entropy.backward",
-               {rowsOf(logits), lastDim(logits), i64Attr(op, "ignore_index")});
-    };
-    // Collectives: the mesh and the rank come from the plan at run time; the segments per rank
-    // from the op's layout. Segment-row tensors have batch * segs rows.
-    auto segments = [](Operation* op) {
-      return op->getAttrOfType<dist::SequenceLayoutAttr>("layout").segmentsPerRank();
-    };
-    auto halo = [segments](StringRef kernel) {
-      return [kernel, segments](Lowering& l, Operation* op) {
-        bool forward = kernel == "halo_exchange.forward";
-        Value x = forward ? op->getOperand(0) : op->getResult(0);
-        Value h = forward ? op->getResult(0) : op->getOperand(0);
-        ArrayRef<int64_t> s = shapeOf(x);
-        int64_t segs = segments(op);
-        l.direct(op, kernel, {s[0] / segs, segs, s[1], s[2], shapeOf(h)[1]});
-      };
-    };
-    r["dist.halo_exchange"] = halo("halo_exchange.forward");
-    r["dist.halo_exchange_grad"] = halo("halo_exchange.backward");
-    auto stateScan = [segments](StringRef kernel) {
-      return [kernel, segments](Lowering& l, Operation* op) {
-        ArrayRef<int64_t> s = shapeOf(op->getOperand(kernel == "state_scan.forward" ? 1 : 2));
-        int64_t segs = segments(op);
-        auto strategy = op->getAttrOfType<dist::StateScanStrategyAttr>("strategy").getValue();
-        l.direct(op, kernel, {s[0] / segs, segs, s[1], s[2], s[3], static_cast<int64_t>(strategy)});
-      };
-    };
-    r["dist.state_scan"] = stateScan("state_scan.forward");
-    r["dist.state_scan_grad"] = stateScan("state_scan.backward");
-    auto ring = [](StringRef kernel) {
-      return [kernel](Lowering& l, Operation* op) {
-        bool forward = kernel == "ring_attention.forward";
-        Value q = op->getOperand(forward ? 0 : 1), k = op->getOperand(forward ? 1 : 2);
-        ArrayRef<int64_t> s = shapeOf(q);
-        l.direct(op, kernel, {s[0], s[1], s[2], shapeOf(k)[2], s[3], op->hasAttr("causal")},
-                 {f64Attr(op, "scale")});
-      };
-    };
-    r["dist.ring_attention"] = ring("ring_attention.forward");
-    r["dist.ring_attention_grad"] = ring("ring_attention.backward");
-    r["dist.all_reduce"] = [](Lowering& l, Operation* op) {
-      auto group = op->getAttrOfType<dist::ReduceGroupAttr>("group").getValue();
-      l.direct(op, "all_reduce", {elementsOf(op->getResult(0)), static_cast<int64_t>(group)});
-    };
-    return r;
-  }();
-  return table;
-}
 
 struct LowerToExecPass : impl::LowerToExecBase<LowerToExecPass> {
   using Base::Base;

@@ -3,6 +3,7 @@
 // compute (the CUDA executor starts it on its communication stream and waits for it only before
 // the first launch that touches its buffers).
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "dialects/exec/ExecOps.h"
@@ -10,6 +11,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "passes/lowering/ExecBuffers.h"
 #include "passes/lowering/Passes.h"
+#include "runtime/plan/KernelTable.h"
 
 namespace hcp {
 
@@ -27,12 +29,11 @@ bool overlappable(exec::LaunchOp launch) {
   return kernel.starts_with("halo_exchange.") || kernel.starts_with("state_scan.");
 }
 
-// Every launch that talks to other ranks: no launch is moved across one, so every rank still
-// issues its collectives in the same order.
+// Every launch that talks to other ranks (a `collective` kernel of runtime/plan/KernelTable.txt):
+// no launch is moved across one, so every rank still issues its collectives in the same order.
 bool communicates(exec::LaunchOp launch) {
-  StringRef kernel = launch.getKernel();
-  return overlappable(launch) || kernel.starts_with("ring_attention.") || kernel == "all_reduce" ||
-         kernel.starts_with("moe_experts_ep.");
+  std::optional<plan::KernelId> kernel = plan::FindKernel(launch.getKernel());
+  return kernel && plan::IsCollective(*kernel);
 }
 
 // The buffers a launch reads and writes (through views).

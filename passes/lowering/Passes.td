@@ -10,9 +10,11 @@ def LowerToExec : Pass<"hcp-lower-to-exec", "mlir::ModuleOp"> {
   let description = [{
     Rewrites the tensor function (after autodiff) into a function without arguments whose body
     declares buffers (parameters, gradients, inputs, activations) and launches one kernel of
-    runtime/plan/KernelTable.def per op. Reshapes become views of the same bytes; values that
+    runtime/plan/KernelTable.txt per op. Reshapes become views of the same bytes; values that
     are a parameter's gradient are computed straight into that parameter's gradient buffer.
-    Kernels are the CPU/fp32 set: a bf16 program is rejected with a clear error.
+    Buffers keep their tensors' element types (f32 or bf16; model.cast is a `cast` launch):
+    which backend can run the plan is not decided here (`hybridcp compile` checks a bf16 plan
+    against the CUDA kernels' rules).
   }];
   let options = [
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",

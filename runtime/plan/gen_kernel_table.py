@@ -275,15 +275,16 @@ def emit_struct(k, out):
     out.append("  // The step's lists in the signature's order (absent buffers left out).")
     out.append("  EncodedStep<Buffer> Encode() const {")
     out.append("    EncodedStep<Buffer> s;")
-    ints = ", ".join(n for n, _ in k.ints)
+    # The fields through this->: a field may be named like the local `s` (state_scan's s).
+    ints = ", ".join(f"this->{n}" for n, _ in k.ints)
     out.append(f"    s.ints = {{{ints}}};")
     if k.floats:
-        out.append(f"    s.floats = {{{', '.join(k.floats)}}};")
+        out.append(f"    s.floats = {{{', '.join('this->' + n for n in k.floats)}}};")
     for role, buffers in (("ins", k.ins), ("outs", k.outs)):
         for b in buffers:
-            push = f"s.{role}.push_back({b.name});"
+            push = f"s.{role}.push_back(this->{b.name});"
             if b.present_if >= 0:
-                out.append(f"    if ({k.ints[b.present_if][0]}) {push}")
+                out.append(f"    if (this->{k.ints[b.present_if][0]}) {push}")
             else:
                 out.append(f"    {push}")
     out.append("    return s;")

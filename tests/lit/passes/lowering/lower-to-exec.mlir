@@ -129,6 +129,16 @@ func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %other:
 
 // -----
 
+// An op that no kernel computes is refused by name.
+func.func private @helper() -> tensor<f32>
+func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}) -> tensor<f32> {
+  // expected-error @+1 {{hcp-lower-to-exec has no kernel for 'func.call'}}
+  %loss = func.call @helper() : () -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // Expert parallelism: dist.moe_experts(_grad) launch the moe_experts_ep kernels (ints tokens,
 // hidden, inner, experts (global), k, ep) on this rank's experts; the sharded parameters'
 // buffers and gradient buffers carry their shards.

@@ -1,0 +1,49 @@
+// exec.launch ops as the kernels' typed argument structs (runtime/plan/KernelTable.txt): the
+// lowering passes read and write a launch's arguments by name, with its buffers as the values
+// the launch takes.
+#pragma once
+
+#include <optional>
+
+#include "dialects/exec/ExecOps.h"
+#include "mlir/IR/Builders.h"
+#include "runtime/plan/KernelTable.h"
+
+namespace hcp {
+
+// Whether `launch` (possibly null) launches Args' kernel.
+template <template <typename> class Args>
+bool isLaunchOf(exec::LaunchOp launch) {
+  return launch && launch.getKernel() == llvm::StringRef(Args<mlir::Value>::kName);
+}
+
+// The arguments of `launch` if it launches Args' kernel (a verified launch: its lists match the
+// kernel's signature), e.g. decodeLaunch<plan::CausalConv1dForwardArgs>(launch).
+template <template <typename> class Args>
+std::optional<Args<mlir::Value>> decodeLaunch(exec::LaunchOp launch) {
+  if (!isLaunchOf<Args>(launch)) return std::nullopt;
+  return Args<mlir::Value>::Decode(launch.getInts(), launch.getFloats(), launch.getIns(),
+                                   launch.getOuts(), [](mlir::Value value) { return value; });
+}
+
+// A launch of Args' kernel with these arguments, at `builder`'s insertion point.
+template <typename Args>
+exec::LaunchOp createLaunch(mlir::OpBuilder& builder, mlir::Location loc, const Args& args) {
+  plan::EncodedStep<mlir::Value> lists = args.Encode();
+  return exec::LaunchOp::create(builder, loc, builder.getStringAttr(Args::kName), lists.ins,
+                                lists.outs, builder.getDenseI64ArrayAttr(lists.ints),
+                                builder.getDenseF64ArrayAttr(lists.floats));
+}
+
+// Writes `args` into `launch`, a launch of Args' kernel, in place (the op stays the same op).
+template <typename Args>
+void updateLaunch(exec::LaunchOp launch, const Args& args) {
+  plan::EncodedStep<mlir::Value> lists = args.Encode();
+  mlir::Builder builder(launch.getContext());
+  launch.getInsMutable().assign(lists.ins);
+  launch.getOutsMutable().assign(lists.outs);
+  launch.setIntsAttr(builder.getDenseI64ArrayAttr(lists.ints));
+  launch.setFloatsAttr(builder.getDenseF64ArrayAttr(lists.floats));
+}
+
+}  // namespace hcp

@@ -345,14 +345,5 @@ TEST(PlanFile, AlignedCopyOfUnalignedInput) {
   EXPECT_TRUE(ParsePlan(std::string_view(shifted).substr(1), "shifted").ok());
 }
 
-TEST(KernelTable, NamesRoundTrip) {
-  for (int i = 0; i < kNumKernels; ++i) {
-    const std::string_view name = KernelName(KernelId(i));
-    EXPECT_EQ(FindKernel(name), KernelId(i)) << name;
-  }
-  EXPECT_EQ(KernelName(KernelId::RmsNormForward), "rms_norm.forward");
-  EXPECT_FALSE(FindKernel("nope").has_value());
-}
-
 }  // namespace
 }  // namespace hcp::plan

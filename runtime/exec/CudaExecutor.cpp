@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,33 @@ std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan, bool shard_o
     slices.push_back(OptimizerSliceOf(p, elements, shard_optimizer, rank, plan.mesh.world()));
   }
   return slices;
+}
+
+// The token ids or targets a step checks against its vocabulary (a bad one lowers
+// bad_position): embedding.forward's ids, cross_entropy's targets (which may also be the ignore
+// index).
+struct CheckedIds {
+  uint32_t buffer;
+  int64_t tokens, vocab;
+  std::optional<int64_t> ignore_index;  // targets only
+};
+std::optional<CheckedIds> CheckedIdsOf(const plan::Step& step) {
+  switch (step.kernel) {
+    case plan::KernelId::EmbeddingForward: {
+      const auto k = plan::DecodeStep<plan::EmbeddingForwardArgs>(step);
+      return CheckedIds{k.ids, k.tokens, k.vocab, std::nullopt};
+    }
+    case plan::KernelId::CrossEntropyForward: {
+      const auto k = plan::DecodeStep<plan::CrossEntropyForwardArgs>(step);
+      return CheckedIds{k.targets, k.tokens, k.vocab, k.ignore_index};
+    }
+    case plan::KernelId::CrossEntropyBackward: {
+      const auto k = plan::DecodeStep<plan::CrossEntropyBackwardArgs>(step);
+      return CheckedIds{k.targets, k.tokens, k.vocab, k.ignore_index};
+    }
+    default:
+      return std::nullopt;
+  }
 }
 
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
@@ -729,28 +757,23 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
 // a bad token id or target, and its first bad position, to say what CpuExecutor would say.
 absl::Status CudaExecutor::DescribeBadInput(int32_t position) const {
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    const plan::Step& step = plan_.steps[i];
-    const bool embedding = step.kernel == plan::KernelId::EmbeddingForward;
-    const bool loss = step.kernel == plan::KernelId::CrossEntropyForward ||
-                      step.kernel == plan::KernelId::CrossEntropyBackward;
-    if (!embedding && !loss) continue;
-    const uint32_t buffer =
-        step.kernel == plan::KernelId::CrossEntropyBackward ? step.ins[2] : step.ins[1];
-    const int64_t tokens = step.ints[0], vocab = step.ints[1];
-    std::vector<int32_t> values(tokens);
-    HCP_RETURN_IF_ERROR(ToHost(values.data(), Address(buffer), sizeof(int32_t) * tokens));
-    for (int64_t t = 0; t < tokens; ++t) {
+    const std::optional<CheckedIds> ids = CheckedIdsOf(plan_.steps[i]);
+    if (!ids) continue;
+    std::vector<int32_t> values(ids->tokens);
+    HCP_RETURN_IF_ERROR(ToHost(values.data(), Address(ids->buffer), sizeof(int32_t) * ids->tokens));
+    for (int64_t t = 0; t < ids->tokens; ++t) {
       const int32_t v = values[t];
-      if (embedding && (v < 0 || v >= vocab)) {
+      const bool in_vocabulary = v >= 0 && v < ids->vocab;
+      if (!ids->ignore_index && !in_vocabulary) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: embedding: token id %d at position %d is outside the vocabulary [0, %d)",
-            plan::StepLabel(plan_, i), v, t, vocab));
+            plan::StepLabel(plan_, i), v, t, ids->vocab));
       }
-      if (loss && v != step.ints[2] && (v < 0 || v >= vocab)) {
+      if (ids->ignore_index && v != *ids->ignore_index && !in_vocabulary) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: cross_entropy: target %d at position %d is neither the ignore index %d nor in "
             "[0, %d)",
-            plan::StepLabel(plan_, i), v, t, step.ints[2], vocab));
+            plan::StepLabel(plan_, i), v, t, *ids->ignore_index, ids->vocab));
       }
     }
   }

@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/plan/KernelTable.h"
 
 namespace hcp::cuda_backend {
 namespace {
@@ -18,71 +22,38 @@ namespace {
 using plan::DType;
 using plan::KernelId;
 
-// The shapes the sequence kernels take (cuda::SsdShape, cuda::AttentionShape in
-// runtime/kernels/cuda/SequenceKernels.h), from a step's ints as the backend's wrappers read them
-// (CudaBackendSequence.cpp).
-struct SsdShape {
-  int64_t batch, seq, heads, head_dim, groups, state, chunk;
-};
-SsdShape SsdShapeOf(const plan::Step& step) {
-  const std::vector<int64_t>& v = step.ints;
-  // ssd_add_initial_state is not chunked: its ints stop before the chunk, its kernels take 256.
-  const bool chunked = step.kernel != KernelId::SsdAddInitialStateForward &&
-                       step.kernel != KernelId::SsdAddInitialStateBackward;
-  return SsdShape{v[0], v[1], v[2], v[3], v[4], v[5], chunked ? v[6] : 256};
-}
-
-struct AttentionShape {
-  int64_t batch, seq, q_heads, kv_heads, head_dim;
-};
-AttentionShape AttentionShapeOf(const plan::Step& step) {
-  const std::vector<int64_t>& v = step.ints;
-  return AttentionShape{v[0], v[1], v[2], v[3], v[4]};
-}
-
 // ---------------------------------------------------------------------------------------------
-// Dtypes. What a CUDA kernel takes for each buffer of a step, in the step's order.
+// Dtypes. A CUDA kernel takes each buffer in the table's dtype, `storage` being bf16 (the
+// backend runs bf16 plans), except the buffers CudaDTypesOf names.
 enum class Want : uint8_t {
   kBf16,
   kF32,
   kI32,
-  kT,      // the step's compute type: f32 or bf16, the dtype of the signature's reference buffer
+  kT,      // the step's compute type: f32 or bf16, the dtype of its step_type_from buffer
   kFloat,  // f32 or bf16, each buffer on its own (cast; gemm's C)
 };
 
-struct Signature {
-  std::vector<Want> ins, outs;
-  // The buffer whose dtype is the step's type T (when some entry is kT).
-  bool t_from_output = true;
-  int t_index = 0;
+// Where a kernel's CUDA dtypes differ from the table's, by buffer name.
+struct CudaDTypes {
+  bool all_step_type = false;                    // every buffer takes T (the elementwise kernels)
+  std::vector<std::string_view> step_type = {};  // these take T
+  std::string_view step_type_from = {};          // the buffer whose dtype is T (if some take it)
+  std::vector<std::string_view> any_float = {};  // these take f32 or bf16, each on its own
 };
 
-Signature Uniform(int ins, int outs) {
-  return Signature{std::vector<Want>(ins, Want::kT), std::vector<Want>(outs, Want::kT)};
-}
-Signature AllBf16(int ins, int outs) {
-  return Signature{std::vector<Want>(ins, Want::kBf16), std::vector<Want>(outs, Want::kBf16)};
+// Elementwise kernels compute in whichever float type their output has.
+CudaDTypes Elementwise(KernelId kernel) {
+  return CudaDTypes{.all_step_type = true,
+                    .step_type_from = plan::GetKernelSignature(kernel).outs[0].name};
 }
 
-// The dtypes of the CUDA kernels (Kernels.h, SequenceKernels.h); `ins`/`outs` count the step's
-// buffers (its flags resolved). Collectives never get here.
-Signature SignatureOf(const plan::Step& step, int ins, int outs) {
-  constexpr Want B = Want::kBf16, F = Want::kF32, I = Want::kI32, T = Want::kT;
-  switch (step.kernel) {
+// The dtypes of the CUDA kernels (Kernels.h, SequenceKernels.h) that the table does not say.
+CudaDTypes CudaDTypesOf(KernelId kernel) {
+  switch (kernel) {
     case KernelId::Gemm:
-      return Signature{{B, B}, {Want::kFloat}};
+      return CudaDTypes{.any_float = {"c"}};
     case KernelId::GemmAdd:
-      return Signature{{B, B, T}, {T}};
-    case KernelId::EmbeddingForward:
-    case KernelId::EmbeddingBackward:
-      return Signature{{B, I}, {B}};
-    case KernelId::RmsNormForward:
-    case KernelId::RmsNormBackward:
-    case KernelId::GatedRmsNormForward:
-    case KernelId::GatedRmsNormBackward:
-    case KernelId::CausalConv1dForward:
-    case KernelId::CausalConv1dBackward:
-      return AllBf16(ins, outs);
+      return CudaDTypes{.step_type = {"c", "out"}, .step_type_from = "out"};
     case KernelId::SiluForward:
     case KernelId::SiluBackward:
     case KernelId::SoftplusForward:
@@ -100,74 +71,72 @@ Signature SignatureOf(const plan::Step& step, int ins, int outs) {
     case KernelId::SliceColumns:
     case KernelId::InsertColumns:
     case KernelId::Copy:
-      return Uniform(ins, outs);
-    case KernelId::Cast:
-      return Signature{{Want::kFloat}, {Want::kFloat}};
-    case KernelId::SsdScanForward: {
-      // x, dt, A, B, C, D[, init_state] -> y, final_state.
-      Signature s{{B, F, F, B, B, F}, {B, F}};
-      s.ins.resize(ins, F);
-      return s;
-    }
-    case KernelId::SsdScanBackward: {
-      // dy, x, dt, A, B, C, D[, init_state][, dfinal_state] -> dx, ddt, dA, dB, dC, dD[, dinit].
-      Signature s{{B, B, F, F, B, B, F}, {B, F, F, B, B, F}};
-      s.ins.resize(ins, F);
-      s.outs.resize(outs, F);
-      return s;
-    }
-    case KernelId::SsdFinalStateForward:
-      // x, dt, A, B -> final_state.
-      return Signature{{B, F, F, B}, {F}};
-    case KernelId::SsdFinalStateBackward:
-      // dfinal_state, x, dt, A, B -> dx, ddt, dA, dB.
-      return Signature{{F, B, F, F, B}, {B, F, F, B}};
-    case KernelId::SsdLogDecayForward:
-    case KernelId::SsdLogDecayBackward:
-      return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
-    case KernelId::SsdAddInitialStateForward:
-      // y, dt, A, C, init_state -> out.
-      return Signature{{B, F, F, B, F}, {B}};
-    case KernelId::SsdAddInitialStateBackward:
-      // dout, dt, A, C, init_state -> ddt, dA, dC, dinit_state.
-      return Signature{{B, F, F, B, F}, {F, F, B, F}};
-    case KernelId::AttentionForward:
-    case KernelId::RingAttentionForward:
-      return Signature{{B, B, B}, {B, F}};
-    case KernelId::AttentionBackward:
-    case KernelId::RingAttentionBackward:
-      return Signature{{B, B, B, B, B, F}, {B, B, B}};
-    case KernelId::MoeRouteForward:
-      return Signature{{T}, {F, I}, /*t_from_output=*/false, 0};
-    case KernelId::MoeRouteBackward:
-      return Signature{{F, F, I}, {T}};
-    case KernelId::MoeExpertsForward: {
-      Signature s{{B, F, I, B, B}, {B}};
-      s.outs.resize(outs, B);  // [, kept_h]
-      return s;
-    }
-    case KernelId::MoeExpertsBackward: {
-      Signature s{{B, B, F, I, B, B}, {B, F, B, B}};
-      s.ins.resize(ins, B);  // [, kept_h]
-      return s;
-    }
-    case KernelId::CrossEntropyForward:
-      return Signature{{T, I}, {F, F}, /*t_from_output=*/false, 0};
-    case KernelId::CrossEntropyBackward:
-      return Signature{{F, T, I}, {T}, /*t_from_output=*/false, 1};
     case KernelId::HaloExchangeForward:  // the conv input's type
     case KernelId::HaloExchangeBackward:
     case KernelId::AllReduce:
-      return Uniform(ins, outs);
-    case KernelId::StateScanForward:
-    case KernelId::StateScanBackward:
-      return Signature{std::vector<Want>(ins, F), std::vector<Want>(outs, F)};
-    case KernelId::MoeExpertsEpForward:
-      return Signature{{B, F, I, B, B}, {B}};
-    case KernelId::MoeExpertsEpBackward:
-      return Signature{{B, B, F, I, B, B}, {B, F, B, B}};
+      return Elementwise(kernel);
+    case KernelId::Cast:
+      return CudaDTypes{.any_float = {"x", "y"}};
+    case KernelId::MoeRouteForward:
+      return CudaDTypes{.step_type = {"logits"}, .step_type_from = "logits"};
+    case KernelId::MoeRouteBackward:
+      return CudaDTypes{.step_type = {"dlogits"}, .step_type_from = "dlogits"};
+    case KernelId::CrossEntropyForward:
+      return CudaDTypes{.step_type = {"logits"}, .step_type_from = "logits"};
+    case KernelId::CrossEntropyBackward:
+      return CudaDTypes{.step_type = {"logits", "dlogits"}, .step_type_from = "logits"};
+    default:
+      return CudaDTypes{};
   }
-  return Signature{};
+}
+
+bool Names(const std::vector<std::string_view>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+Want WantOf(const plan::BufferSpec& spec, const CudaDTypes& cuda) {
+  if (cuda.all_step_type || Names(cuda.step_type, spec.name)) return Want::kT;
+  if (Names(cuda.any_float, spec.name)) return Want::kFloat;
+  switch (spec.dtype) {
+    case plan::DTypeRule::Storage:
+      return Want::kBf16;
+    case plan::DTypeRule::F32:
+      return Want::kF32;
+    case plan::DTypeRule::I32:
+      return Want::kI32;
+  }
+  return Want::kF32;
+}
+
+// One buffer of a step: where it is in the step's lists, the argument it is, what the CUDA
+// kernel takes for it.
+struct StepBuffer {
+  bool output;
+  int position;
+  std::string_view argument;
+  const plan::Buffer* buffer;
+  Want want;
+};
+
+// The step's buffers, inputs then outputs, in the step's order (the absent optional ones left
+// out).
+std::vector<StepBuffer> StepBuffers(const plan::Plan& plan, const plan::Step& step,
+                                    const CudaDTypes& cuda) {
+  const plan::KernelSignature& signature = plan::GetKernelSignature(step.kernel);
+  std::vector<StepBuffer> buffers;
+  auto add = [&](bool output, std::span<const plan::BufferSpec> specs,
+                 const std::vector<uint32_t>& indices) {
+    int position = 0;
+    for (const plan::BufferSpec& spec : specs) {
+      if (spec.present_if >= 0 && step.ints[spec.present_if] == 0) continue;
+      buffers.push_back(StepBuffer{output, position, spec.name, &plan.buffers[indices[position]],
+                                   WantOf(spec, cuda)});
+      ++position;
+    }
+  };
+  add(false, signature.ins, step.ins);
+  add(true, signature.outs, step.outs);
+  return buffers;
 }
 
 std::string_view WantName(Want want, DType t) {
@@ -202,148 +171,215 @@ bool Allows(Want want, DType dtype, DType t) {
   return false;
 }
 
+std::string_view Role(bool output) { return output ? "output" : "input"; }
+
 // "input 1 'act.7' is bf16, the CUDA kernel takes f32" for each buffer of the step that does not
 // have the dtype its kernel takes.
 std::vector<std::string> DTypeProblems(const plan::Plan& plan, const plan::Step& step) {
+  const CudaDTypes cuda = CudaDTypesOf(step.kernel);
+  const std::vector<StepBuffer> buffers = StepBuffers(plan, step, cuda);
   std::vector<std::string> problems;
-  const Signature sig =
-      SignatureOf(step, static_cast<int>(step.ins.size()), static_cast<int>(step.outs.size()));
-  auto role = [](bool output) { return output ? "output" : "input"; };
-  // The step's type: that of its reference buffer, which must itself be f32 or bf16.
+  // The step's type: that of its step_type_from buffer, which must itself be f32 or bf16.
   DType t = DType::F32;
-  const std::vector<Want>& ref_list = sig.t_from_output ? sig.outs : sig.ins;
-  const bool has_t = std::find(sig.ins.begin(), sig.ins.end(), Want::kT) != sig.ins.end() ||
-                     std::find(sig.outs.begin(), sig.outs.end(), Want::kT) != sig.outs.end();
   std::string t_source;
-  if (has_t && sig.t_index < static_cast<int>(ref_list.size())) {
-    const uint32_t index = (sig.t_from_output ? step.outs : step.ins)[sig.t_index];
-    const plan::Buffer& b = plan.buffers[index];
-    t = b.dtype;
-    t_source = absl::StrFormat(" (the step's type, from %s %d '%s')", role(sig.t_from_output),
-                               sig.t_index, b.name);
+  for (const StepBuffer& b : buffers) {
+    if (cuda.step_type_from.empty() || b.argument != cuda.step_type_from) continue;
+    t = b.buffer->dtype;
+    t_source = absl::StrFormat(" (the step's type, from %s %d '%s')", Role(b.output), b.position,
+                               b.buffer->name);
     if (t != DType::F32 && t != DType::BF16) {
       problems.push_back(absl::StrFormat("%s %d '%s' is %s, the CUDA kernel takes f32 or bf16",
-                                         role(sig.t_from_output), sig.t_index, b.name,
+                                         Role(b.output), b.position, b.buffer->name,
                                          plan::DTypeName(t)));
       return problems;
     }
   }
-  auto check = [&](bool output, const std::vector<uint32_t>& buffers,
-                   const std::vector<Want>& wants) {
-    for (size_t i = 0; i < buffers.size() && i < wants.size(); ++i) {
-      const plan::Buffer& b = plan.buffers[buffers[i]];
-      if (Allows(wants[i], b.dtype, t)) continue;
-      problems.push_back(absl::StrFormat(
-          "%s %d '%s' is %s, the CUDA kernel takes %s%s", role(output), i, b.name,
-          plan::DTypeName(b.dtype), WantName(wants[i], t), wants[i] == Want::kT ? t_source : ""));
-    }
-  };
-  check(false, step.ins, sig.ins);
-  check(true, step.outs, sig.outs);
+  for (const StepBuffer& b : buffers) {
+    if (Allows(b.want, b.buffer->dtype, t)) continue;
+    problems.push_back(absl::StrFormat(
+        "%s %d '%s' is %s, the CUDA kernel takes %s%s", Role(b.output), b.position, b.buffer->name,
+        plan::DTypeName(b.buffer->dtype), WantName(b.want, t), b.want == Want::kT ? t_source : ""));
+  }
   return problems;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Shapes the kernels support (beyond what ValidatePlan already guarantees).
-std::vector<std::string> ShapeProblems(const plan::Step& step) {
-  std::vector<std::string> problems;
-  const std::vector<int64_t>& v = step.ints;
-  auto require = [&](bool ok, std::string message) {
-    if (!ok) problems.push_back(std::move(message));
-  };
-  switch (step.kernel) {
-    case KernelId::RmsNormForward:
-    case KernelId::RmsNormBackward:
-    case KernelId::GatedRmsNormForward:
-    case KernelId::GatedRmsNormBackward:
-      require(v[1] <= 32768, absl::StrFormat("dim %d is above the CUDA norms' 32768", v[1]));
-      break;
-    case KernelId::EmbeddingBackward:
-      require(
-          v[0] <= std::numeric_limits<int32_t>::max() && v[1] < std::numeric_limits<int32_t>::max(),
-          absl::StrFormat("tokens %d or vocab %d do not fit the CUDA kernel's int32 sort", v[0],
-                          v[1]));
-      break;
-    case KernelId::CausalConv1dForward:
-    case KernelId::CausalConv1dBackward:
-      require(v[3] <= 8, absl::StrFormat("conv width %d is above the CUDA kernel's 8", v[3]));
-      require(v[0] <= 65535, absl::StrFormat("batch %d is above the CUDA kernel's 65535", v[0]));
-      break;
-    case KernelId::SsdScanForward:
-    case KernelId::SsdScanBackward:
-    case KernelId::SsdFinalStateForward:
-    case KernelId::SsdFinalStateBackward:
-    case KernelId::SsdAddInitialStateForward:  // not chunked: SsdShapeOf gives it chunk 256
-    case KernelId::SsdAddInitialStateBackward: {
-      const SsdShape s = SsdShapeOf(step);
-      require(s.chunk == 256, absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", s.chunk));
-      require(s.state == 128, absl::StrFormat("state %d: the CUDA SSD kernels take 128", s.state));
-      require(s.head_dim == 32 || s.head_dim == 64,
-              absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", s.head_dim));
-      // The grid limits (batch * groups, heads, chunks) behind anything the checks above pass:
-      // those of cuda::ssd_supported, which the kernels check again before they launch.
-      if (problems.empty()) {
-        require(s.batch * s.groups <= 65535 && s.heads <= 65535 && (s.seq + 255) / 256 <= 32767,
-                absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
-                                "kernels' grid limits",
-                                s.batch, s.groups, s.heads, s.seq));
-      }
-      break;
-    }
-    case KernelId::SsdLogDecayForward:
-    case KernelId::SsdLogDecayBackward:
-      require(v[0] <= 65535 && (v[1] + 1023) / 1024 <= 65535,
-              absl::StrFormat("batch %d or seq %d exceed the CUDA kernel's limits (65535, "
-                              "65535*1024)",
-                              v[0], v[1]));
-      break;
-    case KernelId::AttentionForward:
-    case KernelId::AttentionBackward:
-    case KernelId::RingAttentionForward:
-    case KernelId::RingAttentionBackward: {
-      const AttentionShape s = AttentionShapeOf(step);
-      require(
-          s.head_dim == 64 || s.head_dim == 128,
-          absl::StrFormat("head_dim %d: the CUDA attention kernels take 64 or 128", s.head_dim));
-      if (problems.empty()) {
-        // cuda::attention_supported's grid limits (64-row blocks).
-        require(s.batch <= 65535 && s.q_heads <= 65535 && (s.seq + 63) / 64 <= 0x7fffffff,
-                absl::StrFormat("batch %d or q_heads %d exceed the CUDA attention kernels' grid "
-                                "limits (65535)",
-                                s.batch, s.q_heads));
-      }
-      break;
-    }
-    case KernelId::MoeRouteForward:
-    case KernelId::MoeRouteBackward:
-      require(v[1] <= 256,
-              absl::StrFormat("%d experts: the CUDA routing kernels take at most 256", v[1]));
-      require(v[2] <= 16,
-              absl::StrFormat("k = %d: the CUDA routing kernels take at most 16", v[2]));
-      break;
-    case KernelId::MoeExpertsForward:
-    case KernelId::MoeExpertsBackward:
-    case KernelId::MoeExpertsEpForward:
-    case KernelId::MoeExpertsEpBackward: {
-      // With ep, a rank runs E/ep experts on up to ep * tokens * k arriving rows.
-      const bool ep = step.kernel == KernelId::MoeExpertsEpForward ||
-                      step.kernel == KernelId::MoeExpertsEpBackward;
-      const int64_t ranks = ep ? v[5] : 1;
-      require(v[3] / ranks <= 4096,
-              absl::StrFormat("%d experts per GPU: the CUDA expert kernels take at most 4096",
-                              v[3] / ranks));
-      require(v[4] <= 16, absl::StrFormat("k = %d: the CUDA expert kernels take at most 16", v[4]));
-      require(ranks <= 16,
-              absl::StrFormat("ep = %d: the CUDA expert exchange takes at most 16 ranks", ranks));
-      require(
-          ranks * v[0] * v[4] <= std::numeric_limits<int32_t>::max(),
-          absl::StrFormat("%d*%d*%d (rank, token, slot) rows do not fit int32", ranks, v[0], v[4]));
-      break;
-    }
-    default:
-      break;
+// Shapes the kernels support (beyond what ValidatePlan already guarantees), kernel family by
+// kernel family, from the step's arguments by name.
+using Problems = std::vector<std::string>;
+
+void Require(Problems& problems, bool ok, std::string message) {
+  if (!ok) problems.push_back(std::move(message));
+}
+
+// rms_norm, gated_rms_norm.
+template <typename NormArgs>
+Problems NormProblems(const NormArgs& k) {
+  Problems problems;
+  Require(problems, k.dim <= 32768,
+          absl::StrFormat("dim %d is above the CUDA norms' 32768", k.dim));
+  return problems;
+}
+
+Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
+  Problems problems;
+  Require(problems,
+          k.tokens <= std::numeric_limits<int32_t>::max() &&
+              k.vocab < std::numeric_limits<int32_t>::max(),
+          absl::StrFormat("tokens %d or vocab %d do not fit the CUDA kernel's int32 sort", k.tokens,
+                          k.vocab));
+  return problems;
+}
+
+template <typename ConvArgs>
+Problems ConvProblems(const ConvArgs& k) {
+  Problems problems;
+  Require(problems, k.width <= 8,
+          absl::StrFormat("conv width %d is above the CUDA kernel's 8", k.width));
+  Require(problems, k.batch <= 65535,
+          absl::StrFormat("batch %d is above the CUDA kernel's 65535", k.batch));
+  return problems;
+}
+
+// ssd_scan, ssd_final_state, ssd_add_initial_state. The last is not chunked (it has no chunk):
+// its kernels take the scan's shapes, chunk 256 among them.
+template <typename SsdArgs>
+Problems SsdProblems(const SsdArgs& k) {
+  int64_t chunk = 256;
+  if constexpr (requires { k.chunk; }) chunk = k.chunk;
+  Problems problems;
+  Require(problems, chunk == 256,
+          absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", chunk));
+  Require(problems, k.state == 128,
+          absl::StrFormat("state %d: the CUDA SSD kernels take 128", k.state));
+  Require(problems, k.head_dim == 32 || k.head_dim == 64,
+          absl::StrFormat("head_dim %d: the CUDA SSD kernels take 32 or 64", k.head_dim));
+  // The grid limits (batch * groups, heads, chunks) behind anything the checks above pass: those
+  // of cuda::ssd_supported, which the kernels check again before they launch.
+  if (problems.empty()) {
+    Require(problems,
+            k.batch * k.groups <= 65535 && k.heads <= 65535 && (k.seq + 255) / 256 <= 32767,
+            absl::StrFormat("batch %d x groups %d, heads %d or seq %d exceed the CUDA SSD "
+                            "kernels' grid limits",
+                            k.batch, k.groups, k.heads, k.seq));
   }
   return problems;
+}
+
+template <typename LogDecayArgs>
+Problems LogDecayProblems(const LogDecayArgs& k) {
+  Problems problems;
+  Require(problems, k.batch <= 65535 && (k.seq + 1023) / 1024 <= 65535,
+          absl::StrFormat("batch %d or seq %d exceed the CUDA kernel's limits (65535, "
+                          "65535*1024)",
+                          k.batch, k.seq));
+  return problems;
+}
+
+// attention, ring_attention (whose pieces the same kernels run).
+template <typename AttentionArgs>
+Problems AttentionProblems(const AttentionArgs& k) {
+  Problems problems;
+  Require(problems, k.head_dim == 64 || k.head_dim == 128,
+          absl::StrFormat("head_dim %d: the CUDA attention kernels take 64 or 128", k.head_dim));
+  if (problems.empty()) {
+    // cuda::attention_supported's grid limits (64-row blocks).
+    Require(problems, k.batch <= 65535 && k.q_heads <= 65535 && (k.seq + 63) / 64 <= 0x7fffffff,
+            absl::StrFormat("batch %d or q_heads %d exceed the CUDA attention kernels' grid "
+                            "limits (65535)",
+                            k.batch, k.q_heads));
+  }
+  return problems;
+}
+
+template <typename RouteArgs>
+Problems RouteProblems(const RouteArgs& k) {
+  Problems problems;
+  Require(problems, k.experts <= 256,
+          absl::StrFormat("%d experts: the CUDA routing kernels take at most 256", k.experts));
+  Require(problems, k.k <= 16,
+          absl::StrFormat("k = %d: the CUDA routing kernels take at most 16", k.k));
+  return problems;
+}
+
+// moe_experts on one GPU (ranks 1) and moe_experts_ep, where a rank runs experts / ep experts on
+// up to ep * tokens * k arriving rows.
+template <typename ExpertsArgs>
+Problems ExpertsProblems(const ExpertsArgs& k, int64_t ranks) {
+  Problems problems;
+  Require(problems, k.experts / ranks <= 4096,
+          absl::StrFormat("%d experts per GPU: the CUDA expert kernels take at most 4096",
+                          k.experts / ranks));
+  Require(problems, k.k <= 16,
+          absl::StrFormat("k = %d: the CUDA expert kernels take at most 16", k.k));
+  Require(problems, ranks <= 16,
+          absl::StrFormat("ep = %d: the CUDA expert exchange takes at most 16 ranks", ranks));
+  Require(
+      problems, ranks * k.tokens * k.k <= std::numeric_limits<int32_t>::max(),
+      absl::StrFormat("%d*%d*%d (rank, token, slot) rows do not fit int32", ranks, k.tokens, k.k));
+  return problems;
+}
+
+Problems ShapeProblems(const plan::Step& step) {
+  using plan::DecodeStep;
+  switch (step.kernel) {
+    case KernelId::RmsNormForward:
+      return NormProblems(DecodeStep<plan::RmsNormForwardArgs>(step));
+    case KernelId::RmsNormBackward:
+      return NormProblems(DecodeStep<plan::RmsNormBackwardArgs>(step));
+    case KernelId::GatedRmsNormForward:
+      return NormProblems(DecodeStep<plan::GatedRmsNormForwardArgs>(step));
+    case KernelId::GatedRmsNormBackward:
+      return NormProblems(DecodeStep<plan::GatedRmsNormBackwardArgs>(step));
+    case KernelId::EmbeddingBackward:
+      return EmbeddingBackwardProblems(DecodeStep<plan::EmbeddingBackwardArgs>(step));
+    case KernelId::CausalConv1dForward:
+      return ConvProblems(DecodeStep<plan::CausalConv1dForwardArgs>(step));
+    case KernelId::CausalConv1dBackward:
+      return ConvProblems(DecodeStep<plan::CausalConv1dBackwardArgs>(step));
+    case KernelId::SsdScanForward:
+      return SsdProblems(DecodeStep<plan::SsdScanForwardArgs>(step));
+    case KernelId::SsdScanBackward:
+      return SsdProblems(DecodeStep<plan::SsdScanBackwardArgs>(step));
+    case KernelId::SsdFinalStateForward:
+      return SsdProblems(DecodeStep<plan::SsdFinalStateForwardArgs>(step));
+    case KernelId::SsdFinalStateBackward:
+      return SsdProblems(DecodeStep<plan::SsdFinalStateBackwardArgs>(step));
+    case KernelId::SsdAddInitialStateForward:
+      return SsdProblems(DecodeStep<plan::SsdAddInitialStateForwardArgs>(step));
+    case KernelId::SsdAddInitialStateBackward:
+      return SsdProblems(DecodeStep<plan::SsdAddInitialStateBackwardArgs>(step));
+    case KernelId::SsdLogDecayForward:
+      return LogDecayProblems(DecodeStep<plan::SsdLogDecayForwardArgs>(step));
+    case KernelId::SsdLogDecayBackward:
+      return LogDecayProblems(DecodeStep<plan::SsdLogDecayBackwardArgs>(step));
+    case KernelId::AttentionForward:
+      return AttentionProblems(DecodeStep<plan::AttentionForwardArgs>(step));
+    case KernelId::AttentionBackward:
+      return AttentionProblems(DecodeStep<plan::AttentionBackwardArgs>(step));
+    case KernelId::RingAttentionForward:
+      return AttentionProblems(DecodeStep<plan::RingAttentionForwardArgs>(step));
+    case KernelId::RingAttentionBackward:
+      return AttentionProblems(DecodeStep<plan::RingAttentionBackwardArgs>(step));
+    case KernelId::MoeRouteForward:
+      return RouteProblems(DecodeStep<plan::MoeRouteForwardArgs>(step));
+    case KernelId::MoeRouteBackward:
+      return RouteProblems(DecodeStep<plan::MoeRouteBackwardArgs>(step));
+    case KernelId::MoeExpertsForward:
+      return ExpertsProblems(DecodeStep<plan::MoeExpertsForwardArgs>(step), /*ranks=*/1);
+    case KernelId::MoeExpertsBackward:
+      return ExpertsProblems(DecodeStep<plan::MoeExpertsBackwardArgs>(step), /*ranks=*/1);
+    case KernelId::MoeExpertsEpForward: {
+      const auto k = DecodeStep<plan::MoeExpertsEpForwardArgs>(step);
+      return ExpertsProblems(k, k.ep);
+    }
+    case KernelId::MoeExpertsEpBackward: {
+      const auto k = DecodeStep<plan::MoeExpertsEpBackwardArgs>(step);
+      return ExpertsProblems(k, k.ep);
+    }
+    default:
+      return {};
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The token-local wrappers (one per KernelTable.def line, in table order; the sequence-mixing
-// ones are in CudaBackendSequence.cpp), and RunCudaStep's switch over the table.
+// The token-local wrappers (one per KernelTable.txt kernel, in table order; the sequence-mixing
+// ones are in CudaBackendSequence.cpp), and the two dispatches over the table: RunCudaStep's and
+// the workspace's (WorkspaceBytes).
 #include "runtime/backends/cuda/CudaBackend.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/support/Status.h"
@@ -25,286 +27,284 @@ using plan::KernelId;
 size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // ---------------------------------------------------------------------------------------------
-// The wrappers, in KernelTable.def's order. Argument comments follow the table.
+// The wrappers, in KernelTable.txt's order, each with the workspace its kernel needs (none
+// unless it has a WorkspaceBytes).
 
-// gemm's and gemm_add's ints (trans_a, trans_b, m, n, k) and dense operands' row strides: the
-// stored matrix's column count, at least 1 (which cuBLASLt requires even of an empty matrix).
-struct GemmShape {
-  bool trans_a, trans_b;
-  int64_t m, n, k, lda, ldb, ldc;
-  explicit GemmShape(const Args& a)
-      : trans_a(a.i(0) != 0),
-        trans_b(a.i(1) != 0),
-        m(a.i(2)),
-        n(a.i(3)),
-        k(a.i(4)),
-        lda(std::max<int64_t>(1, trans_a ? m : k)),
-        ldb(std::max<int64_t>(1, trans_b ? k : n)),
-        ldc(std::max<int64_t>(1, n)) {}
+// gemm's and gemm_add's dense operands' row strides: the stored matrix's column count, at
+// least 1 (which cuBLASLt requires even of an empty matrix).
+struct GemmStrides {
+  int64_t lda, ldb, ldc;
+  template <typename GemmArgs>
+  explicit GemmStrides(const GemmArgs& k)
+      : lda(std::max<int64_t>(1, k.trans_a ? k.m : k.k)),
+        ldb(std::max<int64_t>(1, k.trans_b ? k.k : k.n)),
+        ldc(std::max<int64_t>(1, k.n)) {}
 };
 
-// ins: a, b (bf16). outs: c (bf16 or f32). ints: trans_a, trans_b, m, n, k. floats: alpha.
-absl::Status RunGemm(const Args& a) {
-  const GemmShape g(a);
-  return WithType(a.out_dtype(0), [&](auto type) {
+// a, b bf16; c bf16 or f32.
+absl::Status RunGemm(const Args& a, const plan::GemmArgs<DeviceBuffer>& k) {
+  const GemmStrides g(k);
+  return WithType(k.c.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::gemm<T>(a.gemm(), a.stream(), g.trans_a, g.trans_b, g.m, g.n, g.k, a.f(0),
-                              a.in<bf16>(0), g.lda, a.in<bf16>(1), g.ldb, 0.f, a.out<T>(0), g.ldc));
+    return Done(cuda::gemm<T>(a.gemm(), a.stream(), k.trans_a, k.trans_b, k.m, k.n, k.k,
+                              static_cast<float>(k.alpha), k.a.as<bf16>(), g.lda, k.b.as<bf16>(),
+                              g.ldb, 0.f, k.c.as<T>(), g.ldc));
   });
 }
 
-// ins: a, b (bf16), c (as out). outs: out (bf16 or f32). ints, floats: gemm's.
-absl::Status RunGemmAdd(const Args& a) {
-  const GemmShape g(a);
-  return WithType(a.out_dtype(0), [&](auto type) {
+// a, b bf16; c and out bf16 or f32 (the same).
+absl::Status RunGemmAdd(const Args& a, const plan::GemmAddArgs<DeviceBuffer>& k) {
+  const GemmStrides g(k);
+  return WithType(k.out.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), g.trans_a, g.trans_b, g.m, g.n, g.k, a.f(0),
-                                  a.in<bf16>(0), g.lda, a.in<bf16>(1), g.ldb, a.in<T>(2),
-                                  a.out<T>(0), g.ldc));
+    return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), k.trans_a, k.trans_b, k.m, k.n, k.k,
+                                  static_cast<float>(k.alpha), k.a.as<bf16>(), g.lda,
+                                  k.b.as<bf16>(), g.ldb, k.c.as<T>(), k.out.as<T>(), g.ldc));
   });
 }
 
-// ins: table, ids. outs: out. ints: tokens, vocab, hidden. floats: multiplier. A bad id lowers
-// bad_position (the executor reports it after the step run) and gives a NaN row.
-absl::Status RunEmbeddingForward(const Args& a) {
-  return Done(cuda::embedding_forward(a.stream(), a.out<bf16>(0), a.in_i32(1), a.in<bf16>(0),
-                                      a.i(0), a.i(1), a.i(2), a.f(0), a.bad_position()));
+// A bad id lowers bad_position (the executor reports it after the step run) and gives a NaN row.
+absl::Status RunEmbeddingForward(const Args& a, const plan::EmbeddingForwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::embedding_forward(a.stream(), k.out.as<bf16>(), k.ids.as<int32_t>(),
+                                      k.table.as<bf16>(), k.tokens, k.vocab, k.hidden,
+                                      static_cast<float>(k.multiplier), a.bad_position()));
 }
 
-// ins: dout, ids. outs: dtable. ints: tokens, vocab, hidden, padding_idx. floats: multiplier.
-absl::Status RunEmbeddingBackward(const Args& a) {
-  return Done(cuda::embedding_backward(a.stream(), a.out<bf16>(0), a.in<bf16>(0), a.in_i32(1),
-                                       a.i(0), a.i(1), a.i(2), a.f(0), a.i(3), a.workspace()));
+absl::Status RunEmbeddingBackward(const Args& a,
+                                  const plan::EmbeddingBackwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::embedding_backward(
+      a.stream(), k.dtable.as<bf16>(), k.dout.as<bf16>(), k.ids.as<int32_t>(), k.tokens, k.vocab,
+      k.hidden, static_cast<float>(k.multiplier), k.padding_idx, a.workspace()));
+}
+size_t WorkspaceBytes(const plan::EmbeddingBackwardArgs<DeviceBuffer>& k) {
+  return cuda::embedding_backward_workspace_bytes(k.tokens, k.vocab);
 }
 
-// ins: x, w. outs: y. ints: rows, dim. floats: eps. No rstd: the plan does not keep it.
-absl::Status RunRmsNormForward(const Args& a) {
-  return Done(cuda::rms_norm_forward(a.stream(), a.out<bf16>(0), /*rstd=*/nullptr, a.in<bf16>(0),
-                                     a.in<bf16>(1), a.i(0), a.i(1), a.f(0)));
+// No rstd: the plan does not keep it.
+absl::Status RunRmsNormForward(const Args& a, const plan::RmsNormForwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::rms_norm_forward(a.stream(), k.y.as<bf16>(), /*rstd=*/nullptr, k.x.as<bf16>(),
+                                     k.w.as<bf16>(), k.rows, k.dim, static_cast<float>(k.eps)));
 }
 
-// ins: dy, x, w. outs: dx, dw. ints: rows, dim. floats: eps. rstd is recomputed from x.
-absl::Status RunRmsNormBackward(const Args& a) {
-  return Done(cuda::rms_norm_backward(a.stream(), a.out<bf16>(0), a.out<bf16>(1), a.in<bf16>(0),
-                                      a.in<bf16>(1), a.in<bf16>(2), /*rstd=*/nullptr, a.i(0),
-                                      a.i(1), a.f(0), a.workspace()));
+// rstd is recomputed from x.
+absl::Status RunRmsNormBackward(const Args& a, const plan::RmsNormBackwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::rms_norm_backward(
+      a.stream(), k.dx.as<bf16>(), k.dw.as<bf16>(), k.dy.as<bf16>(), k.x.as<bf16>(), k.w.as<bf16>(),
+      /*rstd=*/nullptr, k.rows, k.dim, static_cast<float>(k.eps), a.workspace()));
+}
+size_t WorkspaceBytes(const plan::RmsNormBackwardArgs<DeviceBuffer>& k) {
+  return cuda::rms_norm_backward_workspace_bytes(k.rows, k.dim);
 }
 
-// ins: y, z, w. outs: out. ints: rows, dim. floats: eps.
-absl::Status RunGatedRmsNormForward(const Args& a) {
-  return Done(cuda::gated_rms_norm_forward(a.stream(), a.out<bf16>(0), /*rstd=*/nullptr,
-                                           a.in<bf16>(0), a.in<bf16>(1), a.in<bf16>(2), a.i(0),
-                                           a.i(1), a.f(0)));
+absl::Status RunGatedRmsNormForward(const Args& a,
+                                    const plan::GatedRmsNormForwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::gated_rms_norm_forward(a.stream(), k.out.as<bf16>(), /*rstd=*/nullptr,
+                                           k.y.as<bf16>(), k.z.as<bf16>(), k.w.as<bf16>(), k.rows,
+                                           k.dim, static_cast<float>(k.eps)));
 }
 
-// ins: dout, y, z, w. outs: dy, dz, dw. ints: rows, dim. floats: eps.
-absl::Status RunGatedRmsNormBackward(const Args& a) {
+absl::Status RunGatedRmsNormBackward(const Args& a,
+                                     const plan::GatedRmsNormBackwardArgs<DeviceBuffer>& k) {
   return Done(cuda::gated_rms_norm_backward(
-      a.stream(), a.out<bf16>(0), a.out<bf16>(1), a.out<bf16>(2), a.in<bf16>(0), a.in<bf16>(1),
-      a.in<bf16>(2), a.in<bf16>(3), /*rstd=*/nullptr, a.i(0), a.i(1), a.f(0), a.workspace()));
+      a.stream(), k.dy.as<bf16>(), k.dz.as<bf16>(), k.dw.as<bf16>(), k.dout.as<bf16>(),
+      k.y.as<bf16>(), k.z.as<bf16>(), k.w.as<bf16>(), /*rstd=*/nullptr, k.rows, k.dim,
+      static_cast<float>(k.eps), a.workspace()));
+}
+size_t WorkspaceBytes(const plan::GatedRmsNormBackwardArgs<DeviceBuffer>& k) {
+  return cuda::gated_rms_norm_backward_workspace_bytes(k.rows, k.dim);
 }
 
-// Elementwise, in the step's type T (f32 or bf16). ints: n. Backward ins: dy, then x (silu,
-// softplus) or y (neg_exp).
-#define HCP_UNARY_WRAPPER(Id, kernel)                                            \
-  absl::Status Run##Id(const Args& a) {                                          \
-    return WithType(a.out_dtype(0), [&](auto type) {                             \
-      using T = decltype(type);                                                  \
-      return Done(cuda::kernel<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0))); \
-    });                                                                          \
+// Elementwise, in the step's type T (f32 or bf16): the forward y = f(x); the backward dx from
+// dy and `saved`, the forward's x (silu, softplus) or y (neg_exp).
+#define HCP_UNARY_WRAPPER(Id, kernel)                                          \
+  absl::Status Run##Id(const Args& a, const plan::Id##Args<DeviceBuffer>& k) { \
+    return WithType(k.y.dtype(), [&](auto type) {                              \
+      using T = decltype(type);                                                \
+      return Done(cuda::kernel<T>(a.stream(), k.y.as<T>(), k.x.as<T>(), k.n)); \
+    });                                                                        \
   }
-#define HCP_UNARY_BACKWARD_WRAPPER(Id, kernel)                                               \
-  absl::Status Run##Id(const Args& a) {                                                      \
-    return WithType(a.out_dtype(0), [&](auto type) {                                         \
-      using T = decltype(type);                                                              \
-      return Done(cuda::kernel<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.in<T>(1), a.i(0))); \
-    });                                                                                      \
+#define HCP_UNARY_BACKWARD_WRAPPER(Id, kernel, saved)                                             \
+  absl::Status Run##Id(const Args& a, const plan::Id##Args<DeviceBuffer>& k) {                    \
+    return WithType(k.dx.dtype(), [&](auto type) {                                                \
+      using T = decltype(type);                                                                   \
+      return Done(cuda::kernel<T>(a.stream(), k.dx.as<T>(), k.dy.as<T>(), k.saved.as<T>(), k.n)); \
+    });                                                                                           \
   }
 HCP_UNARY_WRAPPER(SiluForward, silu_forward)
-HCP_UNARY_BACKWARD_WRAPPER(SiluBackward, silu_backward)
+HCP_UNARY_BACKWARD_WRAPPER(SiluBackward, silu_backward, x)
 HCP_UNARY_WRAPPER(SoftplusForward, softplus_forward)
-HCP_UNARY_BACKWARD_WRAPPER(SoftplusBackward, softplus_backward)
+HCP_UNARY_BACKWARD_WRAPPER(SoftplusBackward, softplus_backward, x)
 HCP_UNARY_WRAPPER(NegExpForward, neg_exp_forward)
-HCP_UNARY_BACKWARD_WRAPPER(NegExpBackward, neg_exp_backward)
+HCP_UNARY_BACKWARD_WRAPPER(NegExpBackward, neg_exp_backward, y)
 #undef HCP_UNARY_WRAPPER
 #undef HCP_UNARY_BACKWARD_WRAPPER
 
-// ins: x [rows, 2*inner]. outs: y [rows, inner]. ints: rows, inner.
-absl::Status RunSwigluForward(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+absl::Status RunSwigluForward(const Args& a, const plan::SwigluForwardArgs<DeviceBuffer>& k) {
+  return WithType(k.y.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::swiglu_forward<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0), a.i(1)));
+    return Done(cuda::swiglu_forward<T>(a.stream(), k.y.as<T>(), k.x.as<T>(), k.rows, k.inner));
   });
 }
-// ins: dy, x. outs: dx. ints: rows, inner.
-absl::Status RunSwigluBackward(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+absl::Status RunSwigluBackward(const Args& a, const plan::SwigluBackwardArgs<DeviceBuffer>& k) {
+  return WithType(k.dx.dtype(), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::swiglu_backward<T>(a.stream(), k.dx.as<T>(), k.dy.as<T>(), k.x.as<T>(),
+                                         k.rows, k.inner));
+  });
+}
+
+absl::Status RunScale(const Args& a, const plan::ScaleArgs<DeviceBuffer>& k) {
+  return WithType(k.y.dtype(), [&](auto type) {
     using T = decltype(type);
     return Done(
-        cuda::swiglu_backward<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.in<T>(1), a.i(0), a.i(1)));
+        cuda::scale<T>(a.stream(), k.y.as<T>(), k.x.as<T>(), static_cast<float>(k.factor), k.n));
   });
 }
 
-// y = x * factor. ints: n. floats: factor.
-absl::Status RunScale(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+// y[i] = a[i] op b[i % rhs_n], for add, mul and div.
+template <typename BinaryArgs>
+absl::Status RunBinary(const Args& a, const BinaryArgs& k, cuda::BinaryOp op) {
+  return WithType(k.y.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::scale<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.f(0), a.i(0)));
+    return Done(cuda::binary<T>(a.stream(), op, k.y.template as<T>(), k.a.template as<T>(),
+                                k.b.template as<T>(), k.n, k.rhs_n));
   });
 }
-
-// y[i] = a[i] op b[i % rhs_n]. ints: n, rhs_n.
-absl::Status RunBinary(const Args& a, cuda::BinaryOp op) {
-  return WithType(a.out_dtype(0), [&](auto type) {
-    using T = decltype(type);
-    return Done(
-        cuda::binary<T>(a.stream(), op, a.out<T>(0), a.in<T>(0), a.in<T>(1), a.i(0), a.i(1)));
-  });
+absl::Status RunAdd(const Args& a, const plan::AddArgs<DeviceBuffer>& k) {
+  return RunBinary(a, k, cuda::BinaryOp::kAdd);
 }
-absl::Status RunAdd(const Args& a) { return RunBinary(a, cuda::BinaryOp::kAdd); }
-absl::Status RunMul(const Args& a) { return RunBinary(a, cuda::BinaryOp::kMul); }
-absl::Status RunDiv(const Args& a) { return RunBinary(a, cuda::BinaryOp::kDiv); }
+absl::Status RunMul(const Args& a, const plan::MulArgs<DeviceBuffer>& k) {
+  return RunBinary(a, k, cuda::BinaryOp::kMul);
+}
+absl::Status RunDiv(const Args& a, const plan::DivArgs<DeviceBuffer>& k) {
+  return RunBinary(a, k, cuda::BinaryOp::kDiv);
+}
 
-// y[c] = sum_r x[r, c]. ints: rows, cols.
-absl::Status RunSumLeading(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+absl::Status RunSumLeading(const Args& a, const plan::SumLeadingArgs<DeviceBuffer>& k) {
+  return WithType(k.y.dtype(), [&](auto type) {
     using T = decltype(type);
     return Done(
-        cuda::column_sum<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0), a.i(1), a.workspace()));
+        cuda::column_sum<T>(a.stream(), k.y.as<T>(), k.x.as<T>(), k.rows, k.cols, a.workspace()));
+  });
+}
+size_t WorkspaceBytes(const plan::SumLeadingArgs<DeviceBuffer>& k) {
+  return cuda::column_sum_workspace_bytes(k.rows, k.cols);
+}
+
+absl::Status RunFill(const Args& a, const plan::FillArgs<DeviceBuffer>& k) {
+  return WithType(k.y.dtype(), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::fill<T>(a.stream(), k.y.as<T>(), static_cast<float>(k.value), k.n));
   });
 }
 
-// ints: n. floats: value.
-absl::Status RunFill(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+absl::Status RunSliceColumns(const Args& a, const plan::SliceColumnsArgs<DeviceBuffer>& k) {
+  return WithType(k.out.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::fill<T>(a.stream(), a.out<T>(0), a.f(0), a.i(0)));
+    return Done(cuda::slice_columns<T>(a.stream(), k.out.as<T>(), k.in.as<T>(), k.rows, k.in_cols,
+                                       k.offset, k.width));
   });
 }
 
-// out[r, :] = in[r, offset : offset + width]. ints: rows, in_cols, offset, width.
-absl::Status RunSliceColumns(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+absl::Status RunInsertColumns(const Args& a, const plan::InsertColumnsArgs<DeviceBuffer>& k) {
+  return WithType(k.out.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::slice_columns<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0), a.i(1), a.i(2),
-                                       a.i(3)));
+    return Done(cuda::insert_columns<T>(a.stream(), k.out.as<T>(), k.in.as<T>(), k.rows, k.out_cols,
+                                        k.offset, k.width));
   });
 }
 
-// out[r, offset : offset + width] = in[r, :]. ints: rows, out_cols, offset, width.
-absl::Status RunInsertColumns(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+// y = x, n values (copy, and cast between equal dtypes).
+template <typename CopyArgs>
+absl::Status CopyValues(const Args& a, const CopyArgs& k) {
+  return WithType(k.y.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::insert_columns<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0), a.i(1), a.i(2),
-                                        a.i(3)));
+    return Done(cuda::copy<T>(a.stream(), k.y.template as<T>(), k.x.template as<T>(), k.n));
   });
 }
-
-// ints: n.
-absl::Status RunCopy(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
-    using T = decltype(type);
-    return Done(cuda::copy<T>(a.stream(), a.out<T>(0), a.in<T>(0), a.i(0)));
-  });
+absl::Status RunCopy(const Args& a, const plan::CopyArgs<DeviceBuffer>& k) {
+  return CopyValues(a, k);
 }
 
 // y = x converted (bf16 <- f32 rounds to nearest even); the same dtype on both sides is a copy.
-// ints: n.
-absl::Status RunCast(const Args& a) {
-  const DType from = a.in_dtype(0), to = a.out_dtype(0);
-  const int64_t n = a.i(0);
-  if (from == to) return RunCopy(a);
-  if (to == DType::BF16) {
-    return Done(cuda::cast(a.stream(), a.out<bf16>(0), a.in<float>(0), n));
+absl::Status RunCast(const Args& a, const plan::CastArgs<DeviceBuffer>& k) {
+  if (k.x.dtype() == k.y.dtype()) return CopyValues(a, k);
+  if (k.y.dtype() == DType::BF16) {
+    return Done(cuda::cast(a.stream(), k.y.as<bf16>(), k.x.as<float>(), k.n));
   }
-  return Done(cuda::cast(a.stream(), a.out<float>(0), a.in<bf16>(0), n));
+  return Done(cuda::cast(a.stream(), k.y.as<float>(), k.x.as<bf16>(), k.n));
 }
 
-// ins: logits (T). outs: gates (f32), experts (i32). ints: tokens, experts, k.
-absl::Status RunMoeRouteForward(const Args& a) {
-  return WithType(a.in_dtype(0), [&](auto type) {
+// logits in the step's type T.
+absl::Status RunMoeRouteForward(const Args& a, const plan::MoeRouteForwardArgs<DeviceBuffer>& k) {
+  return WithType(k.logits.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::moe_route_forward<T>(a.stream(), a.out<float>(0), a.out_i32(1), a.in<T>(0),
-                                           a.i(0), a.i(1), a.i(2)));
+    return Done(cuda::moe_route_forward<T>(a.stream(), k.gates.as<float>(),
+                                           k.expert_ids.as<int32_t>(), k.logits.as<T>(), k.tokens,
+                                           k.experts, k.k));
   });
 }
 
-// ins: dgates, gates, experts (i32). outs: dlogits (T). ints: tokens, experts, k. The expert
-// indices come from moe_route.forward on the device, in range by construction; unlike the CPU
-// wrapper this one cannot check them without waiting for the device.
-absl::Status RunMoeRouteBackward(const Args& a) {
-  return WithType(a.out_dtype(0), [&](auto type) {
+// dlogits in the step's type T. The expert indices come from moe_route.forward on the device, in
+// range by construction; unlike the CPU wrapper this one cannot check them without waiting for
+// the device.
+absl::Status RunMoeRouteBackward(const Args& a, const plan::MoeRouteBackwardArgs<DeviceBuffer>& k) {
+  return WithType(k.dlogits.dtype(), [&](auto type) {
     using T = decltype(type);
-    return Done(cuda::moe_route_backward<T>(a.stream(), a.out<T>(0), a.in<float>(0), a.in<float>(1),
-                                            a.in_i32(2), a.i(0), a.i(1), a.i(2)));
+    return Done(cuda::moe_route_backward<T>(a.stream(), k.dlogits.as<T>(), k.dgates.as<float>(),
+                                            k.gates.as<float>(), k.expert_ids.as<int32_t>(),
+                                            k.tokens, k.experts, k.k));
   });
 }
 
 // The routing on the host (cuBLASLt takes the experts' row counts there): the host copy of the
-// expert ids. ints: tokens, hidden, inner, experts, k.
-absl::StatusOr<cuda::ExpertRoutingOnHost> RoutingOnHost(const Args& a) {
-  HCP_ASSIGN_OR_RETURN(std::span<const int32_t> ids, a.host_expert_ids(a.i(0) * a.i(4)));
+// expert ids, tokens * k of them.
+template <typename ExpertsArgs>
+absl::StatusOr<cuda::ExpertRoutingOnHost> RoutingOnHost(const Args& a, const ExpertsArgs& k) {
+  HCP_ASSIGN_OR_RETURN(std::span<const int32_t> ids, a.host_expert_ids(k.tokens * k.k));
   return cuda::ExpertRoutingOnHost{.indices = ids.data()};
 }
 
-// ins: x, gates, experts (i32), w_in, w_out. outs: out [, kept_h]. ints: tokens, hidden, inner,
-// experts, k, keep_h.
-absl::Status RunMoeExpertsForward(const Args& a) {
-  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
-  return Done(cuda::moe_experts_forward(
-      a.gemm(), a.stream(), a.out<bf16>(0), a.in<bf16>(0), a.in<float>(1), a.in_i32(2),
-      a.in<bf16>(3), a.in<bf16>(4), a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host,
-      cuda::kExpertTokenChunk, a.i(5) == 1 ? a.out<bf16>(1) : nullptr));
+// kept_h only with keep_h.
+absl::Status RunMoeExpertsForward(const Args& a,
+                                  const plan::MoeExpertsForwardArgs<DeviceBuffer>& k) {
+  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a, k));
+  return Done(cuda::moe_experts_forward(a.gemm(), a.stream(), k.out.as<bf16>(), k.x.as<bf16>(),
+                                        k.gates.as<float>(), k.expert_ids.as<int32_t>(),
+                                        k.w_in.as<bf16>(), k.w_out.as<bf16>(), k.tokens, k.hidden,
+                                        k.inner, k.experts, k.k, a.workspace(), on_host,
+                                        cuda::kExpertTokenChunk, k.kept_h.as<bf16>()));
+}
+size_t WorkspaceBytes(const plan::MoeExpertsForwardArgs<DeviceBuffer>& k) {
+  return cuda::moe_experts_forward_workspace_bytes(k.tokens, k.hidden, k.inner, k.experts, k.k);
 }
 
-// ins: dout, x, gates, experts (i32), w_in, w_out [, kept_h]. outs: dx, dgates, dw_in, dw_out.
-absl::Status RunMoeExpertsBackward(const Args& a) {
-  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a));
+// kept_h only with keep_h (without it the backward recomputes h).
+absl::Status RunMoeExpertsBackward(const Args& a,
+                                   const plan::MoeExpertsBackwardArgs<DeviceBuffer>& k) {
+  HCP_ASSIGN_OR_RETURN(const cuda::ExpertRoutingOnHost on_host, RoutingOnHost(a, k));
   return Done(cuda::moe_experts_backward(
-      a.gemm(), a.stream(), a.out<bf16>(0), a.out<float>(1), a.out<bf16>(2), a.out<bf16>(3),
-      a.in<bf16>(0), a.in<bf16>(1), a.in<float>(2), a.in_i32(3), a.in<bf16>(4), a.in<bf16>(5),
-      a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.workspace(), on_host, cuda::kExpertTokenChunk,
-      a.i(5) == 1 ? a.in<bf16>(6) : nullptr));
+      a.gemm(), a.stream(), k.dx.as<bf16>(), k.dgates.as<float>(), k.dw_in.as<bf16>(),
+      k.dw_out.as<bf16>(), k.dout.as<bf16>(), k.x.as<bf16>(), k.gates.as<float>(),
+      k.expert_ids.as<int32_t>(), k.w_in.as<bf16>(), k.w_out.as<bf16>(), k.tokens, k.hidden,
+      k.inner, k.experts, k.k, a.workspace(), on_host, cuda::kExpertTokenChunk,
+      k.kept_h.as<bf16>()));
+}
+size_t WorkspaceBytes(const plan::MoeExpertsBackwardArgs<DeviceBuffer>& k) {
+  return cuda::moe_experts_backward_workspace_bytes(k.tokens, k.hidden, k.inner, k.experts, k.k);
 }
 
-// ins: logits (T), targets (i32). outs: loss_sum, valid_count (f32). ints: tokens, vocab,
-// ignore_index. The lse goes to workspace scratch (the backward recomputes it). A bad target
-// lowers bad_position and makes the loss NaN.
-absl::Status RunCrossEntropyForward(const Args& a) {
-  const int64_t tokens = a.i(0);
-  const CrossEntropyScratch scratch = CarveCrossEntropyScratch(a.workspace(), tokens);
-  return WithType(a.in_dtype(0), [&](auto type) {
-    using T = decltype(type);
-    return Done(cuda::cross_entropy_forward<T>(a.stream(), a.out<float>(0), a.out<float>(1),
-                                               scratch.lse, a.in<T>(0), a.in_i32(1), tokens, a.i(1),
-                                               a.i(2), a.bad_position(), scratch.forward));
-  });
-}
-
-// ins: dloss_sum (f32), logits (T), targets (i32). outs: dlogits (T). ints: tokens, vocab,
-// ignore_index. lse is recomputed with the forward kernel into workspace scratch first (the
-// same kernel on the same logits: the forward's lse bit for bit).
-absl::Status RunCrossEntropyBackward(const Args& a) {
-  const int64_t tokens = a.i(0), vocab = a.i(1), ignore_index = a.i(2);
-  const CrossEntropyScratch scratch = CarveCrossEntropyScratch(a.workspace(), tokens);
-  return WithType(a.in_dtype(1), [&](auto type) {
-    using T = decltype(type);
-    if (absl::Status s = Done(cuda::cross_entropy_forward<T>(
-            a.stream(), scratch.loss_sum, scratch.valid_count, scratch.lse, a.in<T>(1), a.in_i32(2),
-            tokens, vocab, ignore_index, a.bad_position(), scratch.forward));
-        !s.ok()) {
-      return s;
-    }
-    return Done(cuda::cross_entropy_backward<T>(a.stream(), a.out<T>(0), a.in<float>(0), a.in<T>(1),
-                                                scratch.lse, a.in_i32(2), tokens, vocab,
-                                                ignore_index));
-  });
-}
-
-// The collectives are in CudaBackendCollectives.cpp, expert parallelism in
-// CudaBackendExperts.cpp.
-}  // namespace
-
+// cross_entropy's scratch in the workspace, carved in this order (256-byte aligned pieces): the
+// lse the plan does not keep (the backward recomputes it with the forward kernel), the loss_sum
+// and valid_count of that recomputation (discarded), and the forward kernel's own workspace.
+// With a null workspace only `bytes` is meaningful (for WorkspaceBytes).
+struct CrossEntropyScratch {
+  float* lse = nullptr;
+  float* loss_sum = nullptr;
+  float* valid_count = nullptr;
+  cuda::Workspace forward;
+  size_t bytes = 0;
+};
 CrossEntropyScratch CarveCrossEntropyScratch(cuda::Workspace workspace, int64_t tokens) {
   CrossEntropyScratch s;
   const size_t lse_bytes = RoundUp256(sizeof(float) * std::max<int64_t>(1, tokens));
@@ -322,6 +322,78 @@ CrossEntropyScratch CarveCrossEntropyScratch(cuda::Workspace workspace, int64_t 
   return s;
 }
 
+// logits in the step's type T. The lse goes to workspace scratch (the backward recomputes it). A
+// bad target lowers bad_position and makes the loss NaN.
+absl::Status RunCrossEntropyForward(const Args& a,
+                                    const plan::CrossEntropyForwardArgs<DeviceBuffer>& k) {
+  const CrossEntropyScratch scratch = CarveCrossEntropyScratch(a.workspace(), k.tokens);
+  return WithType(k.logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::cross_entropy_forward<T>(
+        a.stream(), k.loss_sum.as<float>(), k.valid_count.as<float>(), scratch.lse,
+        k.logits.as<T>(), k.targets.as<int32_t>(), k.tokens, k.vocab, k.ignore_index,
+        a.bad_position(), scratch.forward));
+  });
+}
+size_t WorkspaceBytes(const plan::CrossEntropyForwardArgs<DeviceBuffer>& k) {
+  return CarveCrossEntropyScratch(cuda::Workspace{}, k.tokens).bytes;
+}
+
+// logits and dlogits in the step's type T. lse is recomputed with the forward kernel into
+// workspace scratch first (the same kernel on the same logits: the forward's lse bit for bit).
+absl::Status RunCrossEntropyBackward(const Args& a,
+                                     const plan::CrossEntropyBackwardArgs<DeviceBuffer>& k) {
+  const CrossEntropyScratch scratch = CarveCrossEntropyScratch(a.workspace(), k.tokens);
+  return WithType(k.logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    if (absl::Status s = Done(cuda::cross_entropy_forward<T>(
+            a.stream(), scratch.loss_sum, scratch.valid_count, scratch.lse, k.logits.as<T>(),
+            k.targets.as<int32_t>(), k.tokens, k.vocab, k.ignore_index, a.bad_position(),
+            scratch.forward));
+        !s.ok()) {
+      return s;
+    }
+    return Done(cuda::cross_entropy_backward<T>(
+        a.stream(), k.dlogits.as<T>(), k.dloss_sum.as<float>(), k.logits.as<T>(), scratch.lse,
+        k.targets.as<int32_t>(), k.tokens, k.vocab, k.ignore_index));
+  });
+}
+size_t WorkspaceBytes(const plan::CrossEntropyBackwardArgs<DeviceBuffer>& k) {
+  return CarveCrossEntropyScratch(cuda::Workspace{}, k.tokens).bytes;
+}
+
+// The collectives are in CudaBackendCollectives.cpp, expert parallelism in
+// CudaBackendExperts.cpp.
+
+// ---------------------------------------------------------------------------------------------
+// The workspace a step with these arguments needs: its kernel's WorkspaceBytes (the mesh's too
+// for the collectives that carve their scratch by it), 0 for a kernel that has none.
+template <typename KernelArgs>
+size_t WorkspaceBytesOf(const KernelArgs& k, const plan::Mesh& mesh) {
+  if constexpr (requires { WorkspaceBytes(k, mesh); }) {
+    return WorkspaceBytes(k, mesh);
+  } else if constexpr (requires { WorkspaceBytes(k); }) {
+    return WorkspaceBytes(k);
+  } else {
+    return 0;
+  }
+}
+
+// The workspace a step of `plan` needs. Sizing reads no buffer: they have no address here, only
+// their dtype.
+size_t StepWorkspaceBytes(const plan::Plan& plan, const plan::Step& step) {
+  auto sizing = [&](uint32_t buffer) { return DeviceBuffer(nullptr, plan.buffers[buffer].dtype); };
+  switch (step.kernel) {
+#define HCP_STEP_WORKSPACE(Id, name) \
+  case KernelId::Id:                 \
+    return WorkspaceBytesOf(plan::DecodeStep<plan::Id##Args>(step, sizing), plan.mesh);
+    HCP_FOR_EACH_KERNEL(HCP_STEP_WORKSPACE)
+#undef HCP_STEP_WORKSPACE
+  }
+  return 0;
+}
+
+}  // namespace
 }  // namespace detail
 
 absl::Status FromCuda(const cuda::Status& status) {
@@ -341,12 +413,12 @@ absl::Status RunCudaStep(const plan::Plan& plan, size_t step_index, const Device
   const plan::Step& step = plan.steps[step_index];
   const Args args(plan, step, arenas, resources);
   absl::Status status;
-  // One case per kernel of the table: a kernel added to KernelTable.txt without a wrapper here
-  // fails to compile (RunX is not declared).
+  // One case per kernel of the table, its arguments decoded into the kernel's struct: a kernel
+  // added to KernelTable.txt without a wrapper here fails to compile (RunX is not declared).
   switch (step.kernel) {
-#define HCP_RUN_KERNEL(Id, name) \
-  case KernelId::Id:             \
-    status = Run##Id(args);      \
+#define HCP_RUN_KERNEL(Id, name)                        \
+  case KernelId::Id:                                    \
+    status = Run##Id(args, args.Get<plan::Id##Args>()); \
     break;
     HCP_FOR_EACH_KERNEL(HCP_RUN_KERNEL)
 #undef HCP_RUN_KERNEL
@@ -356,6 +428,24 @@ absl::Status RunCudaStep(const plan::Plan& plan, size_t step_index, const Device
                         plan::StepLabel(plan, step_index) + ": " + std::string(status.message()));
   }
   return absl::OkStatus();
+}
+
+size_t WorkspaceBytes(const plan::Plan& plan) {
+  size_t bytes = 0;
+  for (const plan::Step& step : plan.steps) {
+    bytes = std::max(bytes, detail::StepWorkspaceBytes(plan, step));
+  }
+  return bytes;
+}
+
+size_t BesideComputeWorkspaceBytes(const plan::Plan& plan) {
+  size_t bytes = 0;
+  for (const plan::Step& step : plan.steps) {
+    if (RunsBesideCompute(step.kernel)) {
+      bytes = std::max(bytes, detail::StepWorkspaceBytes(plan, step));
+    }
+  }
+  return bytes;
 }
 
 }  // namespace hcp::cuda_backend

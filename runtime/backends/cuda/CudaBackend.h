@@ -1,14 +1,14 @@
 // The CUDA backend: runs one plan step on one GPU with the kernels of runtime/kernels/cuda
 // (bf16 tensors, fp32 math, cuBLASLt GEMMs).
 //
-// One wrapper per line of KernelTable.def (CudaBackend.cpp, in table order; the Mamba and
-// attention ones in CudaBackendSequence.cpp) unpacks the step's buffers, ints and floats and
-// queues the kernel on the step's stream, as runtime/backends/cpu/CpuBackend.cpp does for the
-// reference kernels. The plans it runs are "bf16 plans" (hybridcp compile --dtype bf16): each
-// kernel takes the dtypes its CUDA kernel takes (bf16 activations and weights; fp32 for the Mamba
-// dt/A/D chain, the SSD states, attention lse, routing gates and the loss; see
-// CheckPlanRunsOnCuda), and the elementwise kernels run in whichever of f32 and bf16 their step's
-// buffers have.
+// One wrapper per kernel of KernelTable.txt (CudaBackend.cpp, in table order; the Mamba and
+// attention ones in CudaBackendSequence.cpp) takes the step's arguments by name, in its kernel's
+// argument struct, and queues the kernel on the step's stream, as
+// runtime/backends/cpu/CpuBackend.cpp does for the reference kernels. The plans it runs are "bf16
+// plans" (hybridcp compile --dtype bf16): each kernel takes the dtypes its CUDA kernel takes (bf16
+// activations and weights; fp32 for the Mamba dt/A/D chain, the SSD states, attention lse,
+// routing gates and the loss; see CheckPlanRunsOnCuda), and the elementwise kernels run in
+// whichever of f32 and bf16 their step's buffers have.
 //
 // Several GPUs: the collectives (halo exchange, state scan, ring attention, all-reduce) go
 // through NCCL (CudaBackendCollectives.cpp), one GPU per rank, for context and data

@@ -1,12 +1,12 @@
 // The collectives of the CUDA backend, for context parallelism over the GPUs of a cp group:
-// halo exchange, Mamba state scan, ring attention and all-reduce, in KernelTable.def's order.
+// halo exchange, Mamba state scan, ring attention and all-reduce, in KernelTable.txt's order.
 // NCCL moves the data (StepResources::nccl, group ranks as in Communicator.h); the arithmetic on
 // what arrives runs in runtime/kernels/cuda (CollectiveKernels.h, the attention kernels). The
 // algorithms, and who sends what to whom, are the CPU reference's (runtime/backends/cpu/
 // DistKernels.cpp); this file only says how each step maps onto device buffers and streams.
 //
 // Scratch comes from the step workspace: each collective's *Scratch::Carve cuts its pieces, and
-// CollectiveWorkspaceBytes sizes the workspace with the same Carve on a null base. Everything is
+// its WorkspaceBytes sizes the workspace with the same Carve on a null base. Everything is
 // queued on the step's stream and returns without waiting, except ring attention's K/V prefetch,
 // which runs on resources.comm_stream, ordered by two events.
 #include <algorithm>
@@ -70,8 +70,8 @@ absl::Status CopyRows(const SegmentWindow& to, int64_t kt, int64_t rt, const Seg
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Halo exchange. ints: batch, segs, len, channels, width. Exchange k moves every rank's segment-k
-// tail to the rank of the next segment (the backward: the halo gradients back).
+// Halo exchange. Exchange k moves every rank's segment-k tail to the rank of the next segment
+// (the backward: the halo gradients back).
 namespace {
 
 // The transfer buffers: [batch, width, c] each, one segment's rows per batch row.
@@ -79,26 +79,36 @@ struct HaloScratch {
   std::byte* send;
   std::byte* recv;
   size_t bytes;
-  static HaloScratch Carve(cuda::Workspace ws, const std::vector<int64_t>& ints, size_t es) {
+  template <typename HaloArgs>
+  static HaloScratch Carve(cuda::Workspace ws, const HaloArgs& args, size_t es) {
     Carver carve(ws);
-    const int64_t piece = ints[0] * ints[4] * ints[3];  // batch * width * channels
+    const int64_t piece = args.batch * args.width * args.channels;
     HaloScratch h{carve.take<std::byte>(piece * es), carve.take<std::byte>(piece * es), 0};
     h.bytes = carve.used();
     return h;
   }
 };
 
-// A step's halo geometry, in the conv input's element type, and its transfer buffers.
+// A step's halo geometry, in the conv input's element type (`dtype`), and its transfer buffers.
 struct Halo {
   int64_t batch, segs, len, channels, width, me;
   DType dtype;
   size_t es;
   SegmentWindow send, recv;
 
-  static Halo Of(const Args& a) {
-    Halo h{a.i(0), a.i(1), a.i(2), a.i(3), a.i(4), a.cp_index(), a.in_dtype(0), 0, {}, {}};
-    h.es = ElementBytes(h.dtype);
-    const HaloScratch scratch = HaloScratch::Carve(a.workspace(), a.step().ints, h.es);
+  template <typename HaloArgs>
+  static Halo Of(const Args& a, const HaloArgs& args, DType dtype) {
+    Halo h{.batch = args.batch,
+           .segs = args.segs,
+           .len = args.len,
+           .channels = args.channels,
+           .width = args.width,
+           .me = a.cp_index(),
+           .dtype = dtype,
+           .es = ElementBytes(dtype),
+           .send = {},
+           .recv = {}};
+    const HaloScratch scratch = HaloScratch::Carve(a.workspace(), args, h.es);
     h.send = {scratch.send, 1, h.width, h.channels, h.es};
     h.recv = {scratch.recv, 1, h.width, h.channels, h.es};
     return h;
@@ -116,12 +126,13 @@ struct Halo {
 
 }  // namespace
 
-// ins: x [rows,len,c]. outs: halo [rows,width,c].
-absl::Status RunHaloExchangeForward(const Args& a) {
+// x [rows,len,c] -> halo [rows,width,c].
+absl::Status RunHaloExchangeForward(const Args& a,
+                                    const plan::HaloExchangeForwardArgs<DeviceBuffer>& args) {
   const plan::Mesh& mesh = a.mesh();
-  const Halo h = Halo::Of(a);
-  const SegmentWindow x = h.Window(a.in<std::byte>(0), h.len);
-  const SegmentWindow halo = h.Window(a.out<std::byte>(0), h.width);
+  const Halo h = Halo::Of(a, args, args.x.dtype());
+  const SegmentWindow x = h.Window(args.x.as<std::byte>(), h.len);
+  const SegmentWindow halo = h.Window(args.halo.as<std::byte>(), h.width);
   for (int64_t k = 0; k < h.segs; ++k) {
     const int64_t j = mesh.GlobalSegment(h.me, k);
     const int dest = RemoteOwner(mesh, h.me, j + 1), source = RemoteOwner(mesh, h.me, j - 1);
@@ -145,13 +156,18 @@ absl::Status RunHaloExchangeForward(const Args& a) {
   return absl::OkStatus();
 }
 
-// ins: dhalo [rows,width,c]. outs: dx [rows,len,c]: each segment's last `width` rows get the halo
-// gradient of the segment after it, every other row zero.
-absl::Status RunHaloExchangeBackward(const Args& a) {
+size_t WorkspaceBytes(const plan::HaloExchangeForwardArgs<DeviceBuffer>& args) {
+  return HaloScratch::Carve(cuda::Workspace{}, args, ElementBytes(args.x.dtype())).bytes;
+}
+
+// dhalo [rows,width,c] -> dx [rows,len,c]: each segment's last `width` rows get the halo gradient
+// of the segment after it, every other row zero.
+absl::Status RunHaloExchangeBackward(const Args& a,
+                                     const plan::HaloExchangeBackwardArgs<DeviceBuffer>& args) {
   const plan::Mesh& mesh = a.mesh();
-  const Halo h = Halo::Of(a);
-  const SegmentWindow dhalo = h.Window(a.in<std::byte>(0), h.width);
-  const SegmentWindow dx = h.Window(a.out<std::byte>(0), h.len);
+  const Halo h = Halo::Of(a, args, args.dhalo.dtype());
+  const SegmentWindow dhalo = h.Window(args.dhalo.as<std::byte>(), h.width);
+  const SegmentWindow dx = h.Window(args.dx.as<std::byte>(), h.len);
   HCP_RETURN_IF_ERROR(
       Cuda(cudaMemsetAsync(dx.base, 0, h.batch * h.segs * h.len * h.channels * h.es, a.stream()),
            "cudaMemsetAsync (halo gradient)"));
@@ -172,9 +188,12 @@ absl::Status RunHaloExchangeBackward(const Args& a) {
   }
   return absl::OkStatus();
 }
+size_t WorkspaceBytes(const plan::HaloExchangeBackwardArgs<DeviceBuffer>& args) {
+  return HaloScratch::Carve(cuda::Workspace{}, args, ElementBytes(args.dhalo.dtype())).bytes;
+}
 
 // ---------------------------------------------------------------------------------------------
-// State scan. ints: batch, segs, heads, head_dim, state, strategy (0 all-gather, 1 chain).
+// State scan, by either strategy (0 all-gather, 1 chain).
 //   all-gather: every rank gathers every rank's g and s (ds_in) and walks all segments itself,
 //     writing only its own: one collective, no sequential dependency between ranks.
 //   chain: the carry travels from owner to owner in sequence order, one send/recv per hop.
@@ -186,8 +205,13 @@ struct StateSizes {
   int64_t state_count() const { return g_count() * pn; }
   int64_t run_count() const { return batch * heads * pn; }
 };
-StateSizes StateSizesOf(const std::vector<int64_t>& ints) {
-  return {ints[0], ints[1], ints[2], ints[3] * ints[4]};
+template <typename StateScanArgs>
+StateSizes StateSizesOf(const StateScanArgs& args) {
+  return {args.batch, args.segs, args.heads, args.head_dim * args.state};
+}
+template <typename StateScanArgs>
+bool AllGathers(const StateScanArgs& args) {
+  return args.strategy == 0;
 }
 
 // The carry between segments and, with the all-gather strategy, every rank's g and states.
@@ -214,11 +238,10 @@ struct StateScratch {
 // (s, or ds_in) read from the owner's gathered copy; with the chain only this rank's own, the
 // carry received from the previous segment's owner first and passed to the next one's after.
 template <typename Step>
-absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, const float* g,
-                          const float* states, Step step) {
+absl::Status WalkSegments(const Args& a, const StateSizes& z, bool all_gather, bool reverse,
+                          const float* g, const float* states, Step step) {
   const plan::Mesh& mesh = a.mesh();
   const int64_t me = a.cp_index(), S = mesh.segments(), direction = reverse ? -1 : 1;
-  const bool all_gather = a.i(5) == 0;
   const StateScratch scratch = StateScratch::Carve(a.workspace(), z, mesh.cp, all_gather);
   float* run = scratch.run;
   float* g_all = scratch.g_all;
@@ -254,37 +277,49 @@ absl::Status WalkSegments(const Args& a, const StateSizes& z, bool reverse, cons
 
 }  // namespace
 
-// ins: g [rows,heads], s [rows,heads,pn]. outs: s_in (as s).
-absl::Status RunStateScanForward(const Args& a) {
-  const StateSizes z = StateSizesOf(a.step().ints);
-  float* s_in = a.out<float>(0);
+// g [rows,heads], s [rows,heads,pn] -> s_in (as s).
+absl::Status RunStateScanForward(const Args& a,
+                                 const plan::StateScanForwardArgs<DeviceBuffer>& args) {
+  const StateSizes z = StateSizesOf(args);
+  float* s_in = args.s_in.as<float>();
   return WalkSegments(
-      a, z, /*reverse=*/false, a.in<float>(0), a.in<float>(1),
+      a, z, AllGathers(args), /*reverse=*/false, args.g.as<float>(), args.s.as<float>(),
       [&](bool mine, int64_t k, const float* g, const float* s, float* run) {
         return Done(cuda::state_pass_forward(a.stream(), mine ? s_in : nullptr, run, g, s, z.batch,
                                              z.segs, k, z.heads, z.pn));
       });
 }
+size_t WorkspaceBytes(const plan::StateScanForwardArgs<DeviceBuffer>& args,
+                      const plan::Mesh& mesh) {
+  return StateScratch::Carve(cuda::Workspace{}, StateSizesOf(args), mesh.cp, AllGathers(args))
+      .bytes;
+}
 
-// ins: ds_in, g, s_in. outs: dg, ds.
-absl::Status RunStateScanBackward(const Args& a) {
-  const StateSizes z = StateSizesOf(a.step().ints);
-  const float* s_in = a.in<float>(2);
-  float* dg = a.out<float>(0);
-  float* ds = a.out<float>(1);
-  return WalkSegments(a, z, /*reverse=*/true, a.in<float>(1), a.in<float>(0),
+absl::Status RunStateScanBackward(const Args& a,
+                                  const plan::StateScanBackwardArgs<DeviceBuffer>& args) {
+  const StateSizes z = StateSizesOf(args);
+  const float* s_in = args.s_in.as<float>();
+  float* dg = args.dg.as<float>();
+  float* ds = args.ds.as<float>();
+  return WalkSegments(a, z, AllGathers(args), /*reverse=*/true, args.g.as<float>(),
+                      args.ds_in.as<float>(),
                       [&](bool mine, int64_t k, const float* g, const float* ds_in, float* run) {
                         return Done(cuda::state_pass_backward(
                             a.stream(), mine ? dg : nullptr, mine ? ds : nullptr, run, g, ds_in,
                             mine ? s_in : nullptr, z.batch, z.segs, k, z.heads, z.pn));
                       });
 }
+size_t WorkspaceBytes(const plan::StateScanBackwardArgs<DeviceBuffer>& args,
+                      const plan::Mesh& mesh) {
+  return StateScratch::Carve(cuda::Workspace{}, StateSizesOf(args), mesh.cp, AllGathers(args))
+      .bytes;
+}
 
 // ---------------------------------------------------------------------------------------------
-// Ring attention. ints: batch, seq (local), q_heads, kv_heads, head_dim, causal. floats: scale.
-// The attention kernels run on one (query segment, key segment) pair of one batch row at a time,
-// whose rows are contiguous in the [b, s, h, d] tensors; the pairs of a ring step are the CPU's
-// (VisiblePairs: a key segment entirely after a query segment is skipped when causal).
+// Ring attention (seq: the local one). The attention kernels run on one (query segment, key
+// segment) pair of one batch row at a time, whose rows are contiguous in the [b, s, h, d] tensors;
+// the pairs of a ring step are the CPU's (VisiblePairs: a key segment entirely after a query
+// segment is skipped when causal).
 namespace {
 
 struct RingShape {
@@ -300,9 +335,17 @@ struct RingShape {
   cuda::AttentionShape piece() const { return {1, len, len, q_heads, kv_heads, dim}; }
 };
 
-RingShape RingShapeOf(const std::vector<int64_t>& ints, const plan::Mesh& mesh) {
+template <typename RingAttentionArgs>
+RingShape RingShapeOf(const RingAttentionArgs& args, const plan::Mesh& mesh) {
   const int64_t segs = mesh.segments_per_rank();
-  return RingShape{ints[0], ints[1], ints[2], ints[3], ints[4], segs, ints[1] / segs, ints[5] != 0};
+  return RingShape{.batch = args.batch,
+                   .seq = args.seq,
+                   .q_heads = args.q_heads,
+                   .kv_heads = args.kv_heads,
+                   .dim = args.head_dim,
+                   .segs = segs,
+                   .len = args.seq / segs,
+                   .causal = args.causal};
 }
 
 // The forward's scratch: two K/V blocks [k | v] (the one in hand, the one arriving), the fp32
@@ -376,24 +419,25 @@ absl::Status AwaitRingShift(const Args& a) {
 
 }  // namespace
 
-// ins: q, k, v. outs: out, lse. Per ring step: prefetch the next K/V block while this one's pairs
-// run; each pair's partial result merges into fp32 running sums, rounded to bf16 at the end.
-absl::Status RunRingAttentionForward(const Args& a) {
+// Per ring step: prefetch the next K/V block while this one's pairs run; each pair's partial
+// result merges into fp32 running sums, rounded to bf16 at the end.
+absl::Status RunRingAttentionForward(const Args& a,
+                                     const plan::RingAttentionForwardArgs<DeviceBuffer>& args) {
   const plan::Mesh& mesh = a.mesh();
-  const RingShape r = RingShapeOf(a.step().ints, mesh);
+  const RingShape r = RingShapeOf(args, mesh);
   const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
-  const float scale = a.f(0);
+  const float scale = static_cast<float>(args.scale);
   const RingForwardScratch t = RingForwardScratch::Carve(a.workspace(), r);
   bf16* const* blocks = t.blocks;
   float* acc_out = t.acc_out;
   float* acc_lse = t.acc_lse;
   bf16* part_out = t.part_out;
   float* part_lse = t.part_lse;
-  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(1), kv)));
-  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, a.in<bf16>(2), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], args.k.as<bf16>(), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, args.v.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_out, 0.f, r.q_count())));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_lse, -INFINITY, r.lse_count())));
-  const bf16* q = a.in<bf16>(0);
+  const bf16* q = args.q.as<bf16>();
   for (int64_t step = 0; step < cp; ++step) {
     const bf16* block = blocks[step % 2];
     if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
@@ -410,18 +454,23 @@ absl::Status RunRingAttentionForward(const Args& a) {
     }
     if (step + 1 < cp) HCP_RETURN_IF_ERROR(AwaitRingShift(a));
   }
-  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(0), acc_out, r.q_count())));
-  return Done(cuda::copy<float>(a.stream(), a.out<float>(1), acc_lse, r.lse_count()));
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), args.out.as<bf16>(), acc_out, r.q_count())));
+  return Done(cuda::copy<float>(a.stream(), args.lse.as<float>(), acc_lse, r.lse_count()));
+}
+size_t WorkspaceBytes(const plan::RingAttentionForwardArgs<DeviceBuffer>& args,
+                      const plan::Mesh& mesh) {
+  return RingForwardScratch::Carve(cuda::Workspace{}, RingShapeOf(args, mesh)).bytes;
 }
 
-// ins: dout, q, k, v, out, lse. outs: dq, dk, dv. K/V travel ahead on the communication stream;
-// their fp32 gradient sums [dk | dv] follow once this step's pairs have added to them, and after
-// the last step go home (the block then in hand is the next rank's).
-absl::Status RunRingAttentionBackward(const Args& a) {
+// K/V travel ahead on the communication stream; their fp32 gradient sums [dk | dv] follow once
+// this step's pairs have added to them, and after the last step go home (the block then in hand
+// is the next rank's).
+absl::Status RunRingAttentionBackward(const Args& a,
+                                      const plan::RingAttentionBackwardArgs<DeviceBuffer>& args) {
   const plan::Mesh& mesh = a.mesh();
-  const RingShape r = RingShapeOf(a.step().ints, mesh);
+  const RingShape r = RingShapeOf(args, mesh);
   const int64_t cp = mesh.cp, me = a.cp_index(), kv = r.kv_count();
-  const float scale = a.f(0);
+  const float scale = static_cast<float>(args.scale);
   const int next = static_cast<int>((me + 1) % cp), previous = static_cast<int>((me - 1 + cp) % cp);
   const RingBackwardScratch t = RingBackwardScratch::Carve(a.workspace(), r);
   bf16* const* blocks = t.blocks;
@@ -432,10 +481,10 @@ absl::Status RunRingAttentionBackward(const Args& a) {
   bf16* dv_part = t.dv_part;
   float* lse_piece = t.lse_piece;
   const cuda::Workspace kernel_ws = t.kernel;
-  const bf16 *dout = a.in<bf16>(0), *q = a.in<bf16>(1), *out = a.in<bf16>(4);
-  const float* lse = a.in<float>(5);
-  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], a.in<bf16>(2), kv)));
-  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, a.in<bf16>(3), kv)));
+  const bf16 *dout = args.dout.as<bf16>(), *q = args.q.as<bf16>(), *out = args.out.as<bf16>();
+  const float* lse = args.lse.as<float>();
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], args.k.as<bf16>(), kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, args.v.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), grads[0], 0.f, 2 * kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), dq_sum, 0.f, r.q_count())));
   for (int64_t step = 0; step < cp; ++step) {
@@ -472,39 +521,21 @@ absl::Status RunRingAttentionBackward(const Args& a) {
   }
   // This rank's own dK/dV sums are now in hand.
   float* mine = cp > 1 ? grads[cp % 2] : grads[0];
-  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(1), mine, kv)));
-  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), a.out<bf16>(2), mine + kv, kv)));
-  return Done(cuda::cast(a.stream(), a.out<bf16>(0), dq_sum, r.q_count()));
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), args.dk.as<bf16>(), mine, kv)));
+  HCP_RETURN_IF_ERROR(Done(cuda::cast(a.stream(), args.dv.as<bf16>(), mine + kv, kv)));
+  return Done(cuda::cast(a.stream(), args.dq.as<bf16>(), dq_sum, r.q_count()));
+}
+size_t WorkspaceBytes(const plan::RingAttentionBackwardArgs<DeviceBuffer>& args,
+                      const plan::Mesh& mesh) {
+  return RingBackwardScratch::Carve(cuda::Workspace{}, RingShapeOf(args, mesh)).bytes;
 }
 
 // ---------------------------------------------------------------------------------------------
-// ins: x. outs: y. ints: n, group (0 world, 1 cp, 2 dp). Summed by NCCL in the buffer's dtype.
-absl::Status RunAllReduce(const Args& a) {
-  const DType dtype = a.in_dtype(0);
-  a.nccl().AllReduceSum(a.in<std::byte>(0), a.out<std::byte>(0), a.i(0), NcclType(dtype),
-                        Group(a.i(1)), a.stream());
+// Summed by NCCL in the buffer's dtype, over the group (0 world, 1 cp, 2 dp).
+absl::Status RunAllReduce(const Args& a, const plan::AllReduceArgs<DeviceBuffer>& args) {
+  a.nccl().AllReduceSum(args.x.as<std::byte>(), args.y.as<std::byte>(), args.n,
+                        NcclType(args.x.dtype()), Group(args.group), a.stream());
   return absl::OkStatus();
-}
-
-// The scratch the collectives carve from the workspace (0 for other kernels): their own Carve on
-// a null base.
-size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step) {
-  const cuda::Workspace sizing{};
-  const std::vector<int64_t>& v = step.ints;
-  switch (step.kernel) {
-    case plan::KernelId::HaloExchangeForward:
-    case plan::KernelId::HaloExchangeBackward:
-      return HaloScratch::Carve(sizing, v, ElementBytes(plan.buffers[step.ins[0]].dtype)).bytes;
-    case plan::KernelId::StateScanForward:
-    case plan::KernelId::StateScanBackward:
-      return StateScratch::Carve(sizing, StateSizesOf(v), plan.mesh.cp, v[5] == 0).bytes;
-    case plan::KernelId::RingAttentionForward:
-      return RingForwardScratch::Carve(sizing, RingShapeOf(v, plan.mesh)).bytes;
-    case plan::KernelId::RingAttentionBackward:
-      return RingBackwardScratch::Carve(sizing, RingShapeOf(v, plan.mesh)).bytes;
-    default:
-      return 0;
-  }
 }
 
 }  // namespace hcp::cuda_backend::detail

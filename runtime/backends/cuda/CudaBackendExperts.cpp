@@ -19,7 +19,6 @@
 // case, every token of every rank of the group sent here: ep * tokens rows of k slots.
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/comm/ExpertRoutes.h"
@@ -31,7 +30,7 @@ namespace {
 
 using comm::Group;
 
-// ints: tokens, hidden, inner, experts (E, global), k, ep.
+// experts: E, the global count.
 struct EpShape {
   int64_t tokens, hidden, inner, experts, k, ep;
   int64_t max_sent() const { return tokens * ep; }      // rows: each token once to each owner
@@ -39,9 +38,9 @@ struct EpShape {
   int64_t local_experts() const { return experts / ep; }
 };
 
-EpShape EpShapeOf(const plan::Step& step) {
-  const std::vector<int64_t>& v = step.ints;
-  return EpShape{v[0], v[1], v[2], v[3], v[4], v[5]};
+template <typename ExpertsEpArgs>
+EpShape EpShapeOf(const ExpertsEpArgs& args) {
+  return EpShape{args.tokens, args.hidden, args.inner, args.experts, args.k, args.ep};
 }
 
 // The workspace pieces, in order; `experts` is the rest, for moe_experts_forward/backward.
@@ -111,26 +110,23 @@ absl::StatusOr<comm::TokenRoutes> RouteTokens(const Args& a, const int32_t* devi
 
 }  // namespace
 
-size_t ExpertsEpWorkspaceBytes(const plan::Step& step) {
-  const bool backward = step.kernel == plan::KernelId::MoeExpertsEpBackward;
-  return EpScratch::Carve(cuda::Workspace{}, EpShapeOf(step), backward).bytes;
-}
-
-// ins: x, gates, experts (i32, global ids), w_in, w_out (this rank's experts). outs: out.
-absl::Status RunMoeExpertsEpForward(const Args& a) {
-  const EpShape s = EpShapeOf(a.step());
+// expert_ids: global ids; w_in, w_out: this rank's experts.
+absl::Status RunMoeExpertsEpForward(const Args& a,
+                                    const plan::MoeExpertsEpForwardArgs<DeviceBuffer>& args) {
+  const EpShape s = EpShapeOf(args);
   const EpScratch w = EpScratch::Carve(a.workspace(), s, /*backward=*/false);
   if (a.workspace().bytes < w.bytes) return absl::InternalError("workspace too small (a bug)");
-  HCP_ASSIGN_OR_RETURN(comm::TokenRoutes route, RouteTokens(a, a.in_i32(2), s, w));
+  HCP_ASSIGN_OR_RETURN(comm::TokenRoutes route,
+                       RouteTokens(a, args.expert_ids.as<int32_t>(), s, w));
   const int64_t H = s.hidden, k = s.k, sent = route.sent();
   cudaStream_t stream = a.stream();
   comm::NcclCommunicator& nccl = a.nccl();
 
   // Out: each sent row's x, its slots' gates and experts.
   HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(0), w.row_token, sent, H, 1)));
-  HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_gather_values(stream, w.send_gates, a.in<float>(1), w.row_slot, sent * k)));
+      Done(cuda::moe_gather_rows(stream, w.send_x, args.x.as<bf16>(), w.row_token, sent, H, 1)));
+  HCP_RETURN_IF_ERROR(Done(
+      cuda::moe_gather_values(stream, w.send_gates, args.gates.as<float>(), w.row_slot, sent * k)));
   nccl.GroupStart();
   nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
@@ -142,24 +138,28 @@ absl::Status RunMoeExpertsEpForward(const Args& a) {
 
   // This rank's experts on every row that arrived: rows = the gated sums over this rank's slots.
   HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_forward(
-      a.gemm(), stream, w.rows, w.recv_x, w.recv_gates, w.recv_ids, a.in<bf16>(3), a.in<bf16>(4),
-      route.received(), H, s.inner, s.local_experts(), k, w.experts,
+      a.gemm(), stream, w.rows, w.recv_x, w.recv_gates, w.recv_ids, args.w_in.as<bf16>(),
+      args.w_out.as<bf16>(), route.received(), H, s.inner, s.local_experts(), k, w.experts,
       cuda::ExpertRoutingOnHost{.expert_counts = route.recv_slots.data()})));
 
   // Back in the order they came, into send_x; then each token's owners' rows added.
   nccl.AllToAllV(w.rows, route.RecvCounts(H), w.send_x, route.SendCounts(H), ncclBfloat16,
                  Group::kEp, stream);
-  return Done(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x, /*gates=*/nullptr,
+  return Done(cuda::moe_combine_rows(stream, args.out.as<bf16>(), w.send_x, /*gates=*/nullptr,
                                      w.token_row, s.tokens, H, s.ep));
 }
+size_t WorkspaceBytes(const plan::MoeExpertsEpForwardArgs<DeviceBuffer>& args) {
+  return EpScratch::Carve(cuda::Workspace{}, EpShapeOf(args), /*backward=*/false).bytes;
+}
 
-// ins: dout, x, gates, experts (i32), w_in, w_out. outs: dx, dgates, dw_in, dw_out (this rank's
-// experts, summed over every row of the ep group that reached them).
-absl::Status RunMoeExpertsEpBackward(const Args& a) {
-  const EpShape s = EpShapeOf(a.step());
+// dw_in, dw_out: this rank's experts', summed over every row of the ep group that reached them.
+absl::Status RunMoeExpertsEpBackward(const Args& a,
+                                     const plan::MoeExpertsEpBackwardArgs<DeviceBuffer>& args) {
+  const EpShape s = EpShapeOf(args);
   const EpScratch w = EpScratch::Carve(a.workspace(), s, /*backward=*/true);
   if (a.workspace().bytes < w.bytes) return absl::InternalError("workspace too small (a bug)");
-  HCP_ASSIGN_OR_RETURN(comm::TokenRoutes route, RouteTokens(a, a.in_i32(3), s, w));
+  HCP_ASSIGN_OR_RETURN(comm::TokenRoutes route,
+                       RouteTokens(a, args.expert_ids.as<int32_t>(), s, w));
   const int64_t H = s.hidden, k = s.k, sent = route.sent();
   cudaStream_t stream = a.stream();
   comm::NcclCommunicator& nccl = a.nccl();
@@ -167,11 +167,11 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   // Out: each sent row's x and dout, its slots' gates and experts (x again rather than kept
   // from the forward: no buffer of data-dependent size lives between the two).
   HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_gather_rows(stream, w.send_x, a.in<bf16>(1), w.row_token, sent, H, 1)));
-  HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_gather_rows(stream, w.send_dout, a.in<bf16>(0), w.row_token, sent, H, 1)));
-  HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_gather_values(stream, w.send_gates, a.in<float>(2), w.row_slot, sent * k)));
+      Done(cuda::moe_gather_rows(stream, w.send_x, args.x.as<bf16>(), w.row_token, sent, H, 1)));
+  HCP_RETURN_IF_ERROR(Done(
+      cuda::moe_gather_rows(stream, w.send_dout, args.dout.as<bf16>(), w.row_token, sent, H, 1)));
+  HCP_RETURN_IF_ERROR(Done(
+      cuda::moe_gather_values(stream, w.send_gates, args.gates.as<float>(), w.row_slot, sent * k)));
   nccl.GroupStart();
   nccl.AllToAllV(w.send_x, route.SendCounts(H), w.recv_x, route.RecvCounts(H), ncclBfloat16,
                  Group::kEp, stream);
@@ -187,9 +187,9 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
   // slots, row_dgates their dgates (0 for the other ranks' slots); dw_in / dw_out are complete
   // for this rank's experts.
   HCP_RETURN_IF_ERROR(Done(cuda::moe_experts_backward(
-      a.gemm(), stream, w.rows, w.row_dgates, a.out<bf16>(2), a.out<bf16>(3), w.recv_dout, w.recv_x,
-      w.recv_gates, w.recv_ids, a.in<bf16>(4), a.in<bf16>(5), route.received(), H, s.inner,
-      s.local_experts(), k, w.experts,
+      a.gemm(), stream, w.rows, w.row_dgates, args.dw_in.as<bf16>(), args.dw_out.as<bf16>(),
+      w.recv_dout, w.recv_x, w.recv_gates, w.recv_ids, args.w_in.as<bf16>(), args.w_out.as<bf16>(),
+      route.received(), H, s.inner, s.local_experts(), k, w.experts,
       cuda::ExpertRoutingOnHost{.expert_counts = route.recv_slots.data()})));
 
   // Back: the dx shares into send_x, the dgates into send_gates; dx adds each token's owners'
@@ -201,10 +201,13 @@ absl::Status RunMoeExpertsEpBackward(const Args& a) {
                  Group::kEp, stream);
   nccl.GroupEnd();
   HCP_RETURN_IF_ERROR(
-      Done(cuda::moe_combine_rows(stream, a.out<bf16>(0), w.send_x,
+      Done(cuda::moe_combine_rows(stream, args.dx.as<bf16>(), w.send_x,
                                   /*gates=*/nullptr, w.token_row, s.tokens, H, s.ep)));
-  return Done(
-      cuda::moe_gather_values(stream, a.out<float>(1), w.send_gates, w.slot_row, s.tokens * k));
+  return Done(cuda::moe_gather_values(stream, args.dgates.as<float>(), w.send_gates, w.slot_row,
+                                      s.tokens * k));
+}
+size_t WorkspaceBytes(const plan::MoeExpertsEpBackwardArgs<DeviceBuffer>& args) {
+  return EpScratch::Carve(cuda::Workspace{}, EpShapeOf(args), /*backward=*/true).bytes;
 }
 
 }  // namespace hcp::cuda_backend::detail

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/plan/KernelTable.h"
@@ -16,15 +17,20 @@
 
 namespace hcp::cuda_backend {
 
-// The expert ids input of a step that reads them on the host, or -1 for any other step.
+// Where the MoE experts steps' expert_ids input sits in their inputs (its place in the
+// signature: no optional input precedes it), or -1 for a kernel that reads nothing on the host.
 inline int HostReadInput(plan::KernelId kernel) {
   switch (kernel) {
     case plan::KernelId::MoeExpertsForward:
     case plan::KernelId::MoeExpertsEpForward:
-      return 2;  // ins: x, gates, experts, w_in, w_out
     case plan::KernelId::MoeExpertsBackward:
-    case plan::KernelId::MoeExpertsEpBackward:
-      return 3;  // ins: dout, x, gates, experts, w_in, w_out
+    case plan::KernelId::MoeExpertsEpBackward: {
+      const std::span<const plan::BufferSpec> ins = plan::GetKernelSignature(kernel).ins;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (ins[i].name == "expert_ids") return static_cast<int>(i);
+      }
+      return -1;
+    }
     default:
       return -1;
   }

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend: a step's arguments as the CUDA kernels take them, and the
-// wrappers that live in CudaBackendSequence.cpp (declared here so that CudaBackend.cpp's switch
-// over KernelTable.def sees every one).
+// wrappers that live outside CudaBackend.cpp (declared here so that CudaBackend.cpp's dispatch
+// over KernelTable.txt sees every one).
 #pragma once
 
 #include <algorithm>
@@ -20,30 +20,39 @@ namespace hcp::cuda_backend::detail {
 
 using cuda::bf16;
 
-// Typed device pointers into the arenas, the step's scalars, and the stream's resources.
-// CheckPlanRunsOnCuda has checked every dtype, so in<T>/out<T> are only asked for the type the
-// buffer has.
+// A step's buffer on the device: its address in the arenas and its element type.
+// CheckPlanRunsOnCuda has checked every dtype, so as<T> is only asked for the type the buffer
+// has. An optional buffer the step does not have is null.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::byte* address, plan::DType dtype) : address_(address), dtype_(dtype) {}
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(address_);
+  }
+  plan::DType dtype() const { return dtype_; }
+
+ private:
+  std::byte* address_ = nullptr;
+  plan::DType dtype_ = plan::DType::F32;
+};
+
+// What a step runs with: its arguments by name (Get), and the stream's resources.
 class Args {
  public:
   Args(const plan::Plan& plan, const plan::Step& step, const DeviceArenas& arenas,
        const StepResources& resources)
       : plan_(plan), step_(step), arenas_(arenas), resources_(resources) {}
 
-  template <typename T>
-  const T* in(int i) const {
-    return reinterpret_cast<const T*>(Address(step_.ins[i]));
+  // The step's arguments in its kernel's struct (KernelArgs<>::kId is the step's kernel).
+  template <template <typename> class KernelArgs>
+  KernelArgs<DeviceBuffer> Get() const {
+    return plan::DecodeStep<KernelArgs>(step_, [this](uint32_t buffer) {
+      const plan::Buffer& b = plan_.buffers[buffer];
+      return DeviceBuffer(arenas_[static_cast<int>(b.arena)] + b.offset, b.dtype);
+    });
   }
-  template <typename T>
-  T* out(int i) const {
-    return reinterpret_cast<T*>(Address(step_.outs[i]));
-  }
-  const int32_t* in_i32(int i) const { return in<int32_t>(i); }
-  int32_t* out_i32(int i) const { return out<int32_t>(i); }
-  plan::DType in_dtype(int i) const { return plan_.buffers[step_.ins[i]].dtype; }
-  plan::DType out_dtype(int i) const { return plan_.buffers[step_.outs[i]].dtype; }
-  int64_t i(int k) const { return step_.ints[k]; }
-  float f(int k) const { return static_cast<float>(step_.floats[k]); }
-  const plan::Step& step() const { return step_; }
 
   cudaStream_t stream() const { return resources_.stream; }
   const StepResources& resources() const { return resources_; }
@@ -67,11 +76,6 @@ class Args {
   }
 
  private:
-  std::byte* Address(uint32_t buffer) const {
-    const plan::Buffer& b = plan_.buffers[buffer];
-    return arenas_[static_cast<int>(b.arena)] + b.offset;
-  }
-
   const plan::Plan& plan_;
   const plan::Step& step_;
   const DeviceArenas& arenas_;
@@ -114,54 +118,100 @@ absl::Status WithType(plan::DType dtype, F&& fn) {
 // A kernel's Status as an absl::Status (RunCudaStep prefixes the step).
 inline absl::Status Done(const cuda::Status& status) { return FromCuda(status); }
 
-// cross_entropy's scratch in the workspace, carved in this order (256-byte aligned pieces): the
-// lse the plan does not keep (the backward recomputes it with the forward kernel), the loss_sum
-// and valid_count of that recomputation (discarded), and the forward kernel's own workspace.
-// With a null workspace only `bytes` is meaningful (for WorkspaceBytes).
-struct CrossEntropyScratch {
-  float* lse = nullptr;
-  float* loss_sum = nullptr;
-  float* valid_count = nullptr;
-  cuda::Workspace forward;
-  size_t bytes = 0;
-};
-CrossEntropyScratch CarveCrossEntropyScratch(cuda::Workspace workspace, int64_t tokens);
+// The wrappers outside CudaBackend.cpp, in KernelTable.txt's order: each takes its kernel's
+// arguments by name, and the kernels that need a workspace have their WorkspaceBytes beside the
+// wrapper (the collectives' also see the mesh). RunCudaStep and WorkspaceBytes (CudaBackend.cpp)
+// dispatch over the table to them.
+//
+// The sequence-mixing wrappers (CudaBackendSequence.cpp).
+absl::Status RunCausalConv1dForward(const Args& a,
+                                    const plan::CausalConv1dForwardArgs<DeviceBuffer>& k);
+absl::Status RunCausalConv1dBackward(const Args& a,
+                                     const plan::CausalConv1dBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::CausalConv1dBackwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdScanForward(const Args& a, const plan::SsdScanForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdScanForwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdScanBackward(const Args& a, const plan::SsdScanBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdScanBackwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdLogDecayForward(const Args& a,
+                                   const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdLogDecayBackward(const Args& a,
+                                    const plan::SsdLogDecayBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdLogDecayBackwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdFinalStateForward(const Args& a,
+                                     const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdFinalStateBackward(const Args& a,
+                                      const plan::SsdFinalStateBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdFinalStateBackwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdAddInitialStateForward(
+    const Args& a, const plan::SsdAddInitialStateForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdAddInitialStateForwardArgs<DeviceBuffer>& k);
+absl::Status RunSsdAddInitialStateBackward(
+    const Args& a, const plan::SsdAddInitialStateBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::SsdAddInitialStateBackwardArgs<DeviceBuffer>& k);
+absl::Status RunAttentionForward(const Args& a, const plan::AttentionForwardArgs<DeviceBuffer>& k);
+absl::Status RunAttentionBackward(const Args& a,
+                                  const plan::AttentionBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::AttentionBackwardArgs<DeviceBuffer>& k);
 
-// The sequence-mixing wrappers (CudaBackendSequence.cpp), in KernelTable.def's order.
-absl::Status RunCausalConv1dForward(const Args& a);
-absl::Status RunCausalConv1dBackward(const Args& a);
-absl::Status RunSsdScanForward(const Args& a);
-absl::Status RunSsdScanBackward(const Args& a);
-absl::Status RunSsdFinalStateForward(const Args& a);
-absl::Status RunSsdFinalStateBackward(const Args& a);
-absl::Status RunSsdLogDecayForward(const Args& a);
-absl::Status RunSsdLogDecayBackward(const Args& a);
-absl::Status RunSsdAddInitialStateForward(const Args& a);
-absl::Status RunSsdAddInitialStateBackward(const Args& a);
-absl::Status RunAttentionForward(const Args& a);
-absl::Status RunAttentionBackward(const Args& a);
+// The collectives (CudaBackendCollectives.cpp); their workspace holds their scratch.
+absl::Status RunHaloExchangeForward(const Args& a,
+                                    const plan::HaloExchangeForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::HaloExchangeForwardArgs<DeviceBuffer>& k);
+absl::Status RunHaloExchangeBackward(const Args& a,
+                                     const plan::HaloExchangeBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::HaloExchangeBackwardArgs<DeviceBuffer>& k);
+absl::Status RunStateScanForward(const Args& a, const plan::StateScanForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::StateScanForwardArgs<DeviceBuffer>& k, const plan::Mesh& mesh);
+absl::Status RunStateScanBackward(const Args& a,
+                                  const plan::StateScanBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::StateScanBackwardArgs<DeviceBuffer>& k, const plan::Mesh& mesh);
+absl::Status RunRingAttentionForward(const Args& a,
+                                     const plan::RingAttentionForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::RingAttentionForwardArgs<DeviceBuffer>& k,
+                      const plan::Mesh& mesh);
+absl::Status RunRingAttentionBackward(const Args& a,
+                                      const plan::RingAttentionBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::RingAttentionBackwardArgs<DeviceBuffer>& k,
+                      const plan::Mesh& mesh);
+absl::Status RunAllReduce(const Args& a, const plan::AllReduceArgs<DeviceBuffer>& k);
 
-// The collectives (CudaBackendCollectives.cpp), in KernelTable.def's order, and the workspace
-// they carve their scratch from.
-absl::Status RunHaloExchangeForward(const Args& a);
-absl::Status RunHaloExchangeBackward(const Args& a);
-absl::Status RunStateScanForward(const Args& a);
-absl::Status RunStateScanBackward(const Args& a);
-absl::Status RunRingAttentionForward(const Args& a);
-absl::Status RunRingAttentionBackward(const Args& a);
-absl::Status RunAllReduce(const Args& a);
-size_t CollectiveWorkspaceBytes(const plan::Plan& plan, const plan::Step& step);
+// Expert parallelism (CudaBackendExperts.cpp).
+absl::Status RunMoeExpertsEpForward(const Args& a,
+                                    const plan::MoeExpertsEpForwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::MoeExpertsEpForwardArgs<DeviceBuffer>& k);
+absl::Status RunMoeExpertsEpBackward(const Args& a,
+                                     const plan::MoeExpertsEpBackwardArgs<DeviceBuffer>& k);
+size_t WorkspaceBytes(const plan::MoeExpertsEpBackwardArgs<DeviceBuffer>& k);
 
-// Expert parallelism (CudaBackendExperts.cpp), and its workspace.
-absl::Status RunMoeExpertsEpForward(const Args& a);
-absl::Status RunMoeExpertsEpBackward(const Args& a);
-size_t ExpertsEpWorkspaceBytes(const plan::Step& step);
-
-// The shapes the sequence wrappers pass, from a step's ints (also used by the plan checks and
-// WorkspaceBytes). ssd_scan and ssd_final_state: batch, seq, heads, head_dim, groups, state,
-// chunk. attention: batch, seq, q_heads, kv_heads, head_dim (queries and keys are the same
-// positions).
-cuda::SsdShape SsdShapeOf(const plan::Step& step);
-cuda::AttentionShape AttentionShapeOf(const plan::Step& step);
+// The shapes the sequence kernels take, from a step's arguments (ssd_scan, ssd_final_state,
+// ssd_add_initial_state; attention). The plan's chunk as it is (CheckPlanRunsOnCuda requires the
+// kernels' 256): the CUDA kernels pad a partial last chunk themselves, so unlike the CPU wrapper
+// there is no capping at seq. ssd_add_initial_state is not chunked (it has no chunk); its
+// kernels take the scan's shapes, chunk 256 among them.
+template <typename SsdArgs>
+cuda::SsdShape SsdShapeOf(const SsdArgs& k) {
+  int64_t chunk = 256;
+  if constexpr (requires { k.chunk; }) chunk = k.chunk;
+  return cuda::SsdShape{.batch = k.batch,
+                        .seq = k.seq,
+                        .heads = k.heads,
+                        .head_dim = k.head_dim,
+                        .groups = k.groups,
+                        .state = k.state,
+                        .chunk = chunk};
+}
+// Queries and keys are the same positions.
+template <typename AttentionArgs>
+cuda::AttentionShape AttentionShapeOf(const AttentionArgs& k) {
+  return cuda::AttentionShape{.batch = k.batch,
+                              .q_len = k.seq,
+                              .kv_len = k.seq,
+                              .q_heads = k.q_heads,
+                              .kv_heads = k.kv_heads,
+                              .head_dim = k.head_dim};
+}
 
 }  // namespace hcp::cuda_backend::detail

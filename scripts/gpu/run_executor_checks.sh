@@ -3,8 +3,11 @@
 # runtime change.
 # 1. `hybridcp run-step` on the GPU: the bf16 plan of the gpu-shapes fixture against
 #    transformers' fp32 loss and gradients (the fixture), from the command line; --verbose lists
-#    every gradient's error. Tolerances: bf16 against fp32 (2x the worst of the tolerance
-#    survey's gpu-shapes figures, scripts/gpu/run_tolerance_survey.sh).
+#    every gradient's error. Tolerances: the loss test_plan_step's 5e-5 (measured 1.7e-5); the
+#    gradients one bound for all, the MoE side's (test_plan_step's MoeTolerance: transformers
+#    routes on its own, and 0.33% of the tokens pick other experts in bf16; the router's 3.1e-2
+#    + 2 sqrt(2 f) = 2.13e-1, rounded up; measured worst 1.54e-1, the layer-2 router, every
+#    other gradient at most 6.2e-2).
 # 2. test_plan_step on the small plans (the per-family GPU parity).
 # 3. Before/after: `hybridcp bench` of granite-4.0-h-tiny at s = 8192 with the previous bundle
 #    (BEFORE, the packed bundle of the commit before the change, carried as build-gpu/before) and
@@ -23,7 +26,7 @@ FIX=$ROOT/tests/fixtures/gpu-shapes
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee -a "$LOG"
 run "$HCP" run-step "$P/gpu-shapes-bf16.plan" --weights "$FIX" --inputs "$FIX/reference.safetensors" \
-  --compare "$FIX" --loss-tolerance "${LOSS_TOL:-2e-2}" --grad-tolerance "${GRAD_TOL:-1e-1}" --verbose
+  --compare "$FIX" --loss-tolerance "${LOSS_TOL:-5e-5}" --grad-tolerance "${GRAD_TOL:-2.2e-1}" --verbose
 for name in small-300 small-512; do
   run "$BUNDLE/bin/test_plan_step" "$P/$name-bf16.plan" "$P/$name-f32.plan"
 done

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/CommVolume.h"
 #include "runtime/support/Bytes.h"
@@ -285,33 +286,11 @@ absl::Status CpuExecutor::SetInputs(std::span<const int32_t> input_ids,
 absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids,
                                               std::span<const int32_t> targets,
                                               std::optional<float> loss_scale) {
-  const auto tokens = static_cast<size_t>(plan_.tokens());
-  if (input_ids.size() != tokens || targets.size() != tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
-        input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
-  }
-  // This rank's shard: local segment k of sequence b is global segment GlobalSegment(cp_index, k)
-  // (one segment, the whole sequence, for a plan of one rank).
-  const plan::Mesh& mesh = plan_.mesh;
-  const int64_t len = plan_.seq / mesh.segments(), segs = mesh.segments_per_rank();
-  const int64_t cp_index = comm_->cp_index();
-  std::span<int32_t> local_ids = I32Buffer(plan_.input_ids);
-  std::span<int32_t> local_targets = I32Buffer(plan_.targets);
-  for (int64_t b = 0; b < plan_.micro_batch; ++b) {
-    for (int64_t k = 0; k < segs; ++k) {
-      const int64_t from = b * plan_.seq + mesh.GlobalSegment(cp_index, k) * len;
-      const int64_t to = (b * segs + k) * len;
-      std::copy_n(input_ids.begin() + from, len, local_ids.begin() + to);
-      std::copy_n(targets.begin() + from, len, local_targets.begin() + to);
-    }
-  }
-  if (!loss_scale) {
-    const auto valid = std::count_if(targets.begin(), targets.end(),
-                                     [](int32_t t) { return t != plan::kIgnoredTarget; });
-    loss_scale = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
-  }
-  F32Buffer(plan_.loss_scale)[0] = *loss_scale;
+  HCP_ASSIGN_OR_RETURN(RankInputs local,
+                       CutRankInputs(plan_, comm_->cp_index(), input_ids, targets, loss_scale));
+  std::copy(local.input_ids.begin(), local.input_ids.end(), I32Buffer(plan_.input_ids).begin());
+  std::copy(local.targets.begin(), local.targets.end(), I32Buffer(plan_.targets).begin());
+  F32Buffer(plan_.loss_scale)[0] = local.loss_scale;
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
 #include "runtime/support/Bytes.h"
 #include "runtime/support/Status.h"
@@ -452,37 +453,12 @@ absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
 absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
                                      std::span<const int32_t> targets,
                                      std::optional<float> loss_scale) {
-  const auto tokens = static_cast<size_t>(plan_.tokens());
-  if (input_ids.size() != tokens || targets.size() != tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "got %d input ids and %d targets, the plan takes micro_batch*seq = %d*%d = %d of each",
-        input_ids.size(), targets.size(), plan_.micro_batch, plan_.seq, tokens));
-  }
-  // This rank's shard: local segment k of sequence b is global segment GlobalSegment(cp_index, k)
-  // (one rank: the sequences whole, in order).
-  const plan::Mesh& mesh = plan_.mesh;
-  const int64_t len = plan_.seq / mesh.segments(), segs = mesh.segments_per_rank();
-  const int64_t local = plan_.local_tokens();
-  std::vector<int32_t> local_ids(local), local_targets(local);
-  for (int64_t b = 0; b < plan_.micro_batch; ++b) {
-    for (int64_t k = 0; k < segs; ++k) {
-      const int64_t from = b * plan_.seq + mesh.GlobalSegment(cp_index(), k) * len;
-      const int64_t to = (b * segs + k) * len;
-      std::copy_n(input_ids.begin() + from, len, local_ids.begin() + to);
-      std::copy_n(targets.begin() + from, len, local_targets.begin() + to);
-    }
-  }
-  HCP_RETURN_IF_ERROR(
-      ToDevice(Address(plan_.input_ids), local_ids.data(), sizeof(int32_t) * local));
-  HCP_RETURN_IF_ERROR(
-      ToDevice(Address(plan_.targets), local_targets.data(), sizeof(int32_t) * local));
-  if (!loss_scale) {
-    const auto valid = std::count_if(targets.begin(), targets.end(),
-                                     [](int32_t t) { return t != plan::kIgnoredTarget; });
-    loss_scale = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
-  }
-  const float scale = *loss_scale;
-  return ToDevice(Address(plan_.loss_scale), &scale, sizeof(float));
+  HCP_ASSIGN_OR_RETURN(RankInputs local,
+                       CutRankInputs(plan_, cp_index(), input_ids, targets, loss_scale));
+  const size_t bytes = sizeof(int32_t) * local.input_ids.size();
+  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.input_ids), local.input_ids.data(), bytes));
+  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.targets), local.targets.data(), bytes));
+  return ToDevice(Address(plan_.loss_scale), &local.loss_scale, sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------

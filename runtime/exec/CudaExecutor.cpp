@@ -14,6 +14,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/exec/RankInputs.h"
+#include "runtime/weights/DType.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
 #include "runtime/support/Bytes.h"
 #include "runtime/support/Status.h"
@@ -44,22 +45,6 @@ constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
 
 uint64_t RoundUp(uint64_t bytes) {
   return (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-}
-
-// bf16 as bits: round to nearest even (what cuda::cast and the kernels' stores do); a NaN stays a
-// quiet NaN instead of rounding into infinity.
-uint16_t Bf16Bits(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float Bf16Value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &u, sizeof(value));
-  return value;
 }
 
 // The optimizer state one parameter's slice needs: m and v, plus an fp32 master for a bf16
@@ -367,7 +352,7 @@ absl::Status CudaExecutor::UploadFloats(uint32_t buffer, std::span<const float> 
   }
   if (b.dtype == plan::DType::F32) return ToDevice(Address(buffer), values.data(), b.bytes());
   std::vector<uint16_t> bits(values.size());
-  std::transform(values.begin(), values.end(), bits.begin(), Bf16Bits);
+  std::transform(values.begin(), values.end(), bits.begin(), F32ToBf16);
   return ToDevice(Address(buffer), bits.data(), b.bytes());
 }
 
@@ -389,7 +374,7 @@ absl::StatusOr<std::vector<float>> CudaExecutor::DownloadFloats(uint32_t buffer)
   } else if (b.dtype == plan::DType::BF16) {
     std::vector<uint16_t> bits(b.elements);
     HCP_RETURN_IF_ERROR(ToHost(bits.data(), Address(buffer), b.bytes()));
-    std::transform(bits.begin(), bits.end(), values.begin(), Bf16Value);
+    std::transform(bits.begin(), bits.end(), values.begin(), Bf16ToF32);
   } else {
     return absl::InternalError(
         absl::StrFormat("buffer '%s' is i32, not a float buffer (a bug)", b.name));

@@ -1,5 +1,5 @@
 // The `exec` dialect: what the runtime does, in order. Buffers are (arena, offset, size) memrefs,
-// kernel launches name an entry of runtime/plan/KernelTable.def. It maps one-to-one to the plan.
+// kernel launches name an entry of runtime/plan/KernelTable.txt. It maps one-to-one to the plan.
 #ifndef HYBRIDCP_EXEC_DIALECT_TD
 #define HYBRIDCP_EXEC_DIALECT_TD
 

@@ -1,5 +1,5 @@
 // Communicators: how the ranks of a plan's mesh talk to each other (context and data parallelism
-// on CPU ranks). The collectives of KernelTable.def (runtime/backends/cpu/DistKernels.h) are
+// on CPU ranks). The collectives of KernelTable.txt (runtime/backends/cpu/Collectives.h) are
 // written against this interface only.
 //
 // Ranks and groups. world = dp * cp ranks; world rank = dp_index * cp + cp_index. A group is a

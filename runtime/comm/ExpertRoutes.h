@@ -1,6 +1,6 @@
 // Where the (token, slot) pairs of an expert-parallel MoE layer travel. Every rank of an ep group
 // holds E/ep consecutive experts. Two kinds of routes:
-//   - ExpertRoutes, the CPU reference's (runtime/backends/cpu/DistKernels.cpp): each slot goes to
+//   - ExpertRoutes, the CPU reference's (runtime/backends/cpu/Collectives.cpp): each slot goes to
 //     the rank owning its expert, in send order "by owner rank, then slot", and its result comes
 //     back in that order, so a token's sum over its slots is made at home in slot order, as on
 //     one rank;

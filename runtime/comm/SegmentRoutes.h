@@ -1,5 +1,5 @@
 // Who talks to whom in the context-parallel collectives, from the mesh alone: the same routes for
-// every backend (runtime/backends/cpu/DistKernels.cpp over a Communicator, runtime/backends/cuda/
+// every backend (runtime/backends/cpu/Collectives.cpp over a Communicator, runtime/backends/cuda/
 // CudaBackendCollectives.cpp over NCCL).
 #pragma once
 

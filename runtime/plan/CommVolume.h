@@ -1,5 +1,5 @@
 // What each rank sends per training step, by collective kind, counted from the plan's steps and
-// mesh the way the CPU collectives put bytes on the wire (runtime/backends/cpu/DistKernels.cpp):
+// mesh the way the CPU collectives put bytes on the wire (runtime/backends/cpu/Collectives.cpp):
 //   halo_exchange    the last `width` conv-input rows of each segment whose successor lives on
 //                    another rank (backward: the halo gradient back to the predecessor's rank);
 //   state_scan       all-gather: [g | state] of every local segment to each of the cp-1 others;

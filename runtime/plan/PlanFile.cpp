@@ -158,7 +158,7 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
       std::optional<KernelId> kernel = FindKernel(s->kernel()->str());
       if (!kernel) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("step %d: unknown kernel '%s' (not in this runtime's KernelTable.def)",
+            absl::StrFormat("step %d: unknown kernel '%s' (not in this runtime's KernelTable.txt)",
                             i, absl::CHexEscape(s->kernel()->str())));
       }
       plan.steps.push_back(Step{

@@ -1,6 +1,6 @@
 // The on-device halves of the context-parallel collectives (CollectiveKernels.h): ring
 // attention's log-sum-exp merge against the CPU oracle's attention_merge, the fp32 gradient sums,
-// and one Mamba state-passing segment at a time against the recurrence of KernelTable.def's
+// and one Mamba state-passing segment at a time against the recurrence of KernelTable.txt's
 // state_scan, evaluated in double on the host.
 #include <cmath>
 #include <limits>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "runtime/backends/cpu/DistKernels.h"
+#include "runtime/backends/cpu/Collectives.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/support/Status.h"
 
@@ -437,7 +437,7 @@ absl::Status RunCrossEntropyBackward(const Args& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Collectives (DistKernels.h): every rank of the group runs them.
+// Collectives (Collectives.h): every rank of the group runs them.
 
 absl::Status RunHaloExchangeForward(const Args& a) {
   const auto k = a.Get<plan::HaloExchangeForwardArgs>();

@@ -1,8 +1,8 @@
 // The CPU backend: runs one plan step on the fp32 reference kernels of runtime/kernels/cpu.
 //
-// One wrapper per line of KernelTable.def (CpuBackend.cpp, in table order) unpacks the step's
+// One wrapper per line of KernelTable.txt (CpuBackend.cpp, in table order) unpacks the step's
 // buffers, ints and floats and calls the kernel, so a wrapper and its kernel can be read side
-// by side (the collectives' kernels are in DistKernels.h). The wrappers keep small scratch of their
+// by side (the collectives' kernels are in Collectives.h). The wrappers keep small scratch of their
 // own where the plan does not carry a saved value (rms_norm's rstd and cross_entropy's lse are
 // recomputed in the backward).
 #pragma once

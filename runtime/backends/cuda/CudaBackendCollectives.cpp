@@ -3,7 +3,7 @@
 // NCCL moves the data (StepResources::nccl, group ranks as in Communicator.h); the arithmetic on
 // what arrives runs in runtime/kernels/cuda (CollectiveKernels.h, the attention kernels). The
 // algorithms, and who sends what to whom, are the CPU reference's (runtime/backends/cpu/
-// DistKernels.cpp); this file only says how each step maps onto device buffers and streams.
+// Collectives.cpp); this file only says how each step maps onto device buffers and streams.
 //
 // Scratch comes from the step workspace: each collective's *Scratch::Carve cuts its pieces, and
 // its WorkspaceBytes sizes the workspace with the same Carve on a null base. Everything is

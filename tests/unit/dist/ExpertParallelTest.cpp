@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/backends/cpu/DistKernels.h"
+#include "runtime/backends/cpu/Collectives.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/weights/Init.h"
 #include "tests/unit/dist/DistTestUtil.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/backends/cpu/DistKernels.h"
+#include "runtime/backends/cpu/Collectives.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/kernels/cpu/Kernels.h"

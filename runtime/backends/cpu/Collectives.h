@@ -1,6 +1,6 @@
 // The collectives of context parallelism on CPU ranks: the reference for the NCCL versions, next
 // to the local kernels they wrap (runtime/kernels/cpu/Kernels.h). Semantics and argument lists are
-// KernelTable.def's; CpuBackend.cpp unpacks a plan step into these calls.
+// KernelTable.txt's; CpuBackend.cpp unpacks a plan step into these calls.
 //
 // Sequence layout (plan::Mesh): the global sequence is cut into mesh.segments() segments of `len`
 // tokens; cp rank r holds segment r (contiguous) or segments r and 2*cp-1-r in that order

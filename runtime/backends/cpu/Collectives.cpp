@@ -1,4 +1,4 @@
-#include "runtime/backends/cpu/DistKernels.h"
+#include "runtime/backends/cpu/Collectives.h"
 
 #include <algorithm>
 #include <cmath>

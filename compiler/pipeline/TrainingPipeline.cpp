@@ -11,7 +11,7 @@ namespace hcp {
 namespace {
 
 bool isSplit(const TrainingPipelineOptions& options) {
-  return options.cp > 1 || options.layout != "contiguous";
+  return options.cp > 1 || options.layout != dist::LayoutKind::Contiguous;
 }
 
 // Context parallelism: the sequence split over cp ranks and what crosses shard edges.

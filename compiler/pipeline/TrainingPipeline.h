@@ -3,10 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "passes/context_parallel/Passes.h"
 
 namespace hcp {
 
@@ -17,14 +17,14 @@ struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptio
   Option<int64_t> ep{*this, "ep",
                      llvm::cl::desc("ranks the experts are split over (divides cp * dp)"),
                      llvm::cl::init(1)};
-  Option<std::string> layout{*this, "layout", llvm::cl::desc("contiguous or zigzag"),
-                             llvm::cl::init("contiguous")};
-  Option<std::string> stateScan{*this, "state-scan", llvm::cl::desc("allgather, chain or auto"),
-                                llvm::cl::init("auto")};
-  Option<std::string> incomingState{
+  Option<dist::LayoutKind> layout{*this, "layout", llvm::cl::desc("contiguous or zigzag"),
+                                  llvm::cl::init(dist::LayoutKind::Contiguous)};
+  Option<StateScanChoice> stateScan{*this, "state-scan", llvm::cl::desc("allgather, chain or auto"),
+                                    llvm::cl::init(StateScanChoice::Auto)};
+  Option<IncomingState> incomingState{
       *this, "incoming-state",
       llvm::cl::desc("how a split Mamba scan gets its incoming state: correct or rescan"),
-      llvm::cl::init("correct")};
+      llvm::cl::init(IncomingState::Correct)};
   Option<bool> recompute{*this, "recompute",
                          llvm::cl::desc("recompute each layer's activations in the backward"),
                          llvm::cl::init(false)};

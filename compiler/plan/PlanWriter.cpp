@@ -27,11 +27,18 @@ absl::StatusOr<plan::DType> dtypeOf(MemRefType type) {
   return absl::InvalidArgumentError("a buffer has an element type the plan cannot hold");
 }
 
-plan::ParamInit initOf(StringRef init) {
-  if (init == "zeros") return plan::ParamInit::Zeros;
-  if (init == "ones") return plan::ParamInit::Ones;
-  if (init == "log_arange") return plan::ParamInit::LogArange;
-  return plan::ParamInit::Normal;
+plan::ParamInit initOf(model::ParamInit init) {
+  switch (init) {
+    case model::ParamInit::Normal:
+      return plan::ParamInit::Normal;
+    case model::ParamInit::Zeros:
+      return plan::ParamInit::Zeros;
+    case model::ParamInit::Ones:
+      return plan::ParamInit::Ones;
+    case model::ParamInit::LogArange:
+      return plan::ParamInit::LogArange;
+  }
+  llvm_unreachable("every ParamInit is a plan's");
 }
 
 // Translates the one function of an exec module, buffer by buffer and launch by launch.

@@ -10,6 +10,7 @@ def Exec_Dialect : Dialect {
   let name = "exec";
   let cppNamespace = "::hcp::exec";
   let summary = "kernel launches over statically placed buffers";
+  let useDefaultAttributePrinterParser = 1;
 }
 
 def Exec_Arena : I32EnumAttr<"Arena", "where a buffer lives", [

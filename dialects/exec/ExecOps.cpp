@@ -32,12 +32,9 @@ LogicalResult BufferOp::verify() {
   if (isParameter != getInit().has_value())
     return emitOpError() << "buffer '" << getName()
                          << "': parameters and only parameters carry an init";
-  if (auto init = getInit()) {
-    if (*init != "normal" && *init != "zeros" && *init != "ones" && *init != "log_arange")
-      return emitOpError() << "unknown init '" << *init << "' for parameter '" << getName() << "'";
-    if ((*init == "normal") != getStd().has_value())
-      return emitOpError() << "parameter '" << getName() << "': std goes with normal init only";
-  }
+  if (std::optional<model::ParamInit> init = getInit();
+      init && (*init == model::ParamInit::Normal) != getStd().has_value())
+    return emitOpError() << "parameter '" << getName() << "': std goes with normal init only";
   if (std::optional<uint64_t> shards = getShards()) {
     if (getArena() != Arena::Parameters && getArena() != Arena::Gradients)
       return emitOpError() << "buffer '" << getName()

@@ -2,12 +2,19 @@
 #define HYBRIDCP_EXEC_OPS_TD
 
 include "dialects/exec/ExecDialect.td"
+include "dialects/model/ModelDialect.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// A parameter's initialiser, the model dialect's ParamInit: `#exec.init<ones>`.
+def Exec_ParamInitAttr : EnumAttr<Exec_Dialect, Model_ParamInit, "init"> {
+  let cppNamespace = "::hcp::exec";
+  let assemblyFormat = "`<` $value `>`";
+}
 
 def Exec_BufferOp : Exec_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
   let summary = "a buffer in an arena";
   let description = [{
-    `%w = exec.buffer parameters "model.norm.weight" {init = "ones"} : memref<1536xf32>`
+    `%w = exec.buffer parameters "model.norm.weight" {init = #exec.init<ones>} : memref<1536xf32>`
     Parameters carry their checkpoint name and initialiser (`init`: normal, zeros, ones,
     log_arange; `std` for normal); gradients carry the parameter's name; inputs are named
     "input_ids" and "targets"; activations get an `offset` in bytes from hcp-plan-memory.
@@ -16,7 +23,7 @@ def Exec_BufferOp : Exec_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
     whose shape is the buffer's with dim 0 times shards.
   }];
   let arguments = (ins Exec_Arena:$arena, StrAttr:$name, OptionalAttr<I64Attr>:$offset,
-                       OptionalAttr<StrAttr>:$init, OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<Exec_ParamInitAttr>:$init, OptionalAttr<F64Attr>:$std,
                        OptionalAttr<I64Attr>:$shards);
   let results = (outs Exec_Buffer:$result);
   let assemblyFormat = "$arena $name (`offset` $offset^)? attr-dict `:` type($result)";

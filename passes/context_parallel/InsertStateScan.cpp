@@ -15,9 +15,9 @@ using namespace mlir;
 
 // All-gather moves cp states to every rank in one collective: best inside one NVLink domain
 // (up to 8 GPUs). Beyond that the chain's one state per hop wins.
-dist::StateScanStrategy chooseStrategy(const std::string& option, int64_t cp) {
-  if (option == "chain") return dist::StateScanStrategy::Chain;
-  if (option == "allgather") return dist::StateScanStrategy::AllGather;
+dist::StateScanStrategy chooseStrategy(StateScanChoice choice, int64_t cp) {
+  if (choice == StateScanChoice::Chain) return dist::StateScanStrategy::Chain;
+  if (choice == StateScanChoice::AllGather) return dist::StateScanStrategy::AllGather;
   return cp <= 8 ? dist::StateScanStrategy::AllGather : dist::StateScanStrategy::Chain;
 }
 
@@ -27,16 +27,6 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
   void runOnOperation() override {
     auto layout = getOperation()->getAttrOfType<dist::SequenceLayoutAttr>(kSequenceAttr);
     if (!layout) return;
-    if (strategy != "auto" && strategy != "chain" && strategy != "allgather") {
-      getOperation().emitError() << "unknown state-scan strategy '" << strategy
-                                 << "'; expected allgather, chain or auto";
-      return signalPassFailure();
-    }
-    if (incoming != "correct" && incoming != "rescan") {
-      getOperation().emitError() << "unknown incoming-state method '" << incoming
-                                 << "'; expected correct or rescan";
-      return signalPassFailure();
-    }
     auto chosen =
         dist::StateScanStrategyAttr::get(&getContext(), chooseStrategy(strategy, layout.getCp()));
     SmallVector<model::SsdScanOp> scans;
@@ -69,7 +59,7 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
       auto decayType = RankedTensorType::get({xType.getShape()[0], xType.getShape()[2]}, f32);
       Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA());
       Value y;
-      if (incoming == "correct") {
+      if (incoming == IncomingState::Correct) {
         // 1. Each segment scanned once from a zero start: its outputs and final state.
         auto local =
             model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,

@@ -4,7 +4,24 @@
 #ifndef HYBRIDCP_CONTEXT_PARALLEL_PASSES_TD
 #define HYBRIDCP_CONTEXT_PARALLEL_PASSES_TD
 
+include "mlir/IR/EnumAttr.td"
 include "mlir/Pass/PassBase.td"
+
+// What hcp-insert-state-scan is asked for: a dist.state_scan strategy, or auto to pick one by cp.
+def StateScanChoice : I32Enum<"StateScanChoice", "the state-scan strategy asked for", [
+  I32EnumCase<"Auto", 0, "auto">,
+  I32EnumCase<"AllGather", 1, "allgather">,
+  I32EnumCase<"Chain", 2, "chain">
+]> {
+  let cppNamespace = "::hcp";
+}
+
+def IncomingState : I32Enum<"IncomingState", "how a split scan's outputs get the incoming state", [
+  I32EnumCase<"Correct", 0, "correct">,
+  I32EnumCase<"Rescan", 1, "rescan">
+]> {
+  let cppNamespace = "::hcp";
+}
 
 def SetMesh : Pass<"hcp-set-mesh", "mlir::ModuleOp"> {
   let summary = "record the ranks the program runs on: cp x dp, with ep groups";
@@ -40,7 +57,8 @@ def ShardSequence : Pass<"hcp-shard-sequence", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"cp", "cp", "int64_t", /*default=*/"1", "context-parallel ranks">,
-    Option<"layout", "layout", "std::string", /*default=*/"\"contiguous\"",
+    Option<"layout", "layout", "::hcp::dist::LayoutKind",
+           /*default=*/"::hcp::dist::LayoutKind::Contiguous",
            "contiguous (rank r: tokens [r*S/cp, (r+1)*S/cp)) or zigzag (2*cp pieces)">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
            "the training step">
@@ -77,9 +95,10 @@ def InsertStateScan : Pass<"hcp-insert-state-scan", "mlir::ModuleOp"> {
     (allgather up to 8 ranks, one NVLink domain; chain beyond).
   }];
   let options = [
-    Option<"strategy", "strategy", "std::string", /*default=*/"\"auto\"",
-           "allgather, chain or auto">,
-    Option<"incoming", "incoming", "std::string", /*default=*/"\"correct\"",
+    Option<"strategy", "strategy", "::hcp::StateScanChoice",
+           /*default=*/"::hcp::StateScanChoice::Auto", "allgather, chain or auto">,
+    Option<"incoming", "incoming", "::hcp::IncomingState",
+           /*default=*/"::hcp::IncomingState::Correct",
            "how the outputs get the incoming state: correct or rescan">
   ];
   let dependentDialects = ["::hcp::dist::DistDialect", "::hcp::model::ModelDialect"];

@@ -90,11 +90,6 @@ struct ShardSequencePass : impl::ShardSequenceBase<ShardSequencePass> {
       module.emitError() << "no function '" << function << "' to shard";
       return signalPassFailure();
     }
-    std::optional<dist::LayoutKind> kind = dist::symbolizeLayoutKind(layout);
-    if (!kind) {
-      module.emitError() << "unknown layout '" << layout << "'; expected contiguous or zigzag";
-      return signalPassFailure();
-    }
     if (func.getNumArguments() == 0) {
       func.emitError() << "the training step takes no token ids";
       return signalPassFailure();
@@ -107,7 +102,7 @@ struct ShardSequencePass : impl::ShardSequenceBase<ShardSequencePass> {
     int64_t seq = tokens[1];
     // The layout's verifier says, in the user's terms, when the sequence does not split.
     auto diagnose = [&]() { return module.emitError(); };
-    if (failed(dist::SequenceLayoutAttr::verify(diagnose, *kind, cp, seq)) ||
+    if (failed(dist::SequenceLayoutAttr::verify(diagnose, layout, cp, seq)) ||
         failed(dist::MeshAttr::verify(diagnose, cp, 1, 1)))
       return signalPassFailure();
     // The mesh of hcp-set-mesh (with dp and ep), or cp ranks alone.
@@ -117,7 +112,7 @@ struct ShardSequencePass : impl::ShardSequenceBase<ShardSequencePass> {
                          << ", but the sequence is split over cp=" << cp;
       return signalPassFailure();
     }
-    auto sequence = dist::SequenceLayoutAttr::get(context, *kind, cp, seq);
+    auto sequence = dist::SequenceLayoutAttr::get(context, layout, cp, seq);
     if (!mesh) module->setAttr(kMeshAttr, dist::MeshAttr::get(context, cp, 1));
     module->setAttr(kSequenceAttr, sequence);
 

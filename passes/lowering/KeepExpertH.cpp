@@ -94,7 +94,7 @@ struct KeepExpertHPass : impl::KeepExpertHBase<KeepExpertHPass> {
     Value kept = exec::BufferOp::create(
         b, forwardLaunch.getLoc(), type,
         exec::ArenaAttr::get(b.getContext(), exec::Arena::Activations), b.getStringAttr(name),
-        IntegerAttr(), StringAttr(), FloatAttr(), IntegerAttr());
+        IntegerAttr(), exec::ParamInitAttr(), FloatAttr(), IntegerAttr());
     forward.keep_h = true;
     forward.kept_h = kept;
     exec::LaunchOp keeping = createLaunch(b, forwardLaunch.getLoc(), forward);

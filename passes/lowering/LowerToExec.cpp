@@ -114,7 +114,7 @@ class Lowering {
 
  private:
   // --- buffers ----------------------------------------------------------------------------------
-  Value buffer(exec::Arena arena, StringRef name, Type tensorType, StringAttr init = {},
+  Value buffer(exec::Arena arena, StringRef name, Type tensorType, exec::ParamInitAttr init = {},
                FloatAttr std = {}, IntegerAttr shards = {}) {
     auto tensor = cast<RankedTensorType>(tensorType);
     auto type = MemRefType::get(tensor.getShape(), tensor.getElementType());
@@ -207,10 +207,9 @@ class Lowering {
 
   // --- buffers without a launch -----------------------------------------------------------------
   void lowerOp(model::ParamOp param) {
-    buffers_[param.getResult()] =
-        buffer(exec::Arena::Parameters, param.getName(), param.getType(),
-               b_.getStringAttr(model::stringifyParamInit(param.getInit())), param.getStdAttr(),
-               param.getShardsAttr());
+    buffers_[param.getResult()] = buffer(exec::Arena::Parameters, param.getName(), param.getType(),
+                                         exec::ParamInitAttr::get(b_.getContext(), param.getInit()),
+                                         param.getStdAttr(), param.getShardsAttr());
   }
 
   // Reshapes are views of the same bytes.

@@ -61,6 +61,18 @@ std::string Print(mlir::ModuleOp module) {
   return text;
 }
 
+// The value of --NAME, one of the names `symbolize` knows (`fallback` when not given).
+template <typename Enum>
+absl::StatusOr<Enum> ReadEnum(const Args& args, const std::string& name, Enum fallback,
+                              std::optional<Enum> (*symbolize)(llvm::StringRef),
+                              std::string_view expected) {
+  std::optional<std::string> value = args.Get(name);
+  if (!value) return fallback;
+  if (std::optional<Enum> parsed = symbolize(*value)) return *parsed;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--%s must be %s, got '%s'", name, expected, *value));
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -94,25 +106,18 @@ absl::Status Compile(const Args& args) {
   pipeline.cp = cp;
   pipeline.dp = dp;
   pipeline.ep = ep;
-  pipeline.layout = args.Get("layout").value_or("contiguous");
-  pipeline.stateScan = args.Get("state-scan").value_or("auto");
-  pipeline.incomingState = args.Get("incoming-state").value_or("correct");
+  HCP_ASSIGN_OR_RETURN(pipeline.layout,
+                       ReadEnum(args, "layout", dist::LayoutKind::Contiguous,
+                                dist::symbolizeLayoutKind, "contiguous or zigzag"));
+  HCP_ASSIGN_OR_RETURN(pipeline.stateScan,
+                       ReadEnum(args, "state-scan", StateScanChoice::Auto, symbolizeStateScanChoice,
+                                "allgather, chain or auto"));
+  HCP_ASSIGN_OR_RETURN(pipeline.incomingState,
+                       ReadEnum(args, "incoming-state", IncomingState::Correct,
+                                symbolizeIncomingState, "correct or rescan"));
   pipeline.recompute = args.Has("recompute");
   pipeline.fuseConvSilu = args.Has("fuse-conv-silu");
   pipeline.recomputeExpertH = args.Has("recompute-expert-h");
-  if (pipeline.layout != "contiguous" && pipeline.layout != "zigzag") {
-    return absl::InvalidArgumentError("--layout must be contiguous or zigzag, got '" +
-                                      pipeline.layout + "'");
-  }
-  if (pipeline.stateScan != "auto" && pipeline.stateScan != "allgather" &&
-      pipeline.stateScan != "chain") {
-    return absl::InvalidArgumentError("--state-scan must be allgather, chain or auto, got '" +
-                                      pipeline.stateScan + "'");
-  }
-  if (pipeline.incomingState != "correct" && pipeline.incomingState != "rescan") {
-    return absl::InvalidArgumentError("--incoming-state must be correct or rescan, got '" +
-                                      pipeline.incomingState + "'");
-  }
   std::optional<std::string> emit = args.Get("emit");
   std::optional<std::string> output = args.Get("o");
   if (emit && *emit != "model" && *emit != "dist" && *emit != "exec") {

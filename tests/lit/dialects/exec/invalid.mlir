@@ -31,7 +31,7 @@ func.func @wrong_ints(%a: memref<4xf32>, %b: memref<4xf32>) {
 // Only parameters carry an initialiser.
 func.func @init_on_activation() {
   // expected-error @+1 {{buffer 'act.0': parameters and only parameters carry an init}}
-  %0 = exec.buffer activations "act.0" {init = "ones"} : memref<4xf32>
+  %0 = exec.buffer activations "act.0" {init = #exec.init<ones>} : memref<4xf32>
   return
 }
 
@@ -46,10 +46,11 @@ func.func @param_without_init() {
 
 // -----
 
-// Known initialisers only.
+// Known initialisers only: the attribute's parser names them.
 func.func @bad_init() {
-  // expected-error @+1 {{unknown init 'xavier' for parameter 'w'}}
-  %0 = exec.buffer parameters "w" {init = "xavier"} : memref<4xf32>
+  // expected-error @+2 {{expected ::hcp::model::ParamInit to be one of: normal, zeros, ones, log_arange}}
+  // expected-error @+1 {{failed to parse Exec_ParamInitAttr parameter 'value'}}
+  %0 = exec.buffer parameters "w" {init = #exec.init<xavier>} : memref<4xf32>
   return
 }
 

@@ -8,13 +8,13 @@
 func.func @step() {
   // CHECK: %[[IDS:.+]] = exec.buffer inputs "input_ids" : memref<1x4xi32>
   %ids = exec.buffer inputs "input_ids" : memref<1x4xi32>
-  // CHECK: %[[T:.+]] = exec.buffer parameters "model.embed_tokens.weight" {init = "normal", std = 2.000000e-02 : f64} : memref<8x2xf32>
-  %table = exec.buffer parameters "model.embed_tokens.weight" {init = "normal", std = 0.02 : f64} : memref<8x2xf32>
+  // CHECK: %[[T:.+]] = exec.buffer parameters "model.embed_tokens.weight" {init = #exec.init<normal>, std = 2.000000e-02 : f64} : memref<8x2xf32>
+  %table = exec.buffer parameters "model.embed_tokens.weight" {init = #exec.init<normal>, std = 0.02 : f64} : memref<8x2xf32>
   // CHECK: %[[G:.+]] = exec.buffer gradients "model.embed_tokens.weight" : memref<8x2xf32>
   %grad = exec.buffer gradients "model.embed_tokens.weight" : memref<8x2xf32>
   // An expert-parallel parameter and its gradient: this rank's rows of 4 shards.
-  // CHECK: exec.buffer parameters "experts.w" {init = "normal", shards = 4 : i64, std = 2.000000e-02 : f64} : memref<2x3xf32>
-  %ew = exec.buffer parameters "experts.w" {init = "normal", std = 0.02 : f64, shards = 4 : i64} : memref<2x3xf32>
+  // CHECK: exec.buffer parameters "experts.w" {init = #exec.init<normal>, shards = 4 : i64, std = 2.000000e-02 : f64} : memref<2x3xf32>
+  %ew = exec.buffer parameters "experts.w" {init = #exec.init<normal>, std = 0.02 : f64, shards = 4 : i64} : memref<2x3xf32>
   // CHECK: exec.buffer gradients "experts.w" {shards = 4 : i64} : memref<2x3xf32>
   %eg = exec.buffer gradients "experts.w" {shards = 4 : i64} : memref<2x3xf32>
   // CHECK: %[[E:.+]] = exec.buffer activations "act.0" offset 0 : memref<1x4x2xf32>

@@ -3,6 +3,7 @@
 // RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,AUTO,CORRECT
 // RUN: hybridcp-opt %s --split-input-file --hcp-insert-state-scan=incoming=rescan --verify-diagnostics | FileCheck %s --check-prefixes=CHECK,AUTO,RESCAN
 // RUN: not hybridcp-opt %s --split-input-file --hcp-insert-state-scan=incoming=twice 2>&1 | FileCheck %s --check-prefix=BADINCOMING
+// RUN: not hybridcp-opt %s --split-input-file --hcp-insert-state-scan=strategy=ring 2>&1 | FileCheck %s --check-prefix=BADSTRATEGY
 
 // Zigzag at cp = 2: 8 local tokens are 2 segments of 4, viewed as 2 * 1 rows. By default
 // (incoming=correct) each segment is scanned once from a zero start; its final state and
@@ -25,8 +26,9 @@
 // RESCAN: %[[Y:.+]], %{{.+}} = model.ssd_scan %[[X]], %[[DT]], {{.+}} init %[[IN]] {chunk_size = 4 : i64}
 // CHECK: %[[OUT:.+]] = model.reshape %[[Y]] : tensor<2x4x2x3xf32> -> tensor<1x8x2x3xf32>
 // CHECK: return %[[OUT]]
-// An unknown method is refused by name.
-// BADINCOMING: unknown incoming-state method 'twice'; expected correct or rescan
+// An unknown method or strategy is refused by the option's parser, which names the valid ones.
+// BADINCOMING: for the --incoming option: unknown value 'twice'; expected correct or rescan
+// BADSTRATEGY: for the --strategy option: unknown value 'ring'; expected auto, allgather or chain
 module attributes {dist.sequence = #dist.sequence<zigzag, cp = 2, seq = 16>} {
 func.func @scan(%x: tensor<1x8x2x3xf32>, %dt: tensor<1x8x2xf32>, %A: tensor<2xf32>, %B: tensor<1x8x1x4xf32>, %D: tensor<2xf32>) -> tensor<1x8x2x3xf32> {
   %y, %f = model.ssd_scan %x, %dt, %A, %B, %B, %D {chunk_size = 4 : i64} : (tensor<1x8x2x3xf32>, tensor<1x8x2xf32>, tensor<2xf32>, tensor<1x8x1x4xf32>, tensor<1x8x1x4xf32>, tensor<2xf32>) -> (tensor<1x8x2x3xf32>, tensor<1x2x3x4xf32>)

@@ -1,6 +1,9 @@
 // hcp-shard-sequence: the training step's activations get the per-rank sequence length;
 // parameters and per-sequence states keep their shapes.
 // RUN: hybridcp-opt %s --split-input-file --hcp-shard-sequence="cp=4 layout=zigzag" --verify-diagnostics | FileCheck %s
+// RUN: not hybridcp-opt %s --split-input-file --hcp-shard-sequence="cp=4 layout=zig" 2>&1 | FileCheck %s --check-prefix=BADLAYOUT
+// An unknown layout is refused by the option's parser, which names the valid ones.
+// BADLAYOUT: for the --layout option: unknown value 'zig'; expected contiguous or zigzag
 
 // Token ids, embeddings, projections, reshapes and the attention log-sum-exp shrink from 32 to
 // 8 tokens; the embedding table, the SSD state and the loss scalars do not.

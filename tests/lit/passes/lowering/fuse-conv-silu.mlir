@@ -18,8 +18,8 @@
 // CHECK-NOT: "dconv"
 func.func @forward_and_backward() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
@@ -48,8 +48,8 @@ func.func @forward_and_backward() {
 // CHECK-NOT: exec.launch "silu
 func.func @with_halo() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   %halo = exec.buffer activations "halo" : memref<1x3x4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
@@ -77,8 +77,8 @@ func.func @with_halo() {
 // CHECK-NOT: exec.launch "silu.forward"
 func.func @forward_only() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
@@ -96,8 +96,8 @@ func.func @forward_only() {
 // CHECK: exec.launch "silu.forward"
 func.func @output_seen_elsewhere() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
@@ -119,8 +119,8 @@ func.func @output_seen_elsewhere() {
 // CHECK: exec.launch "causal_conv1d.backward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0>}
 func.func @input_changes_before_backward() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
   exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}

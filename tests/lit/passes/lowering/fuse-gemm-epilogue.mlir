@@ -18,7 +18,7 @@
 func.func @residual() {
   %x = exec.buffer activations "x" : memref<4x8xf32>
   %y = exec.buffer activations "y" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
   exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
@@ -40,7 +40,7 @@ func.func @residual() {
 // CHECK-NOT: exec.launch "add"
 func.func @gradient_sum() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
   %other = exec.buffer activations "other" : memref<32xf32>
   exec.launch "fill" outs(%other : memref<32xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
@@ -61,8 +61,8 @@ func.func @gradient_sum() {
 // CHECK-NOT: gemm_add
 func.func @broadcast() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
-  %bias = exec.buffer parameters "bias" {init = "zeros"} : memref<8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
+  %bias = exec.buffer parameters "bias" {init = #exec.init<zeros>} : memref<8xf32>
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
@@ -82,7 +82,7 @@ func.func @broadcast() {
 // CHECK-NOT: gemm_add
 func.func @addend_written_later() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
   exec.launch "gemm" ins(%y, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 1.0>}
@@ -104,7 +104,7 @@ func.func @addend_written_later() {
 func.func @product_used_twice() {
   %x = exec.buffer activations "x" : memref<4x8xf32>
   %y = exec.buffer activations "y" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
   exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %p = exec.buffer activations "product" : memref<4x8xf32>
@@ -130,7 +130,7 @@ func.func @product_used_twice() {
 func.func @output_read_in_between() {
   %x = exec.buffer activations "x" : memref<4x8xf32>
   %y = exec.buffer activations "y" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<8x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
   %g = exec.buffer gradients "w" : memref<4x8xf32>
   exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
@@ -155,7 +155,7 @@ func.func @output_read_in_between() {
 // CHECK: exec.launch "gemm" ins(%[[VIEW]], {{.*}}) {floats = array<f64: 5.000000e-01>, ints = array<i64: 1, 0, 16, 8, 4>}
 func.func @scale_before_gemms() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
   %x = exec.buffer activations "x" : memref<4x8xf32>
   exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
@@ -179,7 +179,7 @@ func.func @scale_before_gemms() {
 // CHECK: exec.launch "gemm" {{.*}} {floats = array<f64: 1.000000e+00>
 func.func @scale_read_by_other() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
   exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %s = exec.buffer activations "scaled" : memref<4x16xf32>
   exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
@@ -202,7 +202,7 @@ func.func @scale_read_by_other() {
 // CHECK: exec.launch "gemm"
 func.func @scale_input_overwritten() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<16x8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
   exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
   %s = exec.buffer activations "scaled" : memref<4x16xf32>
   exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}

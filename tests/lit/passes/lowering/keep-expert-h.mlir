@@ -14,8 +14,8 @@ func.func @forward_and_backward() {
   %x = exec.buffer activations "x" : memref<4x3xf32>
   %gates = exec.buffer activations "gates" : memref<4x2xf32>
   %ids = exec.buffer activations "ids" : memref<4x2xi32>
-  %w_in = exec.buffer parameters "w_in" {init = "ones"} : memref<3x4x3xf32>
-  %w_out = exec.buffer parameters "w_out" {init = "ones"} : memref<3x3x2xf32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
   %out = exec.buffer activations "out" : memref<4x3xf32>
   exec.launch "moe_experts.forward" ins(%x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%out : memref<4x3xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
   %dout = exec.buffer activations "dout" : memref<4x3xf32>
@@ -44,8 +44,8 @@ func.func @recomputed() {
   %x2 = exec.buffer activations "x2" : memref<4x3xf32>
   %gates = exec.buffer activations "gates" : memref<4x2xf32>
   %ids = exec.buffer activations "ids" : memref<4x2xi32>
-  %w_in = exec.buffer parameters "w_in" {init = "ones"} : memref<3x4x3xf32>
-  %w_out = exec.buffer parameters "w_out" {init = "ones"} : memref<3x3x2xf32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
   %out = exec.buffer activations "out" : memref<4x3xf32>
   exec.launch "moe_experts.forward" ins(%x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%out : memref<4x3xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
   exec.launch "scale" ins(%x : memref<4x3xf32>) outs(%x2 : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 1.0>}
@@ -72,8 +72,8 @@ func.func @ids_written_between() {
   %x = exec.buffer activations "x" : memref<4x3xf32>
   %gates = exec.buffer activations "gates" : memref<4x2xf32>
   %ids = exec.buffer activations "ids" : memref<4x2xi32>
-  %w_in = exec.buffer parameters "w_in" {init = "ones"} : memref<3x4x3xf32>
-  %w_out = exec.buffer parameters "w_out" {init = "ones"} : memref<3x3x2xf32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
   %out = exec.buffer activations "out" : memref<4x3xf32>
   exec.launch "moe_experts.forward" ins(%x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%out : memref<4x3xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
   %logits = exec.buffer activations "logits" : memref<4x3xf32>
@@ -97,8 +97,8 @@ func.func @forward_only() {
   %x = exec.buffer activations "x" : memref<4x3xf32>
   %gates = exec.buffer activations "gates" : memref<4x2xf32>
   %ids = exec.buffer activations "ids" : memref<4x2xi32>
-  %w_in = exec.buffer parameters "w_in" {init = "ones"} : memref<3x4x3xf32>
-  %w_out = exec.buffer parameters "w_out" {init = "ones"} : memref<3x3x2xf32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
   %out = exec.buffer activations "out" : memref<4x3xf32>
   exec.launch "moe_experts.forward" ins(%x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%out : memref<4x3xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
   exec.result "out", %out : memref<4x3xf32>

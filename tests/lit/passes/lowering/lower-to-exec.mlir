@@ -6,7 +6,7 @@
 // CHECK-LABEL: func.func @train_step()
 // CHECK-DAG: %[[IDS:.+]] = exec.buffer inputs "input_ids" : memref<2x3xi32>
 // CHECK-DAG: %[[TGT:.+]] = exec.buffer inputs "targets" : memref<2x3xi32>
-// CHECK-DAG: %[[W:.+]] = exec.buffer parameters "w" {init = "normal", std = 2.000000e-02 : f64} : memref<8x4xf32>
+// CHECK-DAG: %[[W:.+]] = exec.buffer parameters "w" {init = #exec.init<normal>, std = 2.000000e-02 : f64} : memref<8x4xf32>
 // CHECK: exec.launch "embedding.forward" ins(%[[W]], %[[IDS]] : {{.+}}) outs(%[[E:.+]] : memref<2x3x4xf32>) {floats = array<f64: 1.000000e+00>, ints = array<i64: 6, 8, 4>}
 // CHECK: exec.launch "gemm" ins(%[[E]], %[[W]] : {{.+}}) outs(%[[L:.+]] : memref<2x3x8xf32>) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 1, 6, 8, 4>}
 // CHECK: exec.launch "cross_entropy.forward" ins(%[[L]], %[[TGT]] : {{.+}}) {{.+}} ints = array<i64: 6, 8, -100>
@@ -109,7 +109,7 @@ func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %target
 // Mixed precision: buffers keep their tensors' element types, and a cast is one launch of the
 // `cast` kernel between a bf16 and an f32 buffer.
 // CHECK-LABEL: func.func @train_step()
-// CHECK: %[[W:.+]] = exec.buffer parameters "w" {init = "ones"} : memref<4xbf16>
+// CHECK: %[[W:.+]] = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<4xbf16>
 // CHECK: exec.launch "cast" ins(%[[W]] : memref<4xbf16>) outs(%{{.+}} : memref<4xf32>) {floats = array<f64>, ints = array<i64: 4>}
 func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %targets: tensor<1x2xi32> {model.input = "targets"}) -> tensor<f32> {
   %w = model.param "w" ones : tensor<4xbf16>
@@ -143,8 +143,8 @@ func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}) -> tens
 // hidden, inner, experts (global), k, ep) on this rank's experts; the sharded parameters'
 // buffers and gradient buffers carry their shards.
 // CHECK-LABEL: func.func @train_step()
-// CHECK-DAG: %[[WIN:.+]] = exec.buffer parameters "w_in" {init = "normal", shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x6x4xf32>
-// CHECK-DAG: %[[WOUT:.+]] = exec.buffer parameters "w_out" {init = "normal", shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x4x3xf32>
+// CHECK-DAG: %[[WIN:.+]] = exec.buffer parameters "w_in" {init = #exec.init<normal>, shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x6x4xf32>
+// CHECK-DAG: %[[WOUT:.+]] = exec.buffer parameters "w_out" {init = #exec.init<normal>, shards = 2 : i64, std = 1.000000e+00 : f64} : memref<2x4x3xf32>
 // CHECK: exec.launch "moe_experts_ep.forward" ins(%{{.+}}, %{{.+}}, %{{.+}}, %[[WIN]], %[[WOUT]] : {{.+}}) outs(%{{.+}} : memref<1x8x4xf32>) {floats = array<f64>, ints = array<i64: 8, 4, 3, 4, 2, 2>}
 // CHECK-DAG: %[[DWIN:.+]] = exec.buffer gradients "w_in" {shards = 2 : i64} : memref<2x6x4xf32>
 // CHECK-DAG: %[[DWOUT:.+]] = exec.buffer gradients "w_out" {shards = 2 : i64} : memref<2x4x3xf32>

@@ -41,9 +41,9 @@ func.func @weight_gradient_after_scan() {
 // CHECK: exec.launch "silu.forward"
 func.func @conv_after_time_step_path() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %w = exec.buffer parameters "conv.weight" {init = "ones"} : memref<4x1x4xf32>
-  %b = exec.buffer parameters "conv.bias" {init = "zeros"} : memref<4xf32>
-  %dt = exec.buffer parameters "dt" {init = "ones"} : memref<8x2xf32>
+  %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
+  %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
+  %dt = exec.buffer parameters "dt" {init = #exec.init<ones>} : memref<8x2xf32>
   %halo = exec.buffer activations "halo" : memref<1x3x4xf32>
   exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
@@ -69,7 +69,7 @@ func.func @conv_after_time_step_path() {
 // CHECK: exec.launch "softplus.forward"
 func.func @no_launch_crosses_a_collective() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %p = exec.buffer parameters "p" {init = "ones"} : memref<8xf32>
+  %p = exec.buffer parameters "p" {init = #exec.init<ones>} : memref<8xf32>
   %first = exec.buffer activations "first" : memref<8xf32>
   exec.launch "silu.forward" ins(%p : memref<8xf32>) outs(%first : memref<8xf32>) {ints = array<i64: 8>, floats = array<f64>}
   %sum = exec.buffer activations "sum" : memref<8xf32>
@@ -93,7 +93,7 @@ func.func @no_launch_crosses_a_collective() {
 func.func @reader_before_overwrite_stays() {
   %t = exec.buffer activations "t" : memref<2x4xf32>
   %g = exec.buffer activations "g" : memref<2xf32>
-  %p = exec.buffer parameters "p" {init = "ones"} : memref<8xf32>
+  %p = exec.buffer parameters "p" {init = #exec.init<ones>} : memref<8xf32>
   %r = exec.buffer activations "r" : memref<8xf32>
   %tv = exec.view %t : memref<2x4xf32> to memref<8xf32>
   exec.launch "silu.forward" ins(%tv : memref<8xf32>) outs(%r : memref<8xf32>) {ints = array<i64: 8>, floats = array<f64>}
@@ -138,7 +138,7 @@ func.func @placed_launch_stays() {
 // CHECK: exec.launch "halo_exchange.forward"
 func.func @results_are_walls() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
-  %p = exec.buffer parameters "p" {init = "ones"} : memref<8xf32>
+  %p = exec.buffer parameters "p" {init = #exec.init<ones>} : memref<8xf32>
   %first = exec.buffer activations "first" : memref<8xf32>
   exec.launch "silu.forward" ins(%p : memref<8xf32>) outs(%first : memref<8xf32>) {ints = array<i64: 8>, floats = array<f64>}
   exec.result "first", %first : memref<8xf32>

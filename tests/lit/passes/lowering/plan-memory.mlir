@@ -6,13 +6,13 @@
 // d reuses b's; the arena holds two buffers at a time (2 KiB), not four.
 // CHECK: module attributes {exec.arena_bytes = array<i64: 1024, 0, 2048, 0>}
 // CHECK-LABEL: func.func @chain
-// CHECK: exec.buffer parameters "w" offset 0 {init = "ones"}
+// CHECK: exec.buffer parameters "w" offset 0 {init = #exec.init<ones>}
 // CHECK: exec.buffer activations "a" offset [[A:[0-9]+]] :
 // CHECK: exec.buffer activations "b" offset [[B:[0-9]+]] :
 // CHECK: exec.buffer activations "c" offset [[A]] :
 // CHECK: exec.buffer activations "d" offset [[B]] :
 func.func @chain() {
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<256xf32>
   %a = exec.buffer activations "a" : memref<256xf32>
   exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%a : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
   %b = exec.buffer activations "b" : memref<256xf32>
@@ -32,7 +32,7 @@ func.func @chain() {
 // CHECK: module attributes {exec.arena_bytes = array<i64: 1024, 0, 3072, 0>}
 // CHECK-LABEL: func.func @view_extends_lifetime
 func.func @view_extends_lifetime() {
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<256xf32>
   %a = exec.buffer activations "a" : memref<256xf32>
   exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%a : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
   %v = exec.view %a : memref<256xf32> to memref<16x16xf32>
@@ -56,7 +56,7 @@ func.func @view_extends_lifetime() {
 func.func @arenas() {
   %ids = exec.buffer inputs "input_ids" : memref<1x4xi32>
   %t = exec.buffer inputs "targets" : memref<1x4xi32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<4xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<4xf32>
   %gw = exec.buffer gradients "w" : memref<4xf32>
   %gv = exec.buffer gradients "v" : memref<4xf32>
   %a = exec.buffer activations "a" : memref<4xf32>
@@ -72,13 +72,13 @@ func.func @arenas() {
 // gradients [0, 1024), sharded [1024, 1536).
 // CHECK: module attributes {exec.arena_bytes = array<i64: 1536, 1536, 1024, 0>}
 // CHECK-LABEL: func.func @sharded_last
-// CHECK: exec.buffer parameters "experts" offset 1024 {init = "normal", shards = 4 : i64, std = 1.000000e+00 : f64} : memref<2x64xf32>
-// CHECK: exec.buffer parameters "w" offset 0 {init = "ones"} : memref<256xf32>
+// CHECK: exec.buffer parameters "experts" offset 1024 {init = #exec.init<normal>, shards = 4 : i64, std = 1.000000e+00 : f64} : memref<2x64xf32>
+// CHECK: exec.buffer parameters "w" offset 0 {init = #exec.init<ones>} : memref<256xf32>
 // CHECK: exec.buffer gradients "experts" offset 1024 {shards = 4 : i64} : memref<2x64xf32>
 // CHECK: exec.buffer gradients "w" offset 0 : memref<256xf32>
 func.func @sharded_last() {
-  %e = exec.buffer parameters "experts" {init = "normal", std = 1.0 : f64, shards = 4 : i64} : memref<2x64xf32>
-  %w = exec.buffer parameters "w" {init = "ones"} : memref<256xf32>
+  %e = exec.buffer parameters "experts" {init = #exec.init<normal>, std = 1.0 : f64, shards = 4 : i64} : memref<2x64xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<256xf32>
   %ge = exec.buffer gradients "experts" {shards = 4 : i64} : memref<2x64xf32>
   %gw = exec.buffer gradients "w" : memref<256xf32>
   %a = exec.buffer activations "a" : memref<256xf32>

@@ -37,8 +37,9 @@ absl::StatusOr<RankExecutor> RankExecutor::Create(const plan::Plan& plan, comm::
   gpu.shard_optimizer = options.shard_optimizer;
   if (ranks.world_size() > 1) {
     gpu.device = comm::NcclCommunicator::LocalDevice(ranks);
-    HCP_ASSIGN_OR_RETURN(rank.nccl_,
+    HCP_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
                          comm::NcclCommunicator::Create(ranks, gpu.device, ranks.timeout()));
+    rank.nccl_ = std::move(nccl);
     gpu.nccl = rank.nccl_.get();
   }
   HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> executor, CudaExecutor::Create(plan, gpu));

@@ -44,7 +44,9 @@ class RankExecutor {
                                              const ExecutorOptions& options);
 
  private:
-  std::unique_ptr<comm::NcclCommunicator> nccl_;  // several GPU ranks
+  // Several GPU ranks. Shared: its deleter is bound where the type is complete (a build without
+  // CUDA never has one).
+  std::shared_ptr<comm::NcclCommunicator> nccl_;
   std::unique_ptr<Executor> executor_;
   CudaExecutor* gpu_ = nullptr;
   std::string where_;

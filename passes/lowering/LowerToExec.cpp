@@ -232,49 +232,45 @@ class Lowering {
   }
 
   // --- linear layers: y[T,N] = x[T,K] W[N,K]^T; dx = dy W; dW = dy^T x ---------------------------
+  // The three are one GEMM each, operands in place (the fields in the signature's order: the
+  // output buffer is made after the inputs are read, as everywhere here).
   void lowerOp(model::LinearOp op) {
     Value x = op.getX(), w = op.getWeight();
-    plan::GemmArgs<Value> gemm;
-    gemm.trans_a = false;
-    gemm.trans_b = true;
-    gemm.m = rowsOf(x);
-    gemm.n = shapeOf(w)[0];
-    gemm.k = shapeOf(w)[1];
-    gemm.alpha = 1.0;
-    gemm.a = in(x);
-    gemm.b = in(w);
-    gemm.c = output(op.getResult());
-    emit(gemm);
+    emit(plan::GemmArgs<Value>{.trans_a = false,
+                               .trans_b = true,
+                               .m = rowsOf(x),
+                               .n = shapeOf(w)[0],
+                               .k = shapeOf(w)[1],
+                               .alpha = 1.0,
+                               .a = in(x),
+                               .b = in(w),
+                               .c = output(op.getResult())});
   }
 
   void lowerOp(model::LinearGradInputOp op) {
     Value dy = op.getDy(), w = op.getW();
-    plan::GemmArgs<Value> gemm;
-    gemm.trans_a = false;
-    gemm.trans_b = false;
-    gemm.m = rowsOf(dy);
-    gemm.n = shapeOf(w)[1];
-    gemm.k = shapeOf(w)[0];
-    gemm.alpha = 1.0;
-    gemm.a = in(dy);
-    gemm.b = in(w);
-    gemm.c = output(op.getDx());
-    emit(gemm);
+    emit(plan::GemmArgs<Value>{.trans_a = false,
+                               .trans_b = false,
+                               .m = rowsOf(dy),
+                               .n = shapeOf(w)[1],
+                               .k = shapeOf(w)[0],
+                               .alpha = 1.0,
+                               .a = in(dy),
+                               .b = in(w),
+                               .c = output(op.getDx())});
   }
 
   void lowerOp(model::LinearGradWeightOp op) {
     Value dy = op.getDy(), x = op.getX();
-    plan::GemmArgs<Value> gemm;
-    gemm.trans_a = true;
-    gemm.trans_b = false;
-    gemm.m = lastDim(dy);
-    gemm.n = lastDim(x);
-    gemm.k = rowsOf(dy);
-    gemm.alpha = 1.0;
-    gemm.a = in(dy);
-    gemm.b = in(x);
-    gemm.c = output(op.getDw());
-    emit(gemm);
+    emit(plan::GemmArgs<Value>{.trans_a = true,
+                               .trans_b = false,
+                               .m = lastDim(dy),
+                               .n = lastDim(x),
+                               .k = rowsOf(dy),
+                               .alpha = 1.0,
+                               .a = in(dy),
+                               .b = in(x),
+                               .c = output(op.getDw())});
   }
 
   // --- embeddings -------------------------------------------------------------------------------

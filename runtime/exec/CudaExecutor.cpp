@@ -14,11 +14,11 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/exec/RankInputs.h"
-#include "runtime/weights/DType.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
 #include "runtime/support/Bytes.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
+#include "runtime/weights/DType.h"
 
 namespace hcp {
 namespace {

@@ -71,7 +71,9 @@ const std::vector<GradientFamily>& GradientFamilies() {
       {"mamba conv", {"mamba.conv1d"}, 1.15e-2, 2.3e-2},
       {"mamba A, D, dt", {"mamba.A_log", "mamba.D", "mamba.dt_bias"}, 4.60e-2, 9.2e-2},
       {"router", {"router."}, 1.51e-2, 3.1e-2},
-      {"experts", {"block_sparse_moe.input_linear", "block_sparse_moe.output_linear"}, 1.13e-2,
+      {"experts",
+       {"block_sparse_moe.input_linear", "block_sparse_moe.output_linear"},
+       1.13e-2,
        2.3e-2},
       {"shared MLP", {"shared_mlp."}, 1.09e-2, 2.2e-2},
   };
@@ -498,9 +500,9 @@ int Main(int argc, char** argv) {
     }
     double worst_difference = 0;
     for (size_t i = 0; i < bf16_plan.parameters.size(); ++i) {
-      worst_difference =
-          std::max(worst_difference,
-                   RelativeRms(OrFail(gpu->FullGradient(bf16_plan.parameters[i].name)), overlapped[i]));
+      worst_difference = std::max(
+          worst_difference,
+          RelativeRms(OrFail(gpu->FullGradient(bf16_plan.parameters[i].name)), overlapped[i]));
     }
     const bool same = worst_difference <= kSameSumTolerance;
     ok &= same;

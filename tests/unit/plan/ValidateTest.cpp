@@ -646,8 +646,9 @@ TEST(Validate, MoeExpertsEp) {
                                         "the plan's mesh has ep=2"));
   EXPECT_THAT(build(2, 2, 5), HasSubstr("5 experts cannot be split over ep=2 ranks"));
   // The weights are this rank's experts only.
-  EXPECT_THAT(build(2, 4, E), HasSubstr("input 3 't8' has 48 elements, expected experts/ep*2*inner*hidden "
-                                        "= 24"));
+  EXPECT_THAT(build(2, 4, E),
+              HasSubstr("input 3 't8' has 48 elements, expected experts/ep*2*inner*hidden "
+                        "= 24"));
 }
 
 TEST(Validate, MoeExpertsKeptHFollowsFlag) {

@@ -39,23 +39,19 @@ void CpuExecutor::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Plan& plan,
                                                                  Options options) {
-  auto local = std::make_unique<comm::LocalCommunicator>();
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> exec, Create(plan, *local, options));
-  exec->owned_comm_ = std::move(local);
-  return exec;
+  return CreateOnThisRank(plan, nullptr, options);
 }
 
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const plan::Plan& plan,
                                                                  comm::Communicator& comm,
                                                                  Options options) {
-  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CreateOnThisRank(plan, comm, options);
+  absl::StatusOr<std::unique_ptr<CpuExecutor>> exec = CreateOnThisRank(plan, &comm, options);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, exec.status()));
   return exec;
 }
 
-absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const plan::Plan& plan,
-                                                                           comm::Communicator& comm,
-                                                                           Options options) {
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(
+    const plan::Plan& plan, comm::Communicator* ranks, Options options) {
   HCP_RETURN_IF_ERROR(plan::ValidatePlan(plan));
   for (const plan::Buffer& b : plan.buffers) {
     if (b.dtype == plan::DType::BF16) {
@@ -65,6 +61,8 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
           b.name));
     }
   }
+  std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan, ranks));
+  const comm::Communicator& comm = exec->communicator();
   const plan::Mesh& mesh = plan.mesh;
   if (!comm.has_mesh()) {
     return absl::FailedPreconditionError(
@@ -94,7 +92,6 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(const
                         FormatGiB(total), FormatGiB(memory)));
   }
 
-  std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan, &comm));
   exec->threads_ = cpu::Threads{std::max(1, options.threads)};
   for (int a = 0; a < plan::kNumArenas; ++a) {
     // At least one aligned block, so no base pointer is null; aligned_alloc wants a multiple of
@@ -125,7 +122,7 @@ std::byte* CpuExecutor::Address(uint32_t buffer) const {
 }
 
 absl::Status CpuExecutor::SumGradientsOverRanks() {
-  if (comm_->world_size() == 1) return absl::OkStatus();
+  if (communicator().world_size() == 1) return absl::OkStatus();
   // Gradient buffers fill the arena apart from alignment padding, which stays zero (the arena
   // is zeroed at creation and no kernel writes outside its buffers): one collective for the
   // replicated gradients, [0, boundary), over the world, and one for the sharded ones,
@@ -135,13 +132,13 @@ absl::Status CpuExecutor::SumGradientsOverRanks() {
       reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get());
   const uint64_t end = plan_.arena_size(plan::Arena::Gradients);
   const uint64_t boundary = plan_.ShardedGradientsOffset();
-  comm_->SetTrafficLabel(plan::kGradientSumTraffic);
-  comm_->AllReduceSum(gradients, static_cast<int64_t>(boundary / sizeof(float)),
-                      comm::Group::kWorld);
+  communicator().SetTrafficLabel(plan::kGradientSumTraffic);
+  communicator().AllReduceSum(gradients, static_cast<int64_t>(boundary / sizeof(float)),
+                              comm::Group::kWorld);
   if (boundary < end) {
-    comm_->AllReduceSum(gradients + boundary / sizeof(float),
-                        static_cast<int64_t>((end - boundary) / sizeof(float)),
-                        comm::Group::kEpReplica);
+    communicator().AllReduceSum(gradients + boundary / sizeof(float),
+                                static_cast<int64_t>((end - boundary) / sizeof(float)),
+                                comm::Group::kEpReplica);
   }
   return absl::OkStatus();
 }
@@ -151,70 +148,25 @@ absl::Status CpuExecutor::RunStepAndSumGradients() {
   return SumGradientsOverRanks();
 }
 
-absl::StatusOr<double> CpuExecutor::GradientSquaredNorm() {
-  double replicated = 0, sharded = 0;
-  for (const plan::Parameter& p : plan_.parameters) {
-    double sum = 0;
-    for (float g : F32Buffer(p.gradient)) sum += static_cast<double>(g) * g;
-    (p.sharded() ? sharded : replicated) += sum;
-  }
-  // Every rank calls this, whether or not it holds sharded parameters (the plan is the same).
-  comm_->AllReduceSum(&sharded, 1, comm::Group::kEp);
-  return replicated + sharded;
-}
-
-CpuExecutor::ShardRange CpuExecutor::ShardOf(const plan::Parameter& p) const {
-  return hcp::ShardOf(plan_, p, comm_->ep_index());
-}
-
 std::span<const float> CpuExecutor::LocalPart(const plan::Parameter& p,
                                               std::span<const float> full) const {
   const ShardRange range = ShardOf(p);
   if (static_cast<int64_t>(full.size()) != range.full) {
-    comm_->Abort(absl::InternalError(
+    communicator().Abort(absl::InternalError(
         absl::StrFormat("LocalPart of '%s': %d values given, its checkpoint tensor has %d (a bug)",
                         p.name, full.size(), range.full)));
   }
   return full.subspan(range.begin, range.count);
 }
 
-void CpuExecutor::GatherFull(const plan::Parameter& p, std::span<const float> local,
-                             std::span<float> full) {
-  const ShardRange range = ShardOf(p);
-  if (static_cast<int64_t>(local.size()) != range.count ||
-      static_cast<int64_t>(full.size()) != range.full) {
-    comm_->Abort(absl::InternalError(absl::StrFormat(
-        "GatherFull of '%s': %d local and %d full values, expected %d and %d (a bug)", p.name,
-        local.size(), full.size(), range.count, range.full)));
-  }
-  if (!p.sharded()) {
-    std::copy(local.begin(), local.end(), full.begin());
-    return;
-  }
-  // The ep group's ranks hold the row blocks in expert-index order = group rank order.
-  comm_->AllGather(std::as_bytes(local), std::as_writable_bytes(full), comm::Group::kEp);
-}
-
 std::vector<float> CpuExecutor::GatherFull(const plan::Parameter& p, std::span<const float> local) {
-  std::vector<float> full(ShardOf(p).full);
-  GatherFull(p, local, full);
-  return full;
-}
-
-absl::StatusOr<std::vector<float>> CpuExecutor::FullParameter(std::string_view name) {
-  const plan::Parameter* p = FindParameter(name);
-  if (p == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
+  if (static_cast<int64_t>(local.size()) != ShardOf(p).count) {
+    communicator().Abort(absl::InternalError(
+        absl::StrFormat("GatherFull of '%s': %d local values, its part has %d (a bug)", p.name,
+                        local.size(), ShardOf(p).count)));
   }
-  return GatherFull(*p, F32Buffer(p->buffer));
-}
-
-absl::StatusOr<std::vector<float>> CpuExecutor::FullGradient(std::string_view name) {
-  const plan::Parameter* p = FindParameter(name);
-  if (p == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
-  }
-  return GatherFull(*p, F32Buffer(p->gradient));
+  // Host memory cannot fail to read.
+  return *ExecutorCore::GatherFull(p, std::vector<float>(local.begin(), local.end()));
 }
 
 std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
@@ -225,13 +177,6 @@ std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
 std::span<int32_t> CpuExecutor::I32Buffer(uint32_t index) {
   if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::I32) return {};
   return {reinterpret_cast<int32_t*>(Address(index)), plan_.buffers[index].elements};
-}
-
-const plan::Parameter* CpuExecutor::FindParameter(std::string_view name) const {
-  for (const plan::Parameter& p : plan_.parameters) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
 }
 
 absl::StatusOr<std::span<float>> CpuExecutor::Parameter(std::string_view name) {
@@ -250,55 +195,11 @@ absl::StatusOr<std::span<float>> CpuExecutor::Gradient(std::string_view name) {
   return F32Buffer(p->gradient);
 }
 
-absl::Status CpuExecutor::InitializeParameters(uint64_t seed) {
-  // This rank's elements of each whole tensor: a sharded parameter's rows start at ShardOf.
-  for (const plan::Parameter& p : plan_.parameters) {
-    FillInitialValues(p, seed, ShardOf(p).begin, F32Buffer(p.buffer));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuExecutor::LoadParameters(const CheckpointReader& checkpoint) {
-  return comm::AgreeOnStatus(*comm_, LoadParametersOnThisRank(checkpoint));
-}
-
-absl::Status CpuExecutor::LoadParametersOnThisRank(const CheckpointReader& checkpoint) {
-  // Names, dtypes and shapes are checked first, so such a checkpoint leaves the parameters as
-  // they were. A NaN or infinity is refused as it is read (CheckpointReader::OpenVerified finds
-  // it before anything is loaded).
-  HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
-  for (const plan::Parameter& p : plan_.parameters) {
-    std::span<float> value = F32Buffer(p.buffer);
-    const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
-    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
-    HCP_RETURN_IF_ERROR(RefuseNonFinite(value.first(range.count), range.begin, range.full, p.name,
-                                        checkpoint.dir()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuExecutor::SetInputs(std::span<const int32_t> input_ids,
-                                    std::span<const int32_t> targets,
-                                    std::optional<float> loss_scale) {
-  return comm::AgreeOnStatus(*comm_, SetInputsOnThisRank(input_ids, targets, loss_scale));
-}
-
-absl::Status CpuExecutor::SetInputsOnThisRank(std::span<const int32_t> input_ids,
-                                              std::span<const int32_t> targets,
-                                              std::optional<float> loss_scale) {
-  HCP_ASSIGN_OR_RETURN(RankInputs local,
-                       CutRankInputs(plan_, comm_->cp_index(), input_ids, targets, loss_scale));
-  std::copy(local.input_ids.begin(), local.input_ids.end(), I32Buffer(plan_.input_ids).begin());
-  std::copy(local.targets.begin(), local.targets.end(), I32Buffer(plan_.targets).begin());
-  F32Buffer(plan_.loss_scale)[0] = local.loss_scale;
-  return absl::OkStatus();
-}
-
 absl::Status CpuExecutor::RunStep() {
-  if (comm_->world_size() == 1) return RunStepOnThisRank();
+  if (communicator().world_size() == 1) return RunStepOnThisRank();
   absl::Status status = RunStepOnThisRank();
-  comm_->SetTrafficLabel(plan::kControlTraffic);
-  return comm::AgreeOnStatus(*comm_, status);
+  communicator().SetTrafficLabel(plan::kControlTraffic);
+  return comm::AgreeOnStatus(communicator(), status);
 }
 
 absl::Status CpuExecutor::RunStepOnThisRank() {
@@ -307,9 +208,9 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
     // After an error only the collectives run, so that the other ranks are not left waiting.
     if (!first_error.ok() && !plan::IsCollective(plan_.steps[i].kernel)) continue;
     if (plan::IsCollective(plan_.steps[i].kernel)) {
-      comm_->SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
+      communicator().SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
     }
-    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, *comm_, threads_);
+    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, communicator(), threads_);
     if (auto route = routes_.find(i); status.ok() && route != routes_.end()) {
       // moe_route.forward: RouteWith checked it
       const auto r = plan::DecodeStep<plan::MoeRouteForwardArgs>(plan_.steps[i]);
@@ -319,7 +220,7 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
                                     F32Buffer(r.logits).data(), r.tokens, r.experts, r.k);
     }
     if (status.ok()) continue;
-    if (comm_->world_size() == 1) return status;
+    if (communicator().world_size() == 1) return status;
     if (first_error.ok()) first_error = status;
   }
   return first_error;
@@ -358,6 +259,78 @@ absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {
   return absl::OkStatus();
 }
 
-float CpuExecutor::Loss() const { return *reinterpret_cast<const float*>(Address(plan_.loss)); }
+std::span<const float> CpuExecutor::ConstF32Buffer(uint32_t index) const {
+  return const_cast<CpuExecutor*>(this)->F32Buffer(index);
+}
+
+absl::Status CpuExecutor::CheckFloatBuffer(uint32_t buffer, size_t count) const {
+  if (buffer >= plan_.buffers.size() || plan_.buffers[buffer].dtype != plan::DType::F32 ||
+      plan_.buffers[buffer].elements != count) {
+    return absl::InternalError(absl::StrFormat(
+        "%d floats for buffer %d, which is not an f32 buffer of as many (a bug)", count, buffer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::WriteFloats(uint32_t buffer, std::span<const float> values) {
+  HCP_RETURN_IF_ERROR(CheckFloatBuffer(buffer, values.size()));
+  std::copy(values.begin(), values.end(), F32Buffer(buffer).begin());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CpuExecutor::ReadFloats(uint32_t buffer) const {
+  HCP_RETURN_IF_ERROR(
+      CheckFloatBuffer(buffer, buffer < plan_.buffers.size() ? plan_.buffers[buffer].elements : 0));
+  std::span<const float> values = ConstF32Buffer(buffer);
+  return std::vector<float>(values.begin(), values.end());
+}
+
+absl::Status CpuExecutor::WriteInts(uint32_t buffer, std::span<const int32_t> values) {
+  std::span<int32_t> to = I32Buffer(buffer);
+  if (to.size() != values.size()) {
+    return absl::InternalError(
+        absl::StrFormat("%d ints for buffer %d, which is not an i32 buffer of as many (a bug)",
+                        values.size(), buffer));
+  }
+  std::copy(values.begin(), values.end(), to.begin());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> CpuExecutor::GradientSquares() {
+  std::vector<double> squares;
+  for (const plan::Parameter& p : plan_.parameters) {
+    double sum = 0;
+    for (float g : F32Buffer(p.gradient)) sum += static_cast<double>(g) * g;
+    squares.push_back(sum);
+  }
+  return squares;
+}
+
+// The gradients arena is f32 throughout: the stash mirrors it, element for element.
+absl::Status CpuExecutor::StashGradients(bool first) {
+  std::span<float> gradients(
+      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get()),
+      plan_.arena_size(plan::Arena::Gradients) / sizeof(float));
+  if (first) {
+    gradient_stash_.assign(gradients.begin(), gradients.end());
+    return absl::OkStatus();
+  }
+  if (gradient_stash_.size() != gradients.size()) {
+    return absl::FailedPreconditionError("StashGradients(first=false) before StashGradients(true)");
+  }
+  for (size_t k = 0; k < gradients.size(); ++k) gradient_stash_[k] += gradients[k];
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::AddStashedGradients() {
+  std::span<float> gradients(
+      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get()),
+      plan_.arena_size(plan::Arena::Gradients) / sizeof(float));
+  if (gradient_stash_.size() != gradients.size()) {
+    return absl::FailedPreconditionError("AddStashedGradients before StashGradients");
+  }
+  for (size_t k = 0; k < gradients.size(); ++k) gradients[k] = gradient_stash_[k] + gradients[k];
+  return absl::OkStatus();
+}
 
 }  // namespace hcp

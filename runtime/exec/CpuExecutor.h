@@ -1,6 +1,6 @@
-// Runs a plan on the CPU: owns the four arenas, fills the parameters, takes a micro-batch and
-// runs the plan's steps in order on the reference kernels; the collectives of context and data
-// parallelism go through a Communicator.
+// Runs a plan on the CPU: the executor core (ExecutorCore.h) over the host's memory; owns the
+// four arenas and runs the plan's steps in order on the reference kernels; the collectives of
+// context and data parallelism go through a Communicator.
 //
 // One rank:
 //   HCP_ASSIGN_OR_RETURN(plan::Plan plan, plan::LoadPlan(path));
@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/backends/cpu/CpuBackend.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/exec/Executor.h"
+#include "runtime/exec/ExecutorCore.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/plan/Plan.h"
 
@@ -47,7 +47,7 @@ namespace hcp {
 
 class CheckpointReader;
 
-class CpuExecutor final : public Executor {
+class CpuExecutor final : public ExecutorCore {
  public:
   struct Options {
     // Fill the Activations arena with NaN at creation, so a step that reads an activation no
@@ -88,52 +88,17 @@ class CpuExecutor final : public Executor {
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
-  const plan::Plan& plan() const override { return plan_; }
-  comm::Communicator& communicator() const { return *comm_; }
-  const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
-
-  // Fills every parameter from its init: Normal keyed by the parameter's name (so a parameter
-  // gets the same values whatever plan it is in, see runtime/weights/Init.h), Zeros, Ones, or
-  // LogArange = log(1), log(2), ..., log(n) (Mamba2's A_log). A sharded parameter gets its rows
-  // of the whole tensor's values (draws ShardOf(p).begin onwards): the values of an unsharded
-  // run, whatever the ep.
-  absl::Status InitializeParameters(uint64_t seed) override;
-  // Reads every parameter from `checkpoint`, converting bf16/f16 to f32. Each must be there with
-  // the plan's checkpoint shape (Plan::FullShape) and a float dtype; otherwise nothing is read and
-  // the error names the tensor. Replicated parameters are read whole; a sharded one, this rank's
-  // rows (ShardOf). A NaN or infinity is refused, naming the tensor and the element
-  // (RefuseNonFinite).
-  absl::Status LoadParameters(const CheckpointReader& checkpoint) override;
-
-  // Expert parallelism. Where this rank's part of parameter `p` lies in its checkpoint tensor
-  // (ParameterValues.h's ShardOf, with communicator().ep_index()).
-  using ShardRange = ParameterShard;
-  ShardRange ShardOf(const plan::Parameter& p) const;
   // This rank's part of an array laid out like p's whole checkpoint tensor (e.g. a restored
   // optimizer moment): full.subspan(begin, count). `full` must have ShardOf(p).full elements.
   std::span<const float> LocalPart(const plan::Parameter& p, std::span<const float> full) const;
   // The whole tensor of parameter `p` (its checkpoint shape) from every rank's `local` part:
   // `local` is this rank's value, gradient or any array laid out like p's buffer (an optimizer
-  // moment, say; buffer elements), `full` gets ShardOf(p).full elements. Replicated: a copy of
-  // `local`. Sharded: an all-gather over the ep group, so every rank ends with the whole tensor.
-  // Collective over the world: every rank calls it for the same parameters in the same order,
-  // replicated ones included (they communicate nothing). Sizes that do not fit abort the job
-  // (a bug, as Communicator's misuse).
-  void GatherFull(const plan::Parameter& p, std::span<const float> local, std::span<float> full);
+  // moment, say; buffer elements). Replicated: a copy of `local`. Sharded: an all-gather over
+  // the ep group, so every rank ends with the whole tensor. Collective over the world: every
+  // rank calls it for the same parameters in the same order, replicated ones included (they
+  // communicate nothing). Sizes that do not fit abort the job (a bug, as Communicator's misuse).
   std::vector<float> GatherFull(const plan::Parameter& p, std::span<const float> local);
-  // GatherFull of the parameter's value or gradient, by name (collective likewise).
-  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name) override;
-  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name) override;
 
-  // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, the whole sequences, with
-  // the targets already shifted on the full sequence (targets may be -100 = ignored). Every
-  // rank passes the same global micro-batch of its dp index (ranks of one cp group: the same
-  // sequences); each keeps its own shard, the plan's mesh layout's segments of every sequence.
-  // `loss_scale` multiplies the summed token loss: 1 / (valid tokens of the whole optimizer
-  // step, over all micro-batches and dp ranks). Without it: 1 / (valid targets of this
-  // micro-batch), the mean token loss of the micro-batch.
-  absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
-                         std::optional<float> loss_scale = std::nullopt) override;
   // Runs every step in order. With one rank the first failing step stops the run; its error
   // names it. With several, a rank whose step fails skips every later step except the
   // collectives (which it joins with whatever its buffers hold, so nobody waits for it); at the
@@ -146,9 +111,6 @@ class CpuExecutor final : public Executor {
   // run: test_plan_step), so that both take the same experts. InvalidArgument names what does
   // not fit (not a routing step, the wrong size, an id outside the experts).
   absl::Status RouteWith(size_t step, std::vector<int32_t> experts);
-  // The plan's loss buffer, as left by the last RunStep (this rank's copy: whatever the plan
-  // reduced into it).
-  float Loss() const override;
 
   // Each rank computed its gradients from its own tokens only (a sharded parameter's: from every
   // token of its ep group that reached its experts): sums them over the ranks that hold a copy.
@@ -162,13 +124,9 @@ class CpuExecutor final : public Executor {
   absl::Status SumGradientsOverRanks() override;
   // RunStep, then SumGradientsOverRanks.
   absl::Status RunStepAndSumGradients() override;
-
-  // The squared L2 norm of the whole model's gradient (every parameter's whole tensor, counted
-  // once), after SumGradientsOverRanks: replicated gradients are the same on every rank and
-  // count as they are; sharded ones are summed over the ep group (each rank holds different
-  // rows). Computed in double; the same on every rank. Collective over the world (for gradient
-  // clipping).
-  absl::StatusOr<double> GradientSquaredNorm() override;
+  // The stash is one fp32 array as long as the gradients arena.
+  absl::Status StashGradients(bool first) override;
+  absl::Status AddStashedGradients() override;
 
   // A parameter's value or gradient by checkpoint name (this rank's part: a sharded parameter's
   // rows only, see GatherFull); NotFound names the parameter.
@@ -187,25 +145,27 @@ class CpuExecutor final : public Executor {
   };
   using ArenaMemory = std::unique_ptr<std::byte[], FreeDeleter>;
 
-  CpuExecutor(plan::Plan plan, comm::Communicator* comm) : plan_(std::move(plan)), comm_(comm) {}
+  CpuExecutor(plan::Plan plan, comm::Communicator* comm) : ExecutorCore(std::move(plan), comm) {}
+  // `comm` null: one rank (a LocalCommunicator of the executor's own).
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> CreateOnThisRank(const plan::Plan& plan,
-                                                                       comm::Communicator& comm,
+                                                                       comm::Communicator* comm,
                                                                        Options options);
-  absl::Status LoadParametersOnThisRank(const CheckpointReader& checkpoint);
-  absl::Status SetInputsOnThisRank(std::span<const int32_t> input_ids,
-                                   std::span<const int32_t> targets,
-                                   std::optional<float> loss_scale);
   absl::Status RunStepOnThisRank();
   std::byte* Address(uint32_t buffer) const;
-  const plan::Parameter* FindParameter(std::string_view name) const;
+  std::span<const float> ConstF32Buffer(uint32_t index) const;
+  absl::Status CheckFloatBuffer(uint32_t buffer, size_t count) const;
 
-  plan::Plan plan_;
-  comm::Communicator* comm_;                        // never null
-  std::unique_ptr<comm::Communicator> owned_comm_;  // the LocalCommunicator of one rank
+  // The device: host memory.
+  absl::Status WriteFloats(uint32_t buffer, std::span<const float> values) override;
+  absl::StatusOr<std::vector<float>> ReadFloats(uint32_t buffer) const override;
+  absl::Status WriteInts(uint32_t buffer, std::span<const int32_t> values) override;
+  absl::StatusOr<std::vector<double>> GradientSquares() override;
+
   std::array<ArenaMemory, plan::kNumArenas> arenas_;
   cpu::ArenaBases bases_{};
   std::map<size_t, std::vector<int32_t>> routes_;  // RouteWith's, by step
   cpu::Threads threads_;
+  std::vector<float> gradient_stash_;  // StashGradients' sums, laid out as the gradients arena
 };
 
 }  // namespace hcp

@@ -189,7 +189,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
 
   // From here on the destructor frees whatever has been allocated when an error returns.
   std::unique_ptr<CudaExecutor> exec(
-      new CudaExecutor(plan, options.device, ranks > 1 ? options.nccl : nullptr));
+      new CudaExecutor(plan, options.device, ranks > 1 ? options.nccl : nullptr, slices));
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&exec->stream_, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
   HCP_RETURN_IF_ERROR(FromCuda(
@@ -203,7 +203,6 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreate"));
   }
-  exec->slices_ = slices;
   exec->OrderGradientsByReadiness();
   for (int a = 0; a < plan::kNumArenas; ++a) {
     const auto arena = plan::Arena(a);
@@ -309,22 +308,6 @@ std::byte* CudaExecutor::Address(uint32_t buffer) const {
   return arenas_[static_cast<int>(b.arena)] + b.offset;
 }
 
-const plan::Parameter* CudaExecutor::FindParameter(std::string_view name) const {
-  for (const plan::Parameter& p : plan_.parameters) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
-}
-
-absl::StatusOr<const plan::Parameter*> CudaExecutor::FindParameterOrError(
-    std::string_view name) const {
-  const plan::Parameter* p = FindParameter(name);
-  if (p == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("the plan has no parameter '%s'", name));
-  }
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Transfers. cudaMemcpy on the legacy default stream would not order against the non-blocking
 // stream the steps run on: every copy goes through that stream instead, and waits.
@@ -343,7 +326,7 @@ absl::Status CudaExecutor::ToHost(void* dst, const void* src, size_t bytes) cons
   return FromCuda(cudaStreamSynchronize(stream_), "copying from the GPU");
 }
 
-absl::Status CudaExecutor::UploadFloats(uint32_t buffer, std::span<const float> values) const {
+absl::Status CudaExecutor::WriteFloats(uint32_t buffer, std::span<const float> values) {
   const plan::Buffer& b = plan_.buffers[buffer];
   if (values.size() != b.elements || b.dtype == plan::DType::I32) {
     return absl::InternalError(
@@ -366,7 +349,7 @@ absl::StatusOr<std::vector<int32_t>> CudaExecutor::I32Buffer(uint32_t index) con
   return values;
 }
 
-absl::StatusOr<std::vector<float>> CudaExecutor::DownloadFloats(uint32_t buffer) const {
+absl::StatusOr<std::vector<float>> CudaExecutor::ReadFloats(uint32_t buffer) const {
   const plan::Buffer& b = plan_.buffers[buffer];
   std::vector<float> values(b.elements);
   if (b.dtype == plan::DType::F32) {
@@ -391,59 +374,14 @@ absl::StatusOr<std::vector<float>> CudaExecutor::DownloadF32(const float* device
 // ---------------------------------------------------------------------------------------------
 // Parameters and inputs.
 
-CudaExecutor::ShardRange CudaExecutor::ShardOf(const plan::Parameter& p) const {
-  return hcp::ShardOf(plan_, p, nccl_ == nullptr ? 0 : nccl_->host().ep_index());
-}
-
-absl::StatusOr<std::vector<float>> CudaExecutor::GatherFull(
-    const plan::Parameter& p, absl::StatusOr<std::vector<float>> local) const {
-  if (!p.sharded() || nccl_ == nullptr) return local;
-  // Every rank of the ep group is in this all-gather: one that cannot take part (its download
-  // failed) ends the job rather than leave the others waiting.
-  comm::Communicator& host = nccl_->host();
-  if (!local.ok()) host.Abort(local.status());
-  std::vector<float> full(ShardOf(p).full);
-  // The ep group's ranks hold the row blocks in expert-index order = group rank order.
-  host.AllGather(std::as_bytes(std::span(*local)), std::as_writable_bytes(std::span(full)),
-                 comm::Group::kEp);
-  return full;
-}
-
-absl::Status CudaExecutor::InitializeParameters(uint64_t seed) {
-  // As CpuExecutor::InitializeParameters, in fp32 on the host: this rank's elements of each
-  // whole tensor (a sharded parameter's rows start at ShardOf).
-  for (const plan::Parameter& p : plan_.parameters) {
-    std::vector<float> value(plan_.buffers[p.buffer].elements);
-    FillInitialValues(p, seed, ShardOf(p).begin, value);
-    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
+absl::Status CudaExecutor::WriteInts(uint32_t buffer, std::span<const int32_t> values) {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  if (values.size() != b.elements || b.dtype != plan::DType::I32) {
+    return absl::InternalError(
+        absl::StrFormat("writing %d ints into buffer '%s' (%s, %d elements): a bug", values.size(),
+                        b.name, plan::DTypeName(b.dtype), b.elements));
   }
-  return absl::OkStatus();
-}
-
-absl::Status CudaExecutor::LoadParameters(const CheckpointReader& checkpoint) {
-  // Names, dtypes and shapes are checked first, so such a checkpoint leaves the parameters as
-  // they were. A NaN or infinity is refused as it is read (CheckpointReader::OpenVerified finds
-  // it before anything is loaded).
-  HCP_RETURN_IF_ERROR(CheckCheckpointHasParameters(plan_, checkpoint));
-  for (const plan::Parameter& p : plan_.parameters) {
-    const ShardRange range = ShardOf(p);  // the whole tensor, or this rank's rows
-    std::vector<float> value(range.count);
-    HCP_RETURN_IF_ERROR(checkpoint.ReadF32Range(p.name, range.begin, range.count, value.data()));
-    HCP_RETURN_IF_ERROR(RefuseNonFinite(value, range.begin, range.full, p.name, checkpoint.dir()));
-    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, value));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaExecutor::SetInputs(std::span<const int32_t> input_ids,
-                                     std::span<const int32_t> targets,
-                                     std::optional<float> loss_scale) {
-  HCP_ASSIGN_OR_RETURN(RankInputs local,
-                       CutRankInputs(plan_, cp_index(), input_ids, targets, loss_scale));
-  const size_t bytes = sizeof(int32_t) * local.input_ids.size();
-  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.input_ids), local.input_ids.data(), bytes));
-  HCP_RETURN_IF_ERROR(ToDevice(Address(plan_.targets), local.targets.data(), bytes));
-  return ToDevice(Address(plan_.loss_scale), &local.loss_scale, sizeof(float));
+  return ToDevice(Address(buffer), values.data(), b.bytes());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,13 +507,13 @@ void CudaExecutor::StartGradientSums(size_t first, size_t last) {
 absl::Status CudaExecutor::RunStepAndSumGradients() {
   absl::Status status = RunSteps(nullptr, /*sum_gradients=*/nccl_ != nullptr);
   if (nccl_ == nullptr) return status;
-  return comm::AgreeOnStatus(nccl_->host(), status);
+  return comm::AgreeOnStatus(communicator(), status);
 }
 
 absl::Status CudaExecutor::RunStep() {
   absl::Status status = RunSteps(nullptr);
   if (nccl_ == nullptr) return status;
-  return comm::AgreeOnStatus(nccl_->host(), status);
+  return comm::AgreeOnStatus(communicator(), status);
 }
 
 absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel,
@@ -586,7 +524,7 @@ absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel,
   absl::Status status =
       RunSteps(ms_per_kernel, /*sum_gradients=*/nccl_ != nullptr, gradient_sums_after_ms);
   if (nccl_ == nullptr) return status;
-  return comm::AgreeOnStatus(nccl_->host(), status);
+  return comm::AgreeOnStatus(communicator(), status);
 }
 
 absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients,
@@ -744,51 +682,6 @@ absl::Status CudaExecutor::DescribeBadInput(int32_t position) const {
       position));
 }
 
-float CudaExecutor::Loss() const {
-  float loss = std::numeric_limits<float>::quiet_NaN();
-  if (!ToHost(&loss, Address(plan_.loss), sizeof(float)).ok()) {
-    return std::numeric_limits<float>::quiet_NaN();
-  }
-  return loss;
-}
-
-absl::StatusOr<std::vector<float>> CudaExecutor::FullParameter(std::string_view name) {
-  HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
-  return GatherFull(*p, DownloadFloats(p->buffer));
-}
-
-absl::StatusOr<std::vector<float>> CudaExecutor::FullGradient(std::string_view name) {
-  HCP_ASSIGN_OR_RETURN(const plan::Parameter* p, FindParameterOrError(name));
-  const OptimizerSlice& slice = slices_[p - plan_.parameters.data()];
-  if (!gradients_scattered_ || !slice.split) return GatherFull(*p, DownloadFloats(p->gradient));
-  // Reduce-scattered: only this rank's slice of the buffer holds the sum.
-  absl::StatusOr<std::vector<float>> whole = DownloadFloats(p->gradient);
-  if (!whole.ok()) return GatherSlices(*p, whole.status());
-  return GatherSlices(*p, std::vector<float>(whole->begin() + slice.begin,
-                                             whole->begin() + slice.begin + slice.count));
-}
-
-bool CudaExecutor::ReadsGather(const plan::Parameter& p) const {
-  // By name: `p` may be a caller's copy of the plan's parameter.
-  const plan::Parameter* mine = FindParameter(p.name);
-  if (mine == nullptr) return false;
-  return (mine->sharded() && nccl_ != nullptr) || slices_[mine - plan_.parameters.data()].split;
-}
-
-absl::StatusOr<std::vector<float>> CudaExecutor::GatherSlices(
-    const plan::Parameter& p, absl::StatusOr<std::vector<float>> slice) const {
-  const OptimizerSlice& mine = slices_[&p - plan_.parameters.data()];
-  if (!mine.split) return GatherFull(p, std::move(slice));
-  // As in GatherFull: a rank that cannot take part ends the job instead of leaving the others
-  // waiting in the all-gather.
-  comm::Communicator& host = nccl_->host();
-  if (!slice.ok()) host.Abort(slice.status());
-  std::vector<float> whole(mine.count * host.world_size());
-  host.AllGather(std::as_bytes(std::span(*slice)), std::as_writable_bytes(std::span(whole)),
-                 comm::Group::kWorld);
-  return whole;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The optimizer.
 
@@ -893,7 +786,7 @@ absl::Status CudaExecutor::SumGradientsOverRanks() {
   return Wait("summing the gradients over the ranks");
 }
 
-absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
+absl::StatusOr<std::vector<double>> CudaExecutor::GradientSquares() {
   HCP_RETURN_IF_ERROR(Activate());
   const cuda::Workspace workspace{workspace_, workspace_bytes_};
   const size_t count = plan_.parameters.size();
@@ -913,20 +806,7 @@ absl::StatusOr<double> CudaExecutor::GradientSquaredNorm() {
   }
   std::vector<double> squares(count);
   HCP_RETURN_IF_ERROR(ToHost(squares.data(), squares_, sizeof(double) * count));
-  double replicated = 0, sharded = 0, sliced = 0;
-  for (size_t i = 0; i < count; ++i) {
-    (slices_[i].split                ? sliced
-     : plan_.parameters[i].sharded() ? sharded
-                                     : replicated) += squares[i];
-  }
-  // The experts' gradients are split over the ep group: their squares add up over it; the
-  // optimizer's slices add up over the world.
-  if (plan_.mesh.ep > 1) nccl_->host().AllReduceSum(&sharded, 1, comm::Group::kEp);
-  if (std::any_of(slices_.begin(), slices_.end(),
-                  [](const OptimizerSlice& s) { return s.split; })) {
-    nccl_->host().AllReduceSum(&sliced, 1, comm::Group::kWorld);
-  }
-  return replicated + sharded + sliced;
+  return squares;
 }
 
 absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
@@ -1019,7 +899,7 @@ absl::Status CudaExecutor::SetOptimizerState(std::string_view name, std::span<co
   // The compute copy, whole, rounded from the master (an f32 parameter is its own master: its
   // slice is set above, the rest of it here).
   if (plan_.buffers[p.buffer].dtype == plan::DType::BF16 || slice.split) {
-    HCP_RETURN_IF_ERROR(UploadFloats(p.buffer, master));
+    HCP_RETURN_IF_ERROR(WriteFloats(p.buffer, master));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
-// Runs a plan on one GPU: owns the four arenas in device memory, fills the parameters, takes a
-// micro-batch, queues the plan's steps in order on one stream (runtime/backends/cuda) and keeps
-// the AdamW state (fp32 master weights and moments) on the device. CpuExecutor's API; the plan is
+// Runs a plan on one GPU: the executor core (ExecutorCore.h: parameters, inputs, gathers, the
+// norm) over a GPU's memory; owns the four arenas in device memory, queues the plan's steps in
+// order on its streams (runtime/backends/cuda) and keeps the AdamW state (fp32 master weights
+// and moments) on the device (runtime/train/DeviceAdamW.h drives it). The plan is
 // a bf16 plan (hybridcp compile --dtype bf16, see CudaBackend.h). A plan of several ranks
 // (cp x dp, experts split over ep of them) runs one executor per rank, each on its own GPU,
 // given the ranks' NCCL communicator (Options::nccl); its collectives then go through NCCL.
@@ -41,7 +42,7 @@
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/HostCopies.h"
 #include "runtime/comm/NcclCommunicator.h"
-#include "runtime/exec/Executor.h"
+#include "runtime/exec/ExecutorCore.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/plan/Plan.h"
@@ -66,7 +67,7 @@ struct GpuMemory {
 GpuMemory GpuMemoryOf(const plan::Plan& plan, bool with_optimizer, bool shard_optimizer,
                       int64_t rank);
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public ExecutorCore {
  public:
   struct Options {
     int device = 0;  // CUDA device index
@@ -109,25 +110,9 @@ class CudaExecutor final : public Executor {
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
-  const plan::Plan& plan() const override { return plan_; }
-  const std::vector<plan::Parameter>& parameters() const { return plan_.parameters; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
 
-  // The values of CpuExecutor::InitializeParameters (the same Init.h functions, in fp32 on the
-  // host), converted to each buffer's dtype and uploaded.
-  absl::Status InitializeParameters(uint64_t seed) override;
-  // Reads every parameter from `checkpoint` as fp32 (as CpuExecutor does), converts and uploads
-  // it. Each must be there with the plan's shape and a float dtype; otherwise nothing is read and
-  // the error names the tensor. A NaN or infinity is refused (RefuseNonFinite).
-  absl::Status LoadParameters(const CheckpointReader& checkpoint) override;
-
-  // One GLOBAL micro-batch: ids and targets [micro_batch, seq] each, whole sequences (targets
-  // already shifted; -100 = ignored); each rank keeps its cp shard (the mesh layout's segments
-  // of every sequence). `loss_scale` multiplies the summed token loss; without it, 1 / (valid
-  // targets of this micro-batch). CpuExecutor::SetInputs's checks and semantics.
-  absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
-                         std::optional<float> loss_scale = std::nullopt) override;
   // Queues every step, waits for them, and reports: a token id outside the vocabulary or a bad
   // target as InvalidArgument naming the step and position (as CpuExecutor's), a step the
   // backend refuses as its error, a CUDA failure as Internal with CUDA's message. With several
@@ -142,21 +127,7 @@ class CudaExecutor final : public Executor {
   // kernel goes to *gradient_sums_after_ms (0 on one rank, or when they finished first).
   absl::Status RunStepProfiled(std::vector<double>* ms_per_kernel,
                                double* gradient_sums_after_ms = nullptr);
-  // The plan's loss buffer as left by the last RunStep (NaN if it cannot be read).
-  float Loss() const override;
 
-  // Which elements of the whole (checkpoint) tensor this rank holds: all of a replicated
-  // parameter, its ep_index's rows of a sharded one (ParameterValues.h).
-  using ShardRange = ParameterShard;
-  ShardRange ShardOf(const plan::Parameter& p) const;
-  // A parameter's value or gradient by checkpoint name, as fp32, whole (an expert tensor is
-  // gathered over the ep group, a reduce-scattered gradient over the world); NotFound names
-  // the parameter.
-  absl::StatusOr<std::vector<float>> FullParameter(std::string_view name) override;
-  absl::StatusOr<std::vector<float>> FullGradient(std::string_view name) override;
-  // Whether reading p's gradient or optimizer state gathers it from other ranks (an expert
-  // shard, or a slice of the sharded optimizer): every rank must make those calls alike.
-  bool ReadsGather(const plan::Parameter& p) const;
   // Any int32 buffer by index, as left by the last step (for tests: MoE routing decisions).
   absl::StatusOr<std::vector<int32_t>> I32Buffer(uint32_t index) const;
 
@@ -179,19 +150,9 @@ class CudaExecutor final : public Executor {
   // stream of its own as soon as the last step writing its gradient has run, while the rest of
   // the backward goes on. For a step without gradient accumulation (the same result).
   absl::Status RunStepAndSumGradients() override;
-  // Gradient accumulation over micro-batches (each step of the plan overwrites its gradients):
-  // after every micro-batch but the last, StashGradients(first) keeps this micro-batch's
-  // gradients (the first) or adds them to what is kept; after the last, AddStashedGradients adds
-  // the kept sum into the gradients, then SumGradientsOverRanks. The stash keeps every running
-  // sum in fp32 (twice the gradients arena's bytes, allocated at the first use): a bf16
-  // gradient's sum is rounded to bf16 once, by AddStashedGradients.
-  absl::Status StashGradients(bool first);
-  absl::Status AddStashedGradients();
-  // The squared L2 norm of every gradient, per parameter on the device (fp32 squares, double
-  // sums, fixed order) and summed in double on the host in parameter order; with ep > 1 the
-  // experts' part is summed over the ep group, the optimizer slices' over the world (collective
-  // then).
-  absl::StatusOr<double> GradientSquaredNorm() override;
+  // The stash takes twice the gradients arena's bytes (every running sum in fp32).
+  absl::Status StashGradients(bool first) override;
+  absl::Status AddStashedGradients() override;
   // One update of every parameter with `step` (lr, betas, eps, weight decay, clip_coef, t);
   // step.decay is replaced per parameter by decay(p) (the trainer's rule, e.g.
   // train::DefaultDecay of its name and checkpoint shape). A bf16 parameter is rewritten from its
@@ -233,22 +194,15 @@ class CudaExecutor final : public Executor {
     float* v = nullptr;
   };
 
-  CudaExecutor(plan::Plan plan, int device, comm::NcclCommunicator* nccl)
-      : plan_(std::move(plan)), device_(device), nccl_(nccl) {}
+  CudaExecutor(plan::Plan plan, int device, comm::NcclCommunicator* nccl,
+               std::vector<OptimizerSlice> slices)
+      : ExecutorCore(std::move(plan), nccl == nullptr ? nullptr : &nccl->host(), std::move(slices)),
+        device_(device),
+        nccl_(nccl) {}
   // Waits for the executor's stream: through the communicator with several ranks (a peer's
   // failure or a hang ends the job), else cudaStreamSynchronize.
   absl::Status Wait(const char* what) const;
-  int64_t cp_index() const { return nccl_ == nullptr ? 0 : nccl_->host().cp_index(); }
   absl::Status Activate() const;
-  // `local` (this rank's part of p) made whole: as it is for a replicated parameter, gathered
-  // over the ep group for a sharded one (collective then; a failed `local` ends the job).
-  absl::StatusOr<std::vector<float>> GatherFull(const plan::Parameter& p,
-                                                absl::StatusOr<std::vector<float>> local) const;
-  // `slice` (this rank's optimizer slice of p's buffer) made the whole buffer, gathered over the
-  // world when the slice is split (collective then; a failed `slice` ends the job); otherwise
-  // as GatherFull.
-  absl::StatusOr<std::vector<float>> GatherSlices(const plan::Parameter& p,
-                                                  absl::StatusOr<std::vector<float>> slice) const;
   // Updates the peak of the device's used memory (MemoryUse).
   void SampleMemory() const;
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
@@ -272,21 +226,22 @@ class CudaExecutor final : public Executor {
   absl::Status AddGradients(GradientSum what);
   absl::Status DescribeBadInput(int32_t position) const;
   std::byte* Address(uint32_t buffer) const;
-  const plan::Parameter* FindParameter(std::string_view name) const;
-  absl::StatusOr<const plan::Parameter*> FindParameterOrError(std::string_view name) const;
   // Host <-> device on the executor's stream, waiting for the copy (and what was queued before).
   absl::Status ToDevice(void* dst, const void* src, size_t bytes) const;
   absl::Status ToHost(void* dst, const void* src, size_t bytes) const;
-  // fp32 values into / out of a float buffer of either dtype.
-  absl::Status UploadFloats(uint32_t buffer, std::span<const float> values) const;
-  absl::StatusOr<std::vector<float>> DownloadFloats(uint32_t buffer) const;
+  // The device (ExecutorCore.h): fp32 values into / out of a float buffer of either dtype,
+  // int32 values into an i32 buffer, and the squares on the device (fp32 squares, double sums,
+  // fixed order).
+  absl::Status WriteFloats(uint32_t buffer, std::span<const float> values) override;
+  absl::StatusOr<std::vector<float>> ReadFloats(uint32_t buffer) const override;
+  absl::Status WriteInts(uint32_t buffer, std::span<const int32_t> values) override;
+  absl::StatusOr<std::vector<double>> GradientSquares() override;
   absl::StatusOr<std::vector<float>> DownloadF32(const float* device, int64_t n) const;
   absl::StatusOr<const OptimizerSlot*> SlotOf(std::string_view name) const;
   // One of a parameter's optimizer arrays (master, m or v), whole.
   absl::StatusOr<std::vector<float>> OptimizerArray(std::string_view name,
                                                     float* OptimizerSlot::*array) const;
 
-  plan::Plan plan_;
   int device_ = 0;
   cuda_backend::DeviceArenas arenas_{};
   void* workspace_ = nullptr;
@@ -310,8 +265,6 @@ class CudaExecutor final : public Executor {
   std::byte* gradient_stash_ = nullptr;   // StashGradients' fp32 sums: the gradient at byte
                                           // offset o of its arena is at 2 o here
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
-  std::vector<OptimizerSlice> slices_;    // per parameter: what its optimizer state covers
-  bool gradients_scattered_ = false;      // the last gradient sums were reduce-scatters
   std::vector<cudaEvent_t> events_;  // RunStepProfiled's: one per step and one before, then the
                                      // gradient sums' end
   // The collectives that run beside the compute stream (cuda_backend::RunsBesideCompute, with

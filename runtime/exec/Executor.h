@@ -1,8 +1,7 @@
 // What every executor does, whatever it runs on: the interface the commands (run-step, bench)
-// and the trainers drive. CpuExecutor runs f32 plans on the host's reference kernels,
-// CudaExecutor bf16 plans on a GPU; both keep the plan's four arenas, fill the parameters the
-// same way (ParameterValues.h), cut a rank's shard of the same global micro-batch and sum the
-// gradients over the same ranks.
+// and the trainer drive. CpuExecutor runs f32 plans on the host's reference kernels,
+// CudaExecutor bf16 plans on a GPU; what they do alike is written once in ExecutorCore.h (the
+// parameters, the inputs, the gathers and the norm), what a device does in each.
 //
 // With more than one rank, every method that returns a Status is collective over the world:
 // every rank calls it at the same point and every rank gets the same status.
@@ -48,6 +47,14 @@ class Executor {
   virtual absl::Status SumGradientsOverRanks() = 0;
   // RunStep then SumGradientsOverRanks; a backend may overlap the two (the same result).
   virtual absl::Status RunStepAndSumGradients() = 0;
+  // Gradient accumulation over micro-batches (each RunStep overwrites the gradients): after
+  // every micro-batch but the last, StashGradients(first) keeps its gradients (the first) or
+  // adds them to what is kept; after the last, AddStashedGradients adds the kept sum into the
+  // gradients, then SumGradientsOverRanks. The running sums are fp32, whatever the gradients'
+  // dtype (a bf16 gradient's sum is rounded once, by AddStashedGradients); the stash is
+  // allocated at the first use.
+  virtual absl::Status StashGradients(bool first) = 0;
+  virtual absl::Status AddStashedGradients() = 0;
   // The plan's loss buffer as the last step left it (this rank's micro-batch's share).
   virtual float Loss() const = 0;
   // The squared L2 norm of the whole model's gradient, after SumGradientsOverRanks, in double;

@@ -1,12 +1,17 @@
 // The training loop: data -> micro-batches -> steps of the plan -> gradients summed over the
-// ranks -> AdamW -> metrics -> checkpoints, on every rank of the plan's mesh.
+// ranks -> AdamW -> metrics -> checkpoints, on every rank of the plan's mesh. One loop for both
+// backends: the plan's dtype picks the executor (runtime/exec/RankExecutor.h: an f32 plan on
+// CPU ranks, a bf16 plan on one GPU per rank with NCCL between them) and its optimizer
+// (Optimizer.h: AdamW on the host or on the GPU); the same data order, loss normalisation,
+// schedule, NaN/Inf policy, clipping, metrics and checkpoints (a GPU run's checkpoints hold the
+// fp32 masters, which a CPU run loads too).
 //
 // One optimizer step, on every rank:
 //   1. the step's global batch is read deterministically; this rank takes its dp index's
 //      micro-batches (whole sequences; the executor keeps its cp shard);
 //   2. loss_scale = 1 / (valid targets of the WHOLE step: every micro-batch of every dp rank),
 //      so each micro-batch's scaled loss and gradients simply add up to the step's mean;
-//   3. each micro-batch runs the plan; gradients accumulate in fp32;
+//   3. each micro-batch runs the plan; gradients accumulate in fp32 (Executor::StashGradients);
 //   4. gradients are summed over the ranks that hold a copy of each parameter (once per step);
 //   5. the global gradient norm, the NaN/Inf policy (skip the update, report it), clipping,
 //      the learning rate of the warmup + cosine schedule, and AdamW with fp32 master weights,

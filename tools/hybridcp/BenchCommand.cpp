@@ -25,7 +25,7 @@
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
-#include "tools/hybridcp/Executors.h"
+#include "runtime/exec/RankExecutor.h"
 #include "tools/hybridcp/Ranks.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/exec/CudaExecutor.h"

@@ -18,7 +18,7 @@
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
-#include "tools/hybridcp/Executors.h"
+#include "runtime/exec/RankExecutor.h"
 #include "tools/hybridcp/Ranks.h"
 #include "tools/hybridcp/StepResult.h"
 

@@ -10,9 +10,6 @@
 #include "compiler/import/GraniteConfig.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
-#ifdef HYBRIDCP_HAVE_CUDA
-#include "runtime/train/CudaTrainer.h"
-#endif
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/ByteTokenizer.h"
@@ -92,15 +89,6 @@ absl::Status Train(const Args& args) {
   absl::StatusOr<train::TrainOptions> options = ReadTrainOptions(args);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));
   // A bf16 plan trains on the GPUs (the CUDA backend), an f32 plan on CPU ranks.
-  if (mine.plan->StoresBf16()) {
-#ifdef HYBRIDCP_HAVE_CUDA
-    return train::TrainOnGpus(world.comm(), *mine.plan, *options);
-#else
-    return absl::FailedPreconditionError(
-        "the plan stores its tensors in bf16, which the CUDA backend runs, but this hybridcp was "
-        "built without CUDA; compile the plan without --dtype bf16 to train on CPU ranks");
-#endif
-  }
   return train::Train(world.comm(), *mine.plan, *options);
 }
 

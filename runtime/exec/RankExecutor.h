@@ -1,6 +1,7 @@
 // The executor a rank runs a plan on, chosen by the plan: a bf16 plan on this rank's GPU
 // (CudaExecutor, NCCL between the ranks), an f32 plan on the CPU (CpuExecutor, the host
-// communicator between them). run-step and bench drive either through the Executor interface.
+// communicator between them). run-step, bench and the trainer drive either through the Executor
+// interface; the trainer's optimizer (runtime/train/Optimizer.h) takes the backend's own.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,7 @@
 
 namespace hcp {
 
+class CpuExecutor;
 class CudaExecutor;
 namespace comm {
 class NcclCommunicator;
@@ -34,6 +36,8 @@ class RankExecutor {
   bool on_gpu() const { return gpu_ != nullptr; }
   // The CUDA executor when on_gpu() (its optimizer, profile and memory figures), else null.
   CudaExecutor* gpu() const { return gpu_; }
+  // The CPU executor when not on_gpu() (its parameters in host memory), else null.
+  CpuExecutor* cpu() const { return cpu_; }
   // "the CPU, 8 threads per rank" or "GPU 0": where the plan runs, for a report.
   const std::string& where() const { return where_; }
 
@@ -49,6 +53,7 @@ class RankExecutor {
   std::shared_ptr<comm::NcclCommunicator> nccl_;
   std::unique_ptr<Executor> executor_;
   CudaExecutor* gpu_ = nullptr;
+  CpuExecutor* cpu_ = nullptr;
   std::string where_;
 };
 

@@ -1,4 +1,4 @@
-#include "tools/hybridcp/Executors.h"
+#include "runtime/exec/RankExecutor.h"
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
@@ -23,7 +23,10 @@ absl::StatusOr<RankExecutor> RankExecutor::Create(const plan::Plan& plan, comm::
   if (!plan.StoresBf16()) {
     CpuExecutor::Options cpu;
     cpu.threads = CpuExecutor::ThreadsPerRank(ranks.world_size());
-    HCP_ASSIGN_OR_RETURN(rank.executor_, CpuExecutor::Create(plan, ranks, cpu));
+    HCP_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> executor,
+                         CpuExecutor::Create(plan, ranks, cpu));
+    rank.cpu_ = executor.get();
+    rank.executor_ = std::move(executor);
     rank.where_ =
         absl::StrFormat("the CPU, %d thread%s per rank", cpu.threads, cpu.threads == 1 ? "" : "s");
     return rank;
@@ -37,12 +40,15 @@ absl::StatusOr<RankExecutor> RankExecutor::Create(const plan::Plan& plan, comm::
   gpu.shard_optimizer = options.shard_optimizer;
   if (ranks.world_size() > 1) {
     gpu.device = comm::NcclCommunicator::LocalDevice(ranks);
-    HCP_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
-                         comm::NcclCommunicator::Create(ranks, gpu.device, ranks.timeout()));
-    rank.nccl_ = std::move(nccl);
+    absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
+        comm::NcclCommunicator::Create(ranks, gpu.device, ranks.timeout());
+    HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(ranks, nccl.status()));
+    rank.nccl_ = *std::move(nccl);
     gpu.nccl = rank.nccl_.get();
   }
-  HCP_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> executor, CudaExecutor::Create(plan, gpu));
+  absl::StatusOr<std::unique_ptr<CudaExecutor>> created = CudaExecutor::Create(plan, gpu);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(ranks, created.status()));
+  std::unique_ptr<CudaExecutor> executor = *std::move(created);
   rank.gpu_ = executor.get();
   rank.executor_ = std::move(executor);
   rank.where_ = absl::StrFormat("GPU %d", gpu.device);

@@ -13,6 +13,10 @@
 #    (BEFORE, the packed bundle of the commit before the change, carried as build-gpu/before) and
 #    this one, alternating, each on its own plan and the new binary on the old plan: the step
 #    losses must agree, the tokens/s within noise.
+# 4. Before/after: `hybridcp train` on the GPU with both binaries, one run with --grad-accum 2
+#    (the fp32 accumulation stash) and checkpoints, one stopped and resumed: the step losses
+#    within 1e-4 (the default attention backward adds dq's pieces in a varying order), the resumed
+#    run's as the uninterrupted one's.
 #
 #   run(command="scripts/gpu/run_executor_checks.sh", carry=["build-gpu/carry", "build-gpu/before"])
 set -uo pipefail
@@ -41,5 +45,21 @@ if [ -f "$ROOT/build-gpu/before/bundle.tar.gz" ]; then
   run "$HCP" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
   cmp "$BEFORE/plans/tiny-8192-bf16.plan" "$P/tiny-8192-bf16.plan" &&
     echo "== the plans are byte-identical" | tee -a "$LOG"
+  T=/tmp/hcp-executor-train
+  rm -rf "$T" && mkdir -p "$T"
+  COMPARE=$ROOT/tests/lit/e2e/Inputs/compare_metrics.py
+  for who in BEFORE BUNDLE; do
+    dir=${!who}
+    TRAIN=(train "$dir/plans/small-512-bf16.plan" --data "$dir/text.bin" --steps 8 --lr 1e-3
+      --warmup 0)
+    run "$dir/bin/hybridcp" "${TRAIN[@]}" --grad-accum 2 --checkpoint-dir "$T/$who.accum" \
+      --checkpoint-every 4 --metrics "$T/$who.accum.jsonl"
+    run "$dir/bin/hybridcp" "${TRAIN[@]}" --checkpoint-dir "$T/$who.ck" --checkpoint-every 2 \
+      --stop-after 4 --metrics "$T/$who.resumed.jsonl"
+    run "$dir/bin/hybridcp" "${TRAIN[@]}" --checkpoint-dir "$T/$who.ck" --resume \
+      --metrics "$T/$who.resumed.jsonl"
+  done
+  run python3 "$COMPARE" "$T/BEFORE.accum.jsonl" "$T/BUNDLE.accum.jsonl" 1 8 1e-4
+  run python3 "$COMPARE" "$T/BEFORE.resumed.jsonl" "$T/BUNDLE.resumed.jsonl" 1 8 1e-4
 fi
 exit $status

@@ -18,14 +18,15 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/RankExecutor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Format.h"
+#include "runtime/train/Optimizer.h"
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
-#include "runtime/exec/RankExecutor.h"
 #include "tools/hybridcp/Ranks.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/exec/CudaExecutor.h"
@@ -141,48 +142,29 @@ void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
   }
 }
 
-// What only the GPUs measure: the optimizer (AdamW on the device), the peak memory and the
-// time per kernel launch. Refused for a plan that runs on the CPU.
+// What only the GPUs measure: the time per kernel launch. Refused for a plan that runs on the
+// CPU.
 absl::Status CheckGpuOnlyOptions(const BenchOptions& o, const RankExecutor& rank) {
-  if (rank.on_gpu()) return absl::OkStatus();
-  for (const auto& [set, name] :
-       {std::pair{o.optimizer, "--optimizer"}, std::pair{o.shard_optimizer, "--shard-optimizer"},
-        std::pair{o.profile, "--profile"}}) {
-    if (set) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s times the GPUs' work: this plan is f32 and runs on the CPU (compile it with "
-          "--dtype bf16 for GPUs)",
-          name));
-    }
-  }
-  return absl::OkStatus();
+  if (rank.on_gpu() || !o.profile) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--profile times the GPUs' kernels: this plan is f32 and runs on the CPU (compile it with "
+      "--dtype bf16 for GPUs)");
 }
 
-#ifdef HYBRIDCP_HAVE_CUDA
-// One AdamW update on the device from the summed gradients (clipped to the default max norm;
-// skipped when the norm is not finite). Returns its seconds.
-absl::StatusOr<double> GpuOptimizerStep(CudaExecutor& exec, const BenchOptions& o, int64_t step) {
+// One AdamW update from the summed gradients (clipped to the default max norm; skipped when the
+// norm is not finite). Returns its seconds.
+absl::StatusOr<double> OptimizerStep(Executor& exec, train::Optimizer& optimizer, double lr) {
   const auto start = std::chrono::steady_clock::now();
   const train::AdamWConfig adamw;
-  const plan::Plan& plan = exec.plan();
-  auto decay = [&plan](const plan::Parameter& p) {
-    return train::DefaultDecay(p.name, plan.FullShape(p));
-  };
   HCP_ASSIGN_OR_RETURN(double squared_norm, exec.GradientSquaredNorm());
   const double norm = std::sqrt(squared_norm);
-  cuda::AdamWStep update{.lr = o.lr,
-                         .beta1 = adamw.beta1,
-                         .beta2 = adamw.beta2,
-                         .eps = adamw.eps,
-                         .weight_decay = adamw.weight_decay,
-                         .clip_coef = norm > adamw.max_grad_norm && std::isfinite(norm)
-                                          ? adamw.max_grad_norm / norm
-                                          : 1.0,
-                         .t = step + 1};
-  if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(exec.OptimizerStep(update, decay));
+  const double clip_coef =
+      norm > adamw.max_grad_norm && std::isfinite(norm) ? adamw.max_grad_norm / norm : 1.0;
+  if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(optimizer.Update(lr, clip_coef));
   return Seconds(start);
 }
 
+#ifdef HYBRIDCP_HAVE_CUDA
 void PrintGpuMemory(const CudaExecutor& exec) {
   const CudaExecutor::Memory memory = exec.MemoryUse();
   std::printf("GPU memory: %.2f GiB peak of %.2f GiB (%.0f%%)\n", memory.peak_bytes / 1073741824.0,
@@ -250,9 +232,12 @@ absl::Status RunBench(const Args& args) {
 
   Executor& exec = rank.executor();
   HCP_RETURN_IF_ERROR(exec.InitializeParameters(static_cast<uint64_t>(o.seed)));
-#ifdef HYBRIDCP_HAVE_CUDA
-  if (o.optimizer) HCP_RETURN_IF_ERROR(rank.gpu()->InitOptimizer());
-#endif
+  std::unique_ptr<train::Optimizer> optimizer;
+  if (o.optimizer) {
+    HCP_ASSIGN_OR_RETURN(optimizer,
+                         train::CreateOptimizer(rank, train::AdamWConfig{}, o.shard_optimizer));
+    HCP_RETURN_IF_ERROR(optimizer->Start());
+  }
 
   // Tokens per rank per step: a cp group shares one micro-batch; each dp index has its own.
   const int64_t tokens = plan.local_tokens();
@@ -267,11 +252,9 @@ absl::Status RunBench(const Args& args) {
     const double step_seconds = Seconds(start);
     const float loss = exec.Loss();
     double opt_seconds = 0;
-#ifdef HYBRIDCP_HAVE_CUDA
-    if (o.optimizer) {
-      HCP_ASSIGN_OR_RETURN(opt_seconds, GpuOptimizerStep(*rank.gpu(), o, step));
+    if (optimizer) {
+      HCP_ASSIGN_OR_RETURN(opt_seconds, OptimizerStep(exec, *optimizer, o.lr));
     }
-#endif
     const bool timed = step >= o.warmup;
     if (timed) {
       fwd_bwd_seconds += step_seconds;
@@ -299,8 +282,8 @@ absl::Status RunBench(const Args& args) {
   std::printf("\n");
   if (o.optimizer) {
     const double full = (fwd_bwd_seconds + optimizer_seconds) / o.steps;
-    std::printf("with the optimizer: %s tokens/s/GPU, %.1f ms per step (AdamW %.1f ms)\n",
-                train::FormatCount(static_cast<int64_t>(tokens / full)).c_str(), 1e3 * full,
+    std::printf("with the optimizer: %s tokens/s/%s, %.1f ms per step (AdamW %.1f ms)\n",
+                train::FormatCount(static_cast<int64_t>(tokens / full)).c_str(), per, 1e3 * full,
                 1e3 * optimizer_seconds / o.steps);
   }
 #ifdef HYBRIDCP_HAVE_CUDA
@@ -328,10 +311,12 @@ Command MakeBenchCommand() {
       {{"data", "FILE", "token file to train on (default: random tokens)"},
        {"steps", "N", "timed steps (default 10)"},
        {"warmup", "N", "untimed steps first (default 2)"},
-       {"optimizer", "", "also run AdamW (fp32 master weights and moments on the GPU)"},
+       {"optimizer", "",
+        "also run AdamW (fp32 master weights and moments where the plan runs: the GPU or the "
+        "host)"},
        {"shard-optimizer", "",
-        "each GPU keeps and updates its slice of the AdamW state (gradients reduce-scattered, "
-        "updated parameters all-gathered)"},
+        "each rank keeps and updates its slice of the AdamW state (on GPUs the gradients "
+        "reduce-scattered; the updated parameters all-gathered)"},
        {"lr", "X", "AdamW learning rate (default 3e-4)"},
        {"seed", "N", "parameter initialisation seed (default 0)"},
        {"device", "N", "CUDA device (default 0; under mpirun each rank takes its local rank's)"},

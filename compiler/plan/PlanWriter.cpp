@@ -1,6 +1,7 @@
 #include "compiler/plan/PlanWriter.h"
 
 #include <map>
+#include <optional>
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "dialects/dist/DistDialect.h"
@@ -118,9 +119,22 @@ class Writer {
       std::vector<uint32_t> ins, outs;
       for (Value value : launch.getIns()) ins.push_back(indexOf_[value]);
       for (Value value : launch.getOuts()) outs.push_back(indexOf_[value]);
-      builder_.AddStep(launch.getKernel().str(), ins, outs,
-                       std::vector<int64_t>(launch.getInts().begin(), launch.getInts().end()),
-                       std::vector<double>(launch.getFloats().begin(), launch.getFloats().end()));
+      const size_t step = builder_.AddStep(
+          launch.getKernel().str(), ins, outs,
+          std::vector<int64_t>(launch.getInts().begin(), launch.getInts().end()),
+          std::vector<double>(launch.getFloats().begin(), launch.getFloats().end()));
+      if (launch.getBeside()) {
+        builder_.step(step).stream = plan::Stream::kBeside;
+        besideStep_ = step;
+      }
+      return absl::OkStatus();
+    }
+    if (isa<exec::JoinOp>(op)) {
+      // The verifier saw a beside launch before it: the compute stream waits for it before the
+      // next step.
+      if (!besideStep_) return absl::InternalError("exec.join without a launch beside it (a bug)");
+      builder_.step(*besideStep_).join_before = static_cast<uint32_t>(builder_.num_steps());
+      besideStep_.reset();
       return absl::OkStatus();
     }
     if (auto result = dyn_cast<exec::ResultOp>(op)) {
@@ -161,6 +175,7 @@ class Writer {
 
   plan::PlanBuilder builder_;
   llvm::DenseMap<Value, uint32_t> indexOf_;
+  std::optional<size_t> besideStep_;  // the step running beside the compute stream, not yet joined
   // name -> (buffer, (init, std)), in program order of first appearance.
   llvm::MapVector<StringRef, std::pair<uint32_t, std::pair<plan::ParamInit, double>>> parameters_;
   llvm::StringMap<uint32_t> gradients_;

@@ -69,7 +69,35 @@ LogicalResult LaunchOp::verify() {
       plan::CheckKernelArguments({*kernel, getInts(), getFloats(), ins, outs}, /*context=*/nullptr);
   if (!status.ok())
     return emitOpError() << "kernel '" << getKernel() << "': " << std::string(status.message());
-  return success();
+  if (!getBeside()) return success();
+  if (!plan::RunsBesideCompute(*kernel)) {
+    return emitOpError() << "kernel '" << getKernel()
+                         << "' may not run beside the compute stream (only the `beside` kernels "
+                            "of KernelTable.txt may)";
+  }
+  // Joined before the next launch that communicates, and before the step ends.
+  for (Operation* op = getOperation()->getNextNode(); op != nullptr; op = op->getNextNode()) {
+    if (isa<JoinOp>(op)) return success();
+    auto launch = dyn_cast<LaunchOp>(op);
+    if (!launch) continue;
+    std::optional<plan::KernelId> next = plan::FindKernel(launch.getKernel().str());
+    if (next && plan::IsCollective(*next)) {
+      return emitOpError() << "runs beside the compute stream but is not joined (exec.join) "
+                              "before the next collective, '"
+                           << launch.getKernel() << "'";
+    }
+  }
+  return emitOpError() << "runs beside the compute stream but is not joined (exec.join) before "
+                          "the step ends";
+}
+
+LogicalResult JoinOp::verify() {
+  for (Operation* op = getOperation()->getPrevNode(); op != nullptr; op = op->getPrevNode()) {
+    if (isa<JoinOp>(op)) break;
+    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getBeside()) return success();
+  }
+  return emitOpError() << "waits for no launch: none runs beside the compute stream since the "
+                          "previous exec.join";
 }
 
 void LaunchOp::getEffects(

@@ -46,12 +46,28 @@ def Exec_LaunchOp : Exec_Op<"launch", [DeclareOpInterfaceMethods<MemoryEffectsOp
     Reads `ins`, overwrites `outs`; `ints` and `floats` are the kernel's scalar arguments in the
     order of the kernel's signature in runtime/plan/KernelTable.txt, whose sizes and dtypes
     the verifier checks.
+
+    `beside` (hcp-overlap-collectives sets it): the launch runs on a stream beside the compute
+    stream, from here until the next `exec.join`, while the launches in between run on the
+    compute stream. Only a `beside` kernel of the table may, and it must be joined before the
+    next launch that communicates and before the step ends.
   }];
   let arguments = (ins StrAttr:$kernel, Variadic<Exec_Buffer>:$ins, Variadic<Exec_Buffer>:$outs,
-                       DenseI64ArrayAttr:$ints, DenseF64ArrayAttr:$floats);
+                       DenseI64ArrayAttr:$ints, DenseF64ArrayAttr:$floats, UnitAttr:$beside);
   let assemblyFormat = [{
     $kernel (`ins` `(` $ins^ `:` type($ins) `)`)? `outs` `(` $outs `:` type($outs) `)` attr-dict
   }];
+  let hasVerifier = 1;
+}
+
+def Exec_JoinOp : Exec_Op<"join", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "the compute stream waits for the launch running beside it";
+  let description = [{
+    `exec.join`: the launches after it start once the `beside` launch before it is done
+    (hcp-overlap-collectives places it before the first launch that touches that launch's
+    buffers, or communicates, or at the end of the step). Its memory effects keep it in place.
+  }];
+  let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
 

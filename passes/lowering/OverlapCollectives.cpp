@@ -1,7 +1,8 @@
 // hcp-overlap-collectives: around each halo exchange and state scan, the launches that do not
-// need it go right after it and those that do after them, so that the collective runs beside
-// compute (the CUDA executor starts it on its communication stream and waits for it only before
-// the first launch that touches its buffers).
+// need it go right after it and those that do after them; then the schedule: the collective
+// runs `beside` the compute stream, joined (exec.join) before the first later launch that needs
+// it, communicates, or the step's end. The plan records it (Step::stream, join_before) and the
+// CUDA executor runs it so.
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -22,11 +23,10 @@ namespace {
 
 using namespace mlir;
 
-// The collectives the CUDA executor runs beside the compute stream (runtime/exec/CudaExecutor.cpp
-// keeps the same list).
+// The collectives that may run beside the compute stream (`beside` in KernelTable.txt).
 bool overlappable(exec::LaunchOp launch) {
-  StringRef kernel = launch.getKernel();
-  return kernel.starts_with("halo_exchange.") || kernel.starts_with("state_scan.");
+  std::optional<plan::KernelId> kernel = plan::FindKernel(launch.getKernel());
+  return kernel && plan::RunsBesideCompute(*kernel);
 }
 
 // Every launch that talks to other ranks (a `collective` kernel of runtime/plan/KernelTable.txt):
@@ -85,7 +85,27 @@ struct OverlapCollectivesPass : impl::OverlapCollectivesBase<OverlapCollectivesP
         if (overlappable(launch)) collectives.push_back(launch);
       }
       for (exec::LaunchOp collective : collectives) reorderAround(collective);
+      for (exec::LaunchOp collective : collectives) scheduleBeside(collective);
     }
+  }
+
+  // The collective runs beside the compute stream until the first later launch that conflicts
+  // with it (either writes a buffer the other touches) or communicates, or the step's end:
+  // exec.join goes before that. (hcp-plan-memory keeps the collective's buffers live until
+  // the join, so no launch in between may reuse their bytes.)
+  void scheduleBeside(exec::LaunchOp collective) {
+    const Footprint footprint(collective);
+    Operation* joinBefore = collective->getBlock()->getTerminator();
+    for (Operation* op = collective->getNextNode(); op != joinBefore; op = op->getNextNode()) {
+      auto launch = dyn_cast<exec::LaunchOp>(op);
+      if (launch && (communicates(launch) || Footprint(launch).conflictsWith(footprint))) {
+        joinBefore = launch;
+        break;
+      }
+    }
+    collective.setBeside(true);
+    OpBuilder(joinBefore).create<exec::JoinOp>(collective.getLoc());
+    ++scheduledBeside;
   }
 
   // The launches already placed beside a collective: those moved after it and those found free

@@ -84,7 +84,8 @@ def KeepExpertH : Pass<"hcp-keep-expert-h", "mlir::ModuleOp"> {
 }
 
 def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
-  let summary = "order the launches around halo exchanges and state scans so compute overlaps them";
+  let summary = "order the launches around halo exchanges and state scans so compute overlaps "
+                "them, and schedule the collectives beside the compute stream";
   let description = [{
     The CUDA executor starts a halo exchange or a state scan on its communication stream and
     waits for it only before the first later launch that touches its buffers. This pass gives
@@ -95,12 +96,17 @@ def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
     does not feed). Launches only move later, and never past a launch they share a buffer with
     where either writes it, so every buffer sees its reads and writes in the same order and the
     step computes exactly what it did; no launch crosses another collective, so all ranks keep
-    issuing them in the same order. Runs before hcp-plan-memory (the new order's lifetimes are
-    the ones placed).
+    issuing them in the same order. Then the schedule, which the plan records and the runtime
+    follows: each such collective is marked `beside` and an `exec.join` goes before the first
+    later launch that conflicts with it or communicates (or before the return). Runs before
+    hcp-plan-memory (the new order's lifetimes are the ones placed, a beside launch's buffers
+    live until its join).
   }];
   let statistics = [
     Statistic<"movedAfter", "moved-after", "launches moved after a collective they do not need">,
-    Statistic<"movedPast", "moved-past", "launches that need a collective moved past free ones">
+    Statistic<"movedPast", "moved-past", "launches that need a collective moved past free ones">,
+    Statistic<"scheduledBeside", "scheduled-beside",
+              "collectives scheduled beside the compute stream">
   ];
 }
 

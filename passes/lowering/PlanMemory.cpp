@@ -144,7 +144,15 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
     DenseMap<Value, size_t> lifetimeOf;  // activation buffer (or a view of one) -> lifetime
     std::vector<exec::BufferOp> persistent, sharded;
     int64_t index = 0;
+    // The lifetimes a launch running beside the compute stream touches: they last until its
+    // exec.join, since the launches in between run while it does.
+    std::vector<size_t> beside;
     func.walk([&](Operation* op) {
+      if (isa<exec::JoinOp>(op)) {
+        for (size_t l : beside) lifetimes[l].last = std::max(lifetimes[l].last, index - 1);
+        beside.clear();
+        return;
+      }
       if (auto buffer = dyn_cast<exec::BufferOp>(op)) {
         if (buffer.getArena() != exec::Arena::Activations) {
           (buffer.getShards() ? sharded : persistent).push_back(buffer);
@@ -166,6 +174,8 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
         Lifetime& lifetime = lifetimes[it->second];
         if (lifetime.first < 0) lifetime.first = index;
         lifetime.last = index;
+        if (auto launch = dyn_cast<exec::LaunchOp>(op); launch && launch.getBeside())
+          beside.push_back(it->second);
       }
       ++index;
     });

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/exec/RankInputs.h"
@@ -42,6 +41,8 @@ int GemmLanes() {
 // Every allocation and every carved piece is a multiple of this (cudaMalloc's alignment).
 constexpr uint64_t kAlignment = 256;
 constexpr int32_t kNoBadPosition = std::numeric_limits<int32_t>::max();
+// join_before_ of a step that runs on the compute stream.
+constexpr size_t kOnComputeStream = ~size_t{0};
 
 uint64_t RoundUp(uint64_t bytes) {
   return (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
@@ -387,16 +388,20 @@ absl::Status CudaExecutor::WriteInts(uint32_t buffer, std::span<const int32_t> v
 // ---------------------------------------------------------------------------------------------
 // Running the plan.
 
-// With several ranks the halo exchanges and state scans run beside the compute stream
-// (BesideCompute.h), their scratch the end of the workspace's allocation.
+// With several ranks the steps the plan's schedule puts beside the compute stream (halo
+// exchanges and state scans: Plan.h's Step::stream, checked by ValidatePlan) run there, their
+// scratch the end of the workspace's allocation.
 void CudaExecutor::PlanBesideCompute() {
-  join_before_.assign(plan_.steps.size(), cuda_backend::kOnComputeStream);
+  join_before_.assign(plan_.steps.size(), kOnComputeStream);
   if (nccl_ == nullptr) return;
   const size_t beside_bytes = RoundUp(cuda_backend::BesideComputeWorkspaceBytes(plan_));
   workspace_bytes_ -= beside_bytes;
   beside_workspace_ =
       cuda::Workspace{static_cast<std::byte*>(workspace_) + workspace_bytes_, beside_bytes};
-  join_before_ = cuda_backend::BesideComputeJoins(plan_);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    if (plan_.steps[i].stream == plan::Stream::kBeside)
+      join_before_[i] = plan_.steps[i].join_before;
+  }
 }
 
 absl::Status CudaExecutor::PrepareHostCopies() {
@@ -562,16 +567,16 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
-  size_t summed = 0;                                  // gradient sums started, in ready_order_
-  size_t in_flight = cuda_backend::kOnComputeStream;  // the step running beside the compute stream
-  std::vector<std::pair<size_t, size_t>> joins;       // profiled: (collective, step joined before)
-  auto join = [&](size_t before) {  // the compute stream waits for the step beside it
+  size_t summed = 0;                             // gradient sums started, in ready_order_
+  size_t in_flight = kOnComputeStream;           // the step running beside the compute stream
+  std::vector<std::pair<size_t, size_t>> joins;  // profiled: (collective, step joined before)
+  auto join = [&](size_t before) {               // the compute stream waits for the step beside it
     cudaStreamWaitEvent(stream_, beside_done_, 0);
     if (profile) {
       cudaEventRecord(join_events_[before], stream_);
       joins.push_back({in_flight, before});
     }
-    in_flight = cuda_backend::kOnComputeStream;
+    in_flight = kOnComputeStream;
   };
   HCP_RETURN_IF_ERROR(QueueHostCopies(cuda_backend::kBeforeTheSteps, stream_));
   for (size_t i = 0; i < steps; ++i) {
@@ -581,8 +586,8 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       if (ready > summed) StartGradientSums(summed, ready);
       summed = ready;
     }
-    if (in_flight != cuda_backend::kOnComputeStream && join_before_[in_flight] == i) join(i);
-    const bool is_beside = join_before_[i] != cuda_backend::kOnComputeStream;
+    if (in_flight != kOnComputeStream && join_before_[in_flight] == i) join(i);
+    const bool is_beside = join_before_[i] != kOnComputeStream;
     if (is_beside) {  // starts after the work queued so far, runs beside what follows
       cudaEventRecord(beside_start_, stream_);
       cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
@@ -612,7 +617,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
     }
   }
-  if (in_flight != cuda_backend::kOnComputeStream) join(steps);
+  if (in_flight != kOnComputeStream) join(steps);
   if (sum_gradients) {
     if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
     if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);

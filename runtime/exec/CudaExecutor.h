@@ -267,11 +267,11 @@ class CudaExecutor final : public ExecutorCore {
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
   std::vector<cudaEvent_t> events_;  // RunStepProfiled's: one per step and one before, then the
                                      // gradient sums' end
-  // The collectives that run beside the compute stream (cuda_backend::RunsBesideCompute, with
+  // The collectives the plan's schedule runs beside the compute stream (Step::stream, with
   // several ranks): their stream, the events that start them after the compute stream's work so
   // far and say when they are done, their scratch (the end of the workspace's allocation), and
-  // per step the step before which the compute stream waits for it (steps.size(): the end;
-  // cuda_backend::kOnComputeStream: the step runs on stream_). RunStepProfiled records
+  // per step the step before which the compute stream waits for it (the plan's join_before,
+  // steps.size(): the end; kOnComputeStream: the step runs on stream_). RunStepProfiled records
   // join_events_[j] after the wait before step j, so the wait counts as the collective's time.
   cudaStream_t beside_stream_ = nullptr;
   cudaEvent_t beside_start_ = nullptr;

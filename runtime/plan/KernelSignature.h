@@ -68,6 +68,7 @@ struct RuleSpec {
 struct KernelSignature {
   std::string_view name;  // as plans and exec.launch spell it: "ssd_scan.backward"
   bool collective;        // communicates: every rank of its group runs it, in the same order
+  bool beside;            // a collective that may run beside the compute stream (KernelTable.txt)
   std::span<const IntSpec> ints;
   std::span<const std::string_view> floats;
   std::span<const BufferSpec> ins;

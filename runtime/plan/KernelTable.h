@@ -18,6 +18,9 @@ inline std::string_view KernelName(KernelId id) { return GetKernelSignature(id).
 // True for the kernels that communicate (`collective` in the table): every rank of their group
 // must run them, in the same order.
 inline bool IsCollective(KernelId id) { return GetKernelSignature(id).collective; }
+// True for the collectives that may run beside the compute stream (`beside` in the table): a
+// plan's schedule may start one on a stream of its own and join it later (Plan.h's Step::stream).
+inline bool RunsBesideCompute(KernelId id) { return GetKernelSignature(id).beside; }
 // nullopt for a name the table does not list.
 std::optional<KernelId> FindKernel(std::string_view name);
 

@@ -115,12 +115,22 @@ struct Parameter {
 // One kernel launch: ins/outs are buffer indices; ints/floats are the kernel's scalar
 // arguments in the order of its signature (KernelTable.txt). Read and write steps through the
 // kernel's argument struct: DecodeStep<SsdScanForwardArgs>(step), EncodeStep(args).
+// Where a step runs: the plan's schedule, decided by the compiler (hcp-overlap-collectives) and
+// checked by ValidatePlan. kCompute: on the compute stream, in step order. kBeside: a collective
+// the kernel table marks `beside` (RunsBesideCompute), started after every step before it and
+// run beside the steps that follow, until the compute stream waits for it before step
+// join_before (steps.size(): the end). No step before the join touches what it reads or writes
+// or communicates. A backend may run every step on one stream (the CPU does): the same result.
+enum class Stream : uint8_t { kCompute = 0, kBeside = 1 };
+
 struct Step {
   KernelId kernel = KernelId::Gemm;
   std::vector<uint32_t> ins;
   std::vector<uint32_t> outs;
   std::vector<int64_t> ints;
   std::vector<double> floats;
+  Stream stream = Stream::kCompute;
+  uint32_t join_before = 0;  // kBeside only
 };
 
 // A step's arguments by name, for a step of kernel Args<>::kId that ValidatePlan has checked:

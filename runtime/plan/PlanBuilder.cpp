@@ -194,7 +194,8 @@ std::string PlanBuilder::FinishUnchecked() const {
   std::vector<flatbuffers::Offset<fb::Step>> steps;
   for (const StepSpec& s : steps_) {
     steps.push_back(fb::CreateStepDirect(fbb, s.kernel.empty() ? nullptr : s.kernel.c_str(), &s.ins,
-                                         &s.outs, &s.ints, &s.floats));
+                                         &s.outs, &s.ints, &s.floats,
+                                         static_cast<fb::Stream>(s.stream), s.join_before));
   }
   std::vector<uint64_t> arena_bytes;
   for (int a = 0; a < kNumArenas; ++a) arena_bytes.push_back(this->arena_bytes(Arena(a)));

@@ -41,6 +41,8 @@ class PlanBuilder {
     std::vector<uint32_t> outs;
     std::vector<int64_t> ints;
     std::vector<double> floats;
+    Stream stream = Stream::kCompute;
+    uint32_t join_before = 0;
   };
   struct ParameterBuffers {
     uint32_t value;     // in Parameters

@@ -161,12 +161,18 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
             absl::StrFormat("step %d: unknown kernel '%s' (not in this runtime's KernelTable.txt)",
                             i, absl::CHexEscape(s->kernel()->str())));
       }
+      if (s->stream() < fb::Stream_MIN || s->stream() > fb::Stream_MAX) {
+        return absl::InvalidArgumentError(absl::StrFormat("step %d: stream %d is not a stream", i,
+                                                          static_cast<int>(s->stream())));
+      }
       plan.steps.push_back(Step{
           .kernel = *kernel,
           .ins = ToVector(s->ins()),
           .outs = ToVector(s->outs()),
           .ints = ToVector(s->ints()),
           .floats = ToVector(s->floats()),
+          .stream = static_cast<Stream>(s->stream()),
+          .join_before = s->join_before(),
       });
     }
   }

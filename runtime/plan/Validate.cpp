@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/plan/KernelCheck.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/Schedule.h"
 #include "runtime/support/Status.h"
 
 namespace hcp::plan {
@@ -393,7 +394,7 @@ absl::Status ValidatePlan(const Plan& plan) {
   HCP_RETURN_IF_ERROR(CheckParameters(plan));
   HCP_RETURN_IF_ERROR(CheckInputsAndLoss(plan));
   for (size_t i = 0; i < plan.steps.size(); ++i) HCP_RETURN_IF_ERROR(CheckStep(plan, i));
-  return absl::OkStatus();
+  return CheckSchedule(plan);
 }
 
 }  // namespace hcp::plan

@@ -55,6 +55,7 @@ class Kernel:
     name: str
     ident: str
     collective: bool
+    beside: bool
     doc: list = field(default_factory=list)
     ints: list = field(default_factory=list)  # (name, kind)
     floats: list = field(default_factory=list)
@@ -150,11 +151,13 @@ def parse(path):
             rest = rest.strip()
             if word == "kernel":
                 parts = rest.split()
-                if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "collective"):
-                    raise DescriptionError(f"{where}: expected kernel NAME Id [collective]")
+                markers = parts[2:]
+                if len(parts) < 2 or markers not in ([], ["collective"], ["collective", "beside"]):
+                    raise DescriptionError(
+                        f"{where}: expected kernel NAME Id [collective [beside]]")
                 if not IDENTIFIER.match(parts[1]):
                     raise DescriptionError(f"{where}: '{parts[1]}' is not a C++ identifier")
-                kernel = Kernel(parts[0], parts[1], len(parts) == 3)
+                kernel = Kernel(parts[0], parts[1], "collective" in markers, "beside" in markers)
                 kernels.append(kernel)
                 continue
             if kernel is None:
@@ -322,6 +325,7 @@ def emit(kernels, source):
     for k in kernels:
         d = "signature_data::k" + k.ident
         parts = [f'"{k.name}"', "true" if k.collective else "false",
+                 "true" if k.beside else "false",
                  span_of(d + "Ints", k.ints), span_of(d + "Floats", k.floats),
                  span_of(d + "Ins", k.ins), span_of(d + "Outs", k.outs),
                  span_of(d + "Rules", k.rules)]

@@ -22,6 +22,25 @@ namespace hcp {
 namespace {
 
 // Bytes each rank sends per step, by collective kind: one row per rank, one column per kind.
+// The plan's schedule: the collectives that run beside the compute stream, and the compute
+// steps that run while they do.
+void PrintSchedule(const plan::Plan& plan) {
+  size_t beside = 0, overlapped = 0;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    if (plan.steps[i].stream != plan::Stream::kBeside) continue;
+    ++beside;
+    overlapped += plan.steps[i].join_before - i - 1;
+  }
+  if (beside == 0) {
+    std::printf("schedule: every step on the compute stream\n");
+    return;
+  }
+  std::printf(
+      "schedule: %zu collectives beside the compute stream, %zu compute steps run beside "
+      "them\n",
+      beside, overlapped);
+}
+
 void PrintCommunication(const plan::Plan& plan) {
   std::printf("ranks: cp %lld x dp %lld, %s layout\n", static_cast<long long>(plan.mesh.cp),
               static_cast<long long>(plan.mesh.dp),
@@ -157,6 +176,7 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   for (const plan::Step& step : plan.steps) ++kernels[std::string(plan::KernelName(step.kernel))];
   std::printf("buffers: %zu; steps: %zu\n", plan.buffers.size(), plan.steps.size());
   for (const auto& [name, count] : kernels) std::printf("  %-26s %d\n", name.c_str(), count);
+  PrintSchedule(plan);
   if (plan.mesh.world() > 1) PrintCommunication(plan);
   if (list_buffers) {
     std::printf("buffers (index, arena, offset, bytes, dtype, shape, name):\n");

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/backends/cuda/BesideCompute.h"
 #include "runtime/backends/cuda/StepArgs.h"
 #include "runtime/kernels/cuda/Kernels.h"
 #include "runtime/support/Status.h"
@@ -441,7 +440,7 @@ size_t WorkspaceBytes(const plan::Plan& plan) {
 size_t BesideComputeWorkspaceBytes(const plan::Plan& plan) {
   size_t bytes = 0;
   for (const plan::Step& step : plan.steps) {
-    if (RunsBesideCompute(step.kernel)) {
+    if (plan::RunsBesideCompute(step.kernel)) {
       bytes = std::max(bytes, detail::StepWorkspaceBytes(plan, step));
     }
   }

@@ -59,7 +59,7 @@ struct StepResources {
 // lse, the collectives' transfer buffers and ring attention's fp32 sums).
 size_t WorkspaceBytes(const plan::Plan& plan);
 
-// The scratch the steps that run beside the compute stream need (BesideCompute.h): their
+// The scratch the steps that run beside the compute stream need (the `beside` kernels): their
 // largest, to be given apart from the shared workspace.
 size_t BesideComputeWorkspaceBytes(const plan::Plan& plan);
 

@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/kernels_cuda/PlanSketch.h"
+#include "tests/unit/plan/PlanSketch.h"
 
 namespace hcp::cuda_backend {
 namespace {
 
 using plan::Arena;
 using plan::KernelId;
-using testing::PlanSketch;
+using plan::testing::PlanSketch;
 
 TEST(HostCopies, OnlyTheMoeExpertsReadOnTheHost) {
   EXPECT_EQ(HostReadInput(KernelId::MoeExpertsForward), 2);

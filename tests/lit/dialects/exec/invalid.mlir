@@ -108,3 +108,44 @@ func.func @zero_size(%a: memref<4xf32>) {
   exec.launch "fill" outs(%a : memref<4xf32>) {ints = array<i64: 0>, floats = array<f64: 1.0>}
   return
 }
+
+// -----
+
+// Only the table's `beside` kernels run beside the compute stream.
+func.func @beside_not_a_beside_kernel(%a: memref<4xf32>, %b: memref<4xf32>) {
+  // expected-error @+1 {{kernel 'silu.forward' may not run beside the compute stream}}
+  exec.launch "silu.forward" ins(%a : memref<4xf32>) outs(%b : memref<4xf32>) {beside, ints = array<i64: 4>, floats = array<f64>}
+  exec.join
+  return
+}
+
+// -----
+
+// A launch beside the compute stream is joined before the next collective...
+func.func @beside_across_a_collective(%x: memref<1x8x4xf32>, %halo: memref<1x3x4xf32>, %p: memref<8xf32>, %sum: memref<8xf32>) {
+  // expected-error @+1 {{runs beside the compute stream but is not joined (exec.join) before the next collective, 'all_reduce'}}
+  exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {beside, ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
+  exec.launch "all_reduce" ins(%p : memref<8xf32>) outs(%sum : memref<8xf32>) {ints = array<i64: 8, 1>, floats = array<f64>}
+  exec.join
+  return
+}
+
+// -----
+
+// ...and before the step ends.
+func.func @beside_never_joined(%x: memref<1x8x4xf32>, %halo: memref<1x3x4xf32>) {
+  // expected-error @+1 {{runs beside the compute stream but is not joined (exec.join) before the step ends}}
+  exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {beside, ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
+  return
+}
+
+// -----
+
+// A join waits for a launch beside the compute stream, one join each.
+func.func @join_without_beside(%x: memref<1x8x4xf32>, %halo: memref<1x3x4xf32>) {
+  exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {beside, ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
+  exec.join
+  // expected-error @+1 {{waits for no launch: none runs beside the compute stream since the previous exec.join}}
+  exec.join
+  return
+}

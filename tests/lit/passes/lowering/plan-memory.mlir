@@ -88,3 +88,31 @@ func.func @sharded_last() {
   exec.result "loss", %a : memref<256xf32>
   return
 }
+
+// -----
+
+// A launch beside the compute stream keeps its buffers live until its exec.join: the launches in
+// between run while it reads x, so b (born after x's last launch) may not take x's bytes before
+// the join, and c (born after it) may (2 KiB of x, halo and b, then c over x: 3 KiB, not 4).
+// CHECK: module attributes {exec.arena_bytes = array<i64: 1024, 0, 3072, 0>}
+// CHECK-LABEL: func.func @beside_lives_until_its_join
+// CHECK: exec.buffer activations "x" offset [[X:[0-9]+]] :
+// CHECK-NOT: offset [[X]] :
+// CHECK: exec.join
+// CHECK: exec.buffer activations "c" offset [[X]] :
+func.func @beside_lives_until_its_join() {
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<256xf32>
+  %x = exec.buffer activations "x" : memref<1x64x4xf32>
+  %xv = exec.view %x : memref<1x64x4xf32> to memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%xv : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  %halo = exec.buffer activations "halo" : memref<1x64x4xf32>
+  exec.launch "halo_exchange.forward" ins(%x : memref<1x64x4xf32>) outs(%halo : memref<1x64x4xf32>) {beside, ints = array<i64: 1, 1, 64, 4, 64>, floats = array<f64>}
+  %b = exec.buffer activations "b" : memref<256xf32>
+  exec.launch "silu.forward" ins(%w : memref<256xf32>) outs(%b : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  exec.join
+  %hv = exec.view %halo : memref<1x64x4xf32> to memref<256xf32>
+  %c = exec.buffer activations "c" : memref<256xf32>
+  exec.launch "silu.forward" ins(%hv : memref<256xf32>) outs(%c : memref<256xf32>) {ints = array<i64: 256>, floats = array<f64>}
+  exec.result "loss", %c : memref<256xf32>
+  return
+}

@@ -1,5 +1,5 @@
-// A plan of a few steps over F32 buffers at chosen (arena, offset) places, for the tests of the
-// CUDA executor's host-side decisions (BesideComputeTest, HostCopiesTest).
+// A plan of a few steps over F32 buffers at chosen (arena, offset) places, for the tests of
+// decisions made from where buffers lie (ScheduleTest, the CUDA executor's HostCopiesTest).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "runtime/plan/Plan.h"
 
-namespace hcp::cuda_backend::testing {
+namespace hcp::plan::testing {
 
 class PlanSketch {
  public:
@@ -25,10 +25,15 @@ class PlanSketch {
   void Step(plan::KernelId kernel, std::vector<uint32_t> ins, std::vector<uint32_t> outs) {
     plan_.steps.push_back(plan::Step{kernel, std::move(ins), std::move(outs), {}, {}});
   }
+  // Schedules step `step` beside the compute stream, joined before step `join_before`.
+  void Beside(size_t step, uint32_t join_before) {
+    plan_.steps.at(step).stream = plan::Stream::kBeside;
+    plan_.steps.at(step).join_before = join_before;
+  }
   const plan::Plan& plan() const { return plan_; }
 
  private:
   plan::Plan plan_;
 };
 
-}  // namespace hcp::cuda_backend::testing
+}  // namespace hcp::plan::testing

@@ -1,5 +1,5 @@
-// What the training loops share, whichever backend runs the steps (Trainer.cpp on CPU ranks,
-// CudaTrainer.cpp on GPUs): the vocabulary and valid-target count of a batch, the step loop with
+// The training loop's parts that do not depend on the executor (Trainer.cpp drives either
+// backend through them): the vocabulary and valid-target count of a batch, the step loop with
 // its progress lines, metrics and checkpoint cadence, and the checkpoint directory's protocol
 // (checked before step 1; files written under a temporary name, renamed when whole, `latest`
 // switched over, the newest --keep-checkpoints kept; a damaged `latest` falls back to the previous

@@ -11,8 +11,9 @@
 # 2. test_plan_step on the small plans (the per-family GPU parity).
 # 3. Before/after: `hybridcp bench` of granite-4.0-h-tiny at s = 8192 with the previous bundle
 #    (BEFORE, the packed bundle of the commit before the change, carried as build-gpu/before) and
-#    this one, alternating, each on its own plan and the new binary on the old plan: the step
-#    losses must agree, the tokens/s within noise.
+#    this one, alternating, each on its own plan: the step losses must agree, the tokens/s within
+#    noise. (Across a plan schema change the new binary cannot read the old plans: it is then
+#    not run on them.)
 # 4. Before/after: `hybridcp train` on the GPU with both binaries, one run with --grad-accum 2
 #    (the fp32 accumulation stash) and checkpoints, one stopped and resumed: the step losses
 #    within 1e-4 (the default attention backward adds dq's pieces in a varying order), the resumed
@@ -42,9 +43,12 @@ if [ -f "$ROOT/build-gpu/before/bundle.tar.gz" ]; then
     run "$BEFORE/bin/hybridcp" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
     run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
   done
-  run "$HCP" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
-  cmp "$BEFORE/plans/tiny-8192-bf16.plan" "$P/tiny-8192-bf16.plan" &&
+  if cmp -s "$BEFORE/plans/tiny-8192-bf16.plan" "$P/tiny-8192-bf16.plan"; then
     echo "== the plans are byte-identical" | tee -a "$LOG"
+  elif [ "$(head -c 12 "$BEFORE/plans/tiny-8192-bf16.plan" | od -An -tu1 -j8)" = \
+    "$(head -c 12 "$P/tiny-8192-bf16.plan" | od -An -tu1 -j8)" ]; then
+    run "$HCP" bench "$BEFORE/plans/tiny-8192-bf16.plan" --steps 5 --warmup 2
+  fi
   T=/tmp/hcp-executor-train
   rm -rf "$T" && mkdir -p "$T"
   COMPARE=$ROOT/tests/lit/e2e/Inputs/compare_metrics.py

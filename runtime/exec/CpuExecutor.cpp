@@ -17,7 +17,7 @@
 #include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/CommVolume.h"
-#include "runtime/support/Bytes.h"
+#include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 

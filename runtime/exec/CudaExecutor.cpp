@@ -14,10 +14,10 @@
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
-#include "runtime/support/Bytes.h"
+#include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/weights/DType.h"
+#include "runtime/support/DType.h"
 
 namespace hcp {
 namespace {

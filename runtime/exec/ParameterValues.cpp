@@ -100,7 +100,7 @@ absl::Status CheckCheckpointHasParameters(const plan::Plan& plan,
     if (!IsFloatDType(info.dtype)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("checkpoint %s: tensor '%s' is %s, expected a float tensor",
-                          checkpoint.dir(), p.name, DTypeName(info.dtype)));
+                          checkpoint.dir(), p.name, SafetensorsName(info.dtype)));
     }
     if (info.shape != shape) {
       return absl::InvalidArgumentError(

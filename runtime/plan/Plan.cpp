@@ -6,30 +6,6 @@
 
 namespace hcp::plan {
 
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "f32";
-    case DType::BF16:
-      return "bf16";
-    case DType::I32:
-      return "i32";
-  }
-  return "?";
-}
-
-uint64_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return 4;
-    case DType::BF16:
-      return 2;
-    case DType::I32:
-      return 4;
-  }
-  return 0;
-}
-
 std::string_view ArenaName(Arena arena) {
   switch (arena) {
     case Arena::Parameters:

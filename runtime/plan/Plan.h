@@ -13,24 +13,24 @@
 
 #include "absl/status/status.h"
 #include "runtime/plan/KernelTable.h"
+#include "runtime/support/DType.h"
 
 namespace hcp::plan {
 
+// A buffer's element type: F32, BF16 or I32 of the one DType (runtime/support/DType.h).
+using ::hcp::DType;
+using ::hcp::DTypeName;
+using ::hcp::DTypeSize;
 // Same values as plan.fbs's enums (PlanFile.cpp checks that at compile time).
-enum class DType : uint8_t { F32 = 0, BF16 = 1, I32 = 2 };
 enum class Arena : uint8_t { Parameters = 0, Gradients = 1, Activations = 2, Inputs = 3 };
 enum class ParamInit : uint8_t { Normal = 0, Zeros = 1, Ones = 2, LogArange = 3 };
 enum class SequenceLayout : uint8_t { Contiguous = 0, Zigzag = 1 };
 
 inline constexpr int kNumArenas = 4;
-inline constexpr int kNumDTypes = 3;
+inline constexpr int kNumDTypes = 3;  // a plan's: F32, BF16, I32
 inline constexpr int kNumParamInits = 4;
 inline constexpr int kNumSequenceLayouts = 2;
 
-// "f32", "bf16", "i32".
-std::string_view DTypeName(DType dtype);
-// Bytes per element.
-uint64_t DTypeSize(DType dtype);
 // "parameters", "gradients", "activations", "inputs".
 std::string_view ArenaName(Arena arena);
 // "normal", "zeros", "ones", "log_arange".

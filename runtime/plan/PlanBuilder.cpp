@@ -6,7 +6,7 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/plan/plan_generated.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 
 namespace hcp::plan {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/Json.h"
+#include "runtime/support/Json.h"
 
 namespace hcp::train {
 

@@ -7,7 +7,7 @@
 #include "runtime/exec/CudaExecutor.h"
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/support/Status.h"
-#include "runtime/train/Format.h"
+#include "runtime/support/Format.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/weights/Checkpoint.h"
 

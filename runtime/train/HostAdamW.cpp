@@ -6,7 +6,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/support/Status.h"
-#include "runtime/train/Format.h"
+#include "runtime/support/Format.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/weights/Checkpoint.h"
 

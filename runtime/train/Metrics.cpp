@@ -17,8 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/support/Status.h"
-#include "runtime/train/Format.h"
-#include "runtime/weights/Json.h"
+#include "runtime/support/Format.h"
+#include "runtime/support/Json.h"
 
 namespace hcp::train {
 namespace {

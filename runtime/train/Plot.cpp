@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 
 namespace hcp::train {
 namespace {

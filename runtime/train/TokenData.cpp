@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/support/Status.h"
-#include "runtime/train/Format.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/Format.h"
+#include "runtime/support/AtomicFile.h"
 
 namespace hcp::train {
 

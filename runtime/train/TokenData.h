@@ -88,7 +88,7 @@ class TokenFile {
   const unsigned char* tokens_ = nullptr;  // first token byte within the mapping
 };
 
-// Writes `tokens` with the HCPTOK1 header, atomically (see runtime/weights/AtomicFile.h).
+// Writes `tokens` with the HCPTOK1 header, atomically (see runtime/support/AtomicFile.h).
 // U16 refuses a token above 65535, naming its position.
 absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
                             TokenDType dtype);

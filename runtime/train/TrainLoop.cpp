@@ -23,7 +23,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/support/Crc32c.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/weights/Checkpoint.h"
 
 namespace hcp::train {

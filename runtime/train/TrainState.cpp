@@ -11,10 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/support/Crc32c.h"
+#include "runtime/support/Json.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
-#include "runtime/weights/Json.h"
 
 namespace hcp::train {
 namespace {
@@ -361,7 +361,7 @@ absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
       HCP_ASSIGN_OR_RETURN(TensorInfo info, tensors.Info(name));
       if (info.dtype != DType::F32) {
         problems.push_back(
-            absl::StrCat(Quote(name), " is ", ToAbsl(DTypeName(info.dtype)), ", not F32"));
+            absl::StrCat(Quote(name), " is ", ToAbsl(SafetensorsName(info.dtype)), ", not F32"));
       } else if (info.shape != p.shape) {
         problems.push_back(absl::StrCat(Quote(name), " has shape ", ShapeString(info.shape),
                                         ", the parameter ", ShapeString(p.shape)));

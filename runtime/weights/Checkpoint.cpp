@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
-#include "runtime/weights/Json.h"
+#include "runtime/support/AtomicFile.h"
+#include "runtime/support/Json.h"
 
 namespace hcp {
 namespace {

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/support/Crc32c.h"
-#include "runtime/weights/Json.h"
+#include "runtime/support/Json.h"
+#include "runtime/support/Status.h"
 
 namespace hcp {
 
@@ -63,7 +63,7 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& entry
   if (dtype == entry.end() || !dtype->is_string()) {
     return absl::InvalidArgumentError("\"dtype\" is missing or not a string");
   }
-  HCP_ASSIGN_OR_RETURN(info.dtype, ParseDType(dtype->get_ref<const std::string&>()));
+  HCP_ASSIGN_OR_RETURN(info.dtype, ParseSafetensorsDType(dtype->get_ref<const std::string&>()));
 
   auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) {
@@ -99,7 +99,7 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& entry
       static_cast<unsigned __int128>(info.numel) * static_cast<uint64_t>(DTypeSize(info.dtype));
   if (expected != info.end - info.begin) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s %s needs %d bytes but data_offsets [%d, %d] hold %d", DTypeName(info.dtype),
+        "%s %s needs %d bytes but data_offsets [%d, %d] hold %d", SafetensorsName(info.dtype),
         ShapeString(info.shape), static_cast<uint64_t>(expected), info.begin, info.end,
         info.end - info.begin));
   }
@@ -343,7 +343,7 @@ absl::Status SafetensorsFile::ReadF32Range(std::string_view name, int64_t begin,
   HCP_ASSIGN_OR_RETURN(const TensorInfo* info, Get(name));
   if (!IsFloatDType(info->dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor ", Quote(name), " is ",
-                                                   ToAbsl(DTypeName(info->dtype)),
+                                                   ToAbsl(SafetensorsName(info->dtype)),
                                                    ", not a float tensor"));
   }
   if (begin < 0 || count < 0 || count > info->numel - begin) {
@@ -380,7 +380,7 @@ absl::StatusOr<std::vector<int64_t>> SafetensorsFile::ReadInt(std::string_view n
     std::copy(narrow.begin(), narrow.end(), out.begin());
   } else {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor ", Quote(name), " is ",
-                                                   ToAbsl(DTypeName(info->dtype)),
+                                                   ToAbsl(SafetensorsName(info->dtype)),
                                                    ", not an integer tensor"));
   }
   return out;
@@ -449,7 +449,7 @@ absl::StatusOr<int64_t> TensorBytesToWrite(const TensorToWrite& tensor) {
   const size_t other = is_float ? tensor.ints.size() : tensor.f32.size();
   if (given != static_cast<uint64_t>(*numel) || other != 0) {
     return error(absl::StrFormat("%s %s needs %d %s values; got %d float and %d int values",
-                                 DTypeName(tensor.dtype), ShapeString(tensor.shape), *numel,
+                                 SafetensorsName(tensor.dtype), ShapeString(tensor.shape), *numel,
                                  is_float ? "float" : "integer", tensor.f32.size(),
                                  tensor.ints.size()));
   }
@@ -554,7 +554,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   if (!header_metadata.empty()) header["__metadata__"] = header_metadata;
   uint64_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
-    header[sorted[i]->name] = {{"dtype", std::string(DTypeName(sorted[i]->dtype))},
+    header[sorted[i]->name] = {{"dtype", std::string(SafetensorsName(sorted[i]->dtype))},
                                {"shape", sorted[i]->shape},
                                {"data_offsets", {offset, offset + bytes[i]}}};
     offset += bytes[i];

@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/weights/DType.h"
+#include "runtime/support/DType.h"
 
 namespace hcp {
 

@@ -22,7 +22,7 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
-#include "runtime/train/Format.h"
+#include "runtime/support/Format.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
@@ -265,14 +265,14 @@ absl::Status RunBench(const Args& args) {
         "step %3lld%s  loss %.4f  fwd+bwd %8.1f ms  %s%s tokens/s\n", static_cast<long long>(step),
         timed ? "" : " (warmup)", loss, 1e3 * step_seconds,
         o.optimizer ? absl::StrFormat("optimizer %6.1f ms  ", 1e3 * opt_seconds).c_str() : "",
-        train::FormatCount(static_cast<int64_t>(tokens / step_seconds)).c_str());
+        FormatCount(static_cast<int64_t>(tokens / step_seconds)).c_str());
     std::fflush(stdout);
   }
 
   const double per_step = fwd_bwd_seconds / o.steps;
   const char* per = rank.on_gpu() ? "GPU" : "rank";
   std::printf("\nforward + backward: %s tokens/s/%s, %.1f ms per step",
-              train::FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), per,
+              FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), per,
               1e3 * per_step);
   if (rank.on_gpu()) {
     // flops_per_step counts one micro-batch, which the cp ranks of a dp replica share.
@@ -283,7 +283,7 @@ absl::Status RunBench(const Args& args) {
   if (o.optimizer) {
     const double full = (fwd_bwd_seconds + optimizer_seconds) / o.steps;
     std::printf("with the optimizer: %s tokens/s/%s, %.1f ms per step (AdamW %.1f ms)\n",
-                train::FormatCount(static_cast<int64_t>(tokens / full)).c_str(), per, 1e3 * full,
+                FormatCount(static_cast<int64_t>(tokens / full)).c_str(), per, 1e3 * full,
                 1e3 * optimizer_seconds / o.steps);
   }
 #ifdef HYBRIDCP_HAVE_CUDA

@@ -17,7 +17,7 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 #include "tools/hybridcp/Commands.h"
 
 namespace hcp {

@@ -11,7 +11,7 @@
 #include "runtime/plan/CommVolume.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
-#include "runtime/train/Format.h"
+#include "runtime/support/Format.h"
 #include "tools/hybridcp/Commands.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/backends/cuda/CudaBackend.h"
@@ -161,14 +161,14 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   for (int arena = 0; arena < plan::kNumArenas; ++arena) {
     auto a = static_cast<plan::Arena>(arena);
     std::printf("  %-12s %s%s\n", std::string(plan::ArenaName(a)).c_str(),
-                train::FormatBytes(plan.arena_size(a)).c_str(),
+                FormatBytes(plan.arena_size(a)).c_str(),
                 a == plan::Arena::Activations ? "  (peak activation memory)" : "");
   }
-  std::printf("  %-12s %s\n", "total", train::FormatBytes(plan.total_arena_bytes()).c_str());
+  std::printf("  %-12s %s\n", "total", FormatBytes(plan.total_arena_bytes()).c_str());
   // Training adds the optimizer's state (train --shard-optimizer splits it over the ranks).
   std::printf("  %-12s %s  (training; %s with --shard-optimizer)\n", "AdamW state",
-              train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
-              train::FormatBytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
+              FormatBytes(OptimizerStateBytes(plan, /*shard=*/false)).c_str(),
+              FormatBytes(OptimizerStateBytes(plan, /*shard=*/true)).c_str());
 #ifdef HYBRIDCP_HAVE_CUDA
   if (plan.StoresBf16() && cuda_backend::CheckPlanRunsOnCuda(plan).ok()) PrintGpuMemory(plan);
 #endif

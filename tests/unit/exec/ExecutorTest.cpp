@@ -21,7 +21,7 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/weights/DType.h"
+#include "runtime/support/DType.h"
 #include "runtime/weights/Init.h"
 #include "tests/unit/plan/TinyLm.h"
 

@@ -42,8 +42,7 @@ TEST(Crc32c, Rfc3720Vectors) {
 TEST(Crc32c, Chains) {
   const std::string text = "the quick brown fox jumps over the lazy dog";
   for (size_t cut = 0; cut <= text.size(); ++cut) {
-    EXPECT_EQ(Crc32c(std::string_view(text).substr(cut), Crc32c(text.substr(0, cut))),
-              Crc32c(text))
+    EXPECT_EQ(Crc32c(std::string_view(text).substr(cut), Crc32c(text.substr(0, cut))), Crc32c(text))
         << cut;
   }
 }

@@ -1,4 +1,4 @@
-#include "runtime/weights/AtomicFile.h"
+#include "runtime/support/AtomicFile.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// main() of test_dist: MPI's lifetime around GoogleTest. Rank 0 prints the usual report; the
+// main() of test_comm: MPI's lifetime around GoogleTest. Rank 0 prints the usual report; the
 // other ranks print only their failures, each line prefixed with the rank. The exit code is
 // non-zero on every rank where a test failed (mpirun then fails too).
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/comm/MpiCommunicator.h"
-#include "tests/unit/dist/DistTestUtil.h"
+#include "tests/unit/comm/MpiTestUtil.h"
 
 namespace hcp::testing {
 namespace {
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new hcp::testing::FailurePrinter(rank));
   } else {
-    std::printf("test_dist: %d rank%s\n", (*world)->world_size(),
+    std::printf("test_comm: %d rank%s\n", (*world)->world_size(),
                 (*world)->world_size() == 1 ? "" : "s");
   }
   const int result = RUN_ALL_TESTS();

@@ -13,7 +13,7 @@
 #include "runtime/backends/cpu/Collectives.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/weights/Init.h"
-#include "tests/unit/dist/DistTestUtil.h"
+#include "tests/unit/comm/MpiTestUtil.h"
 
 namespace hcp::testing {
 namespace {

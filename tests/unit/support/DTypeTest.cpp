@@ -5,7 +5,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "runtime/weights/DType.h"
+#include "runtime/support/DType.h"
 
 namespace hcp {
 namespace {
@@ -14,17 +14,17 @@ float FromBits(uint32_t bits) { return std::bit_cast<float>(bits); }
 
 TEST(DType, NamesSizesAndParsing) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64}) {
-    absl::StatusOr<DType> parsed = ParseDType(DTypeName(dtype));
+    absl::StatusOr<DType> parsed = ParseSafetensorsDType(SafetensorsName(dtype));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, dtype);
   }
   EXPECT_EQ(DTypeSize(DType::BF16), 2);
   EXPECT_EQ(DTypeSize(DType::I64), 8);
-  EXPECT_EQ(DTypeName(DType::BF16), "BF16");
-  absl::StatusOr<DType> bad = ParseDType("F64");
+  EXPECT_EQ(SafetensorsName(DType::BF16), "BF16");
+  absl::StatusOr<DType> bad = ParseSafetensorsDType("F64");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("F64"), std::string_view::npos) << bad.status();
-  EXPECT_FALSE(ParseDType("f32").ok());  // the format is case-sensitive
+  EXPECT_FALSE(ParseSafetensorsDType("f32").ok());  // the format is case-sensitive
 }
 
 // Every bf16 value survives bf16 -> f32 -> bf16 bit for bit; NaNs stay NaN.

@@ -1,5 +1,6 @@
-// Element types of checkpoint tensors, spelled as safetensors spells them, and exact conversions
-// between the 16-bit float formats and fp32.
+// Element types, one enum for all: a plan's buffers are F32, BF16 or I32 (the values plan.fbs
+// stores), checkpoint tensors also F16 or I64 (spelled as safetensors spells them); and exact
+// conversions between the 16-bit float formats and fp32.
 #pragma once
 
 #include <bit>
@@ -10,16 +11,19 @@
 
 namespace hcp {
 
-// The subset of safetensors dtypes that Granite checkpoints and our own files use.
-enum class DType { F32, BF16, F16, I32, I64 };
+// The subset of safetensors dtypes that Granite checkpoints and our own files use; the first
+// three are a plan's (plan::kNumDTypes).
+enum class DType : uint8_t { F32 = 0, BF16 = 1, I32 = 2, F16 = 3, I64 = 4 };
 
-// "F32", "BF16", "F16", "I32", "I64".
+// "f32", "bf16", "i32", "f16", "i64": as plans and messages about them spell them.
 std::string_view DTypeName(DType dtype);
+// "F32", "BF16", "I32", "F16", "I64": as safetensors headers spell them.
+std::string_view SafetensorsName(DType dtype);
 // Bytes per element.
-int64_t DTypeSize(DType dtype);
+uint64_t DTypeSize(DType dtype);
 bool IsFloatDType(DType dtype);
 // Parses a safetensors dtype name; anything else is InvalidArgument naming the string.
-absl::StatusOr<DType> ParseDType(std::string_view name);
+absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name);
 
 // The conversions are inline because they run once per element of every tensor read or written.
 

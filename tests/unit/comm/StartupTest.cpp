@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/Launch.h"
-#include "tests/unit/dist/DistTestUtil.h"
+#include "tests/unit/comm/MpiTestUtil.h"
 
 namespace hcp::testing {
 namespace {

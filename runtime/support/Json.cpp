@@ -1,4 +1,4 @@
-#include "runtime/weights/Json.h"
+#include "runtime/support/Json.h"
 
 #include <set>
 #include <vector>

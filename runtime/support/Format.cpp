@@ -1,10 +1,10 @@
-#include "runtime/train/Format.h"
+#include "runtime/support/Format.h"
 
 #include <cmath>
 
 #include "absl/strings/str_format.h"
 
-namespace hcp::train {
+namespace hcp {
 
 std::string FormatCount(int64_t value) {
   // Work on the magnitude as unsigned so INT64_MIN is fine too.
@@ -37,4 +37,8 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
 }
 
-}  // namespace hcp::train
+std::string FormatGiB(uint64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (uint64_t{1} << 30));
+}
+
+}  // namespace hcp

@@ -1,4 +1,4 @@
-// test_dist_stopped_at_exit: a rank that stops answering after the job's last collective. Rank 1
+// test_comm_stopped_at_exit: a rank that stops answering after the job's last collective. Rank 1
 // stops itself (SIGSTOP) after a barrier; rank 0 goes on to the end of the job, where
 // MPI_Finalize waits for every rank. With a 3 s timeout, rank 0 must end itself there with a
 // message instead of waiting forever, and mpirun then ends rank 1 (ctest: the message, within

@@ -1,12 +1,12 @@
-// Number and duration formatting.
-#include "runtime/train/Format.h"
+// Number, size and duration formatting.
+#include "runtime/support/Format.h"
 
 #include <cmath>
 #include <limits>
 
 #include "gtest/gtest.h"
 
-namespace hcp::train {
+namespace hcp {
 namespace {
 
 TEST(Format, Count) {
@@ -38,5 +38,14 @@ TEST(Format, Duration) {
   EXPECT_EQ(FormatDuration(std::numeric_limits<double>::infinity()), "-:--:--");
 }
 
+TEST(FormatGiB, TwoDecimalsWhateverTheSize) {
+  EXPECT_EQ(FormatGiB(0), "0.00 GiB");
+  EXPECT_EQ(FormatGiB(uint64_t{1} << 20), "0.00 GiB");
+  EXPECT_EQ(FormatGiB(uint64_t{3} << 30), "3.00 GiB");
+  EXPECT_EQ(FormatGiB((uint64_t{3} << 30) + (uint64_t{1} << 29)), "3.50 GiB");
+  EXPECT_EQ(FormatGiB(uint64_t{1} << 60), "1073741824.00 GiB");
+  EXPECT_EQ(FormatGiB(std::numeric_limits<uint64_t>::max()), "17179869184.00 GiB");
+}
+
 }  // namespace
-}  // namespace hcp::train
+}  // namespace hcp

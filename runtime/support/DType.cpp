@@ -1,4 +1,4 @@
-#include "runtime/weights/DType.h"
+#include "runtime/support/DType.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
@@ -6,6 +6,22 @@
 namespace hcp {
 
 std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+  }
+  return "?";
+}
+
+std::string_view SafetensorsName(DType dtype) {
   switch (dtype) {
     case DType::F32:
       return "F32";
@@ -21,7 +37,7 @@ std::string_view DTypeName(DType dtype) {
   return "?";
 }
 
-int64_t DTypeSize(DType dtype) {
+uint64_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::F32:
       return 4;
@@ -41,9 +57,9 @@ bool IsFloatDType(DType dtype) {
   return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
 }
 
-absl::StatusOr<DType> ParseDType(std::string_view name) {
+absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64}) {
-    if (DTypeName(dtype) == name) return dtype;
+    if (SafetensorsName(dtype) == name) return dtype;
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("unsupported dtype \"%s\" (supported: F32, BF16, F16, I32, I64)",

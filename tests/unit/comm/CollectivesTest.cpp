@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/kernels/cpu/Kernels.h"
-#include "tests/unit/dist/DistTestUtil.h"
+#include "tests/unit/comm/MpiTestUtil.h"
 
 namespace hcp::testing {
 namespace {

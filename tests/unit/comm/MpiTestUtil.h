@@ -1,4 +1,4 @@
-// Helpers of the multi-rank tests (test_dist, run under mpirun -np N): the world communicator,
+// Helpers of the multi-rank tests (test_comm, run under mpirun -np N): the world communicator,
 // plans of a few steps run by CpuExecutor on a mesh, and the sharding of global tensors that the
 // plan's sequence layout implies, so every test can compare one rank's piece of a distributed
 // computation with the same piece of the single-rank computation on the whole sequence.
@@ -26,7 +26,7 @@
 
 namespace hcp::testing {
 
-// The world communicator of the test process (DistMain.cpp), without a mesh.
+// The world communicator of the test process (MpiMain.cpp), without a mesh.
 comm::Communicator& World();
 // A fresh communicator over the world (collective: every rank calls it at the same point).
 std::unique_ptr<comm::Communicator> NewWorldCommunicator();

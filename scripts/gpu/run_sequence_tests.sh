@@ -26,7 +26,7 @@ ARCH=(-gencode=arch=compute_90a,code=sm_90a)
 NVFLAGS=(-std=c++20 -O3 "${ARCH[@]}" -I"$ROOT" -Xcompiler=-Wall,-Wextra -Xptxas=-v,-warn-spills)
 CXXFLAGS=(-std=c++20 -O3 -march=native -Wall -Wextra -Wno-unused-parameter -I"$ROOT" -I"$ROOT/tests/cuda/shim")
 
-KERNELS=(SsdScan SsdScanBackward SsdInitialState Attention AttentionBackward AttentionHopper)
+KERNELS=(SsdScan SsdScanBackward SsdInitialState SsdInitialStateBackward Attention AttentionBackward AttentionHopper)
 ORACLE=(SsdScan SsdScanBackward SsdInitialState Attention)
 
 echo "== build ($("$NVCC" --version | tail -1))"

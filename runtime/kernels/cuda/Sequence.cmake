@@ -10,6 +10,7 @@ add_library(hcp_kernels_cuda_sequence STATIC
   ${CMAKE_CURRENT_LIST_DIR}/SsdScan.cu
   ${CMAKE_CURRENT_LIST_DIR}/SsdScanBackward.cu
   ${CMAKE_CURRENT_LIST_DIR}/SsdInitialState.cu
+  ${CMAKE_CURRENT_LIST_DIR}/SsdInitialStateBackward.cu
   ${CMAKE_CURRENT_LIST_DIR}/Attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/AttentionBackward.cu
   ${CMAKE_CURRENT_LIST_DIR}/AttentionHopper.cu

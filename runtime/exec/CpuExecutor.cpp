@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(
           "cannot allocate the %s arena (%s)", plan::ArenaName(plan::Arena(a)), FormatGiB(bytes)));
     }
     exec->arenas_[a].reset(memory_block);
-    exec->bases_[a] = memory_block;
+    exec->arena_bases_[a] = memory_block;
     if (plan::Arena(a) == plan::Arena::Activations && options.poison_activations) {
       const float nan = std::numeric_limits<float>::quiet_NaN();
       std::fill_n(reinterpret_cast<float*>(memory_block), rounded / sizeof(float), nan);
@@ -114,11 +114,6 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::CreateOnThisRank(
     }
   }
   return exec;
-}
-
-std::byte* CpuExecutor::Address(uint32_t buffer) const {
-  const plan::Buffer& b = plan_.buffers[buffer];
-  return bases_[static_cast<int>(b.arena)] + b.offset;
 }
 
 absl::Status CpuExecutor::SumGradientsOverRanks() {
@@ -210,7 +205,7 @@ absl::Status CpuExecutor::RunStepOnThisRank() {
     if (plan::IsCollective(plan_.steps[i].kernel)) {
       communicator().SetTrafficLabel(plan::TrafficKind(plan_.steps[i].kernel));
     }
-    absl::Status status = cpu::RunCpuStep(plan_, i, bases_, communicator(), threads_);
+    absl::Status status = cpu::RunCpuStep(plan_, i, arena_bases_, communicator(), threads_);
     if (auto route = routes_.find(i); status.ok() && route != routes_.end()) {
       // moe_route.forward: RouteWith checked it
       const auto r = plan::DecodeStep<plan::MoeRouteForwardArgs>(plan_.steps[i]);

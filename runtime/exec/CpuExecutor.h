@@ -151,7 +151,6 @@ class CpuExecutor final : public ExecutorCore {
                                                                        comm::Communicator* comm,
                                                                        Options options);
   absl::Status RunStepOnThisRank();
-  std::byte* Address(uint32_t buffer) const;
   std::span<const float> ConstF32Buffer(uint32_t index) const;
   absl::Status CheckFloatBuffer(uint32_t buffer, size_t count) const;
 
@@ -162,7 +161,6 @@ class CpuExecutor final : public ExecutorCore {
   absl::StatusOr<std::vector<double>> GradientSquares() override;
 
   std::array<ArenaMemory, plan::kNumArenas> arenas_;
-  cpu::ArenaBases bases_{};
   std::map<size_t, std::vector<int32_t>> routes_;  // RouteWith's, by step
   cpu::Threads threads_;
   std::vector<float> gradient_stash_;  // StashGradients' sums, laid out as the gradients arena

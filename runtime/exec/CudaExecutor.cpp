@@ -14,10 +14,10 @@
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cuda/CollectiveKernels.h"
+#include "runtime/support/DType.h"
 #include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/support/DType.h"
 
 namespace hcp {
 namespace {
@@ -211,7 +211,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
     void* memory = nullptr;
     HCP_RETURN_IF_ERROR(
         exec->Allocate(&memory, bytes, absl::StrFormat("the %s arena", plan::ArenaName(arena))));
-    exec->arenas_[a] = static_cast<std::byte*>(memory);
+    exec->arena_bases_[a] = static_cast<std::byte*>(memory);
     const int fill = arena == plan::Arena::Activations && options.poison_activations ? 0xFF : 0;
     HCP_RETURN_IF_ERROR(
         FromCuda(cudaMemsetAsync(memory, fill, bytes, exec->stream_), "cudaMemsetAsync"));
@@ -239,7 +239,7 @@ CudaExecutor::~CudaExecutor() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
   if (gemm_ != nullptr) cuda::gemm_context_destroy(gemm_);
-  for (std::byte* arena : arenas_) cudaFree(arena);
+  for (std::byte* arena : arena_bases_) cudaFree(arena);
   cudaFree(workspace_);
   cudaFree(bad_position_);
   cudaFree(squares_);
@@ -302,11 +302,6 @@ uint64_t CudaExecutor::ArenaBytes() const {
   uint64_t total = 0;
   for (uint64_t bytes : plan_.arena_bytes) total += bytes;
   return total;
-}
-
-std::byte* CudaExecutor::Address(uint32_t buffer) const {
-  const plan::Buffer& b = plan_.buffers[buffer];
-  return arenas_[static_cast<int>(b.arena)] + b.offset;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -598,7 +593,7 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       status = WaitForHostCopy(i);
       step_resources.host_expert_ids = host_copy_data_[host_copies_.copy_of_step[i]];
     }
-    if (status.ok()) status = cuda_backend::RunCudaStep(plan_, i, arenas_, step_resources);
+    if (status.ok()) status = cuda_backend::RunCudaStep(plan_, i, arena_bases_, step_resources);
     if (status.ok()) status = QueueHostCopies(i, step_resources.stream);
     if (is_beside) {
       cudaEventRecord(beside_done_, beside_stream_);

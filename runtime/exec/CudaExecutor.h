@@ -225,7 +225,6 @@ class CudaExecutor final : public ExecutorCore {
   enum class GradientSum { kStart, kIntoStash, kIntoGradients };
   absl::Status AddGradients(GradientSum what);
   absl::Status DescribeBadInput(int32_t position) const;
-  std::byte* Address(uint32_t buffer) const;
   // Host <-> device on the executor's stream, waiting for the copy (and what was queued before).
   absl::Status ToDevice(void* dst, const void* src, size_t bytes) const;
   absl::Status ToHost(void* dst, const void* src, size_t bytes) const;
@@ -243,7 +242,6 @@ class CudaExecutor final : public ExecutorCore {
                                                     float* OptimizerSlot::*array) const;
 
   int device_ = 0;
-  cuda_backend::DeviceArenas arenas_{};
   void* workspace_ = nullptr;
   uint64_t workspace_bytes_ = 0;
   cuda::GemmContext* gemm_ = nullptr;

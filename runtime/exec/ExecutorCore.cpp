@@ -34,6 +34,11 @@ ExecutorCore::ExecutorCore(plan::Plan plan, comm::Communicator* comm,
   if (slices_.empty()) slices_ = WholeBuffers(plan_);
 }
 
+std::byte* ExecutorCore::Address(uint32_t buffer) const {
+  const plan::Buffer& b = plan_.buffers[buffer];
+  return arena_bases_[static_cast<int>(b.arena)] + b.offset;
+}
+
 const plan::Parameter* ExecutorCore::FindParameter(std::string_view name) const {
   for (const plan::Parameter& p : plan_.parameters) {
     if (p.name == name) return &p;

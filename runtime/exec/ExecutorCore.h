@@ -5,13 +5,16 @@
 // split it, the loss, and the gradient norm's sums over the ranks.
 //
 // A backend derives from it and supplies the device (IREE's HAL device is the model): its memory
-// (the plan's four arenas, allocated at creation), the copies into and out of a buffer (fp32 on
-// the host, converted to and from the buffer's dtype), and what runs there: the plan's steps,
-// the gradient sums over the ranks, the accumulation stash, each gradient's sum of squares.
+// (it allocates the plan's four arenas at creation and sets arena_bases_; where a buffer lies,
+// Address, is the core's), the copies into and out of a buffer (fp32 on the host, converted to
+// and from the buffer's dtype), and what runs there: the plan's steps, the gradient sums over the
+// ranks, the accumulation stash, each gradient's sum of squares.
 //   CpuExecutor   the host's memory and reference kernels (f32 plans), host collectives
 //   CudaExecutor  one GPU's memory, the CUDA kernels on its streams (bf16 plans), NCCL
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -86,6 +89,9 @@ class ExecutorCore : public Executor {
   // optimizer slice (SliceOf), in double.
   virtual absl::StatusOr<std::vector<double>> GradientSquares() = 0;
 
+  // Where buffer `buffer` starts: its arena's base (arena_bases_, which the backend sets when it
+  // allocates the arenas) plus its offset. Host or device memory, as the backend's.
+  std::byte* Address(uint32_t buffer) const;
   const plan::Parameter* FindParameter(std::string_view name) const;
   absl::StatusOr<const plan::Parameter*> FindParameterOrError(std::string_view name) const;
   // `local` (this rank's part of p) made whole: as it is for a replicated parameter, gathered
@@ -99,7 +105,8 @@ class ExecutorCore : public Executor {
                                                   absl::StatusOr<std::vector<float>> slice) const;
 
   plan::Plan plan_;
-  std::vector<OptimizerSlice> slices_;  // per parameter, set at construction
+  std::array<std::byte*, plan::kNumArenas> arena_bases_{};  // the backend's arenas
+  std::vector<OptimizerSlice> slices_;                      // per parameter, set at construction
   // Set by a backend whose last gradient sums reduce-scattered the split slices: only this
   // rank's slice of those gradients holds the sum.
   bool gradients_scattered_ = false;

@@ -6,14 +6,11 @@
 
 #include "tests/cuda/Harness.h"
 
-#ifdef HCP_TEST_HAS_TRAIN
 #include "runtime/train/AdamW.h"
-#endif
 
 namespace hcp::cuda::test {
 namespace {
 
-#ifdef HCP_TEST_HAS_TRAIN
 void oracle_adamw(const AdamWStep& s, int64_t n, float* param, const float* grad, float* m,
                   float* v) {
   train::AdamWConfig config;
@@ -25,35 +22,6 @@ void oracle_adamw(const AdamWStep& s, int64_t n, float* param, const float* grad
                      v);
 }
 double oracle_sum_of_squares(const std::vector<float>& x) { return train::SumOfSquares(x); }
-#else
-// The standalone build (no Abseil) cannot link runtime/train: these are verbatim copies of
-// hcp::train::AdamWKernel's element loop and SumOfSquares.
-void oracle_adamw(const AdamWStep& s, int64_t n, float* param, const float* grad, float* m,
-                  float* v) {
-  const double t = static_cast<double>(s.t);
-  const float beta1 = static_cast<float>(s.beta1);
-  const float beta2 = static_cast<float>(s.beta2);
-  const float one_minus_beta1 = static_cast<float>(1.0 - s.beta1);
-  const float one_minus_beta2 = static_cast<float>(1.0 - s.beta2);
-  const float clip = static_cast<float>(s.clip_coef);
-  const float decay_factor = static_cast<float>(1.0 - s.lr * (s.decay ? s.weight_decay : 0.0));
-  const float step_size = static_cast<float>(s.lr / (1.0 - std::pow(s.beta1, t)));
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(s.beta2, t)));
-  const float eps = static_cast<float>(s.eps);
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * clip;
-    m[i] = beta1 * m[i] + one_minus_beta1 * g;
-    v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
-    const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-    param[i] = param[i] * decay_factor - step_size * (m[i] / denom);
-  }
-}
-double oracle_sum_of_squares(const std::vector<float>& x) {
-  double sum = 0;
-  for (float v : x) sum += static_cast<double>(v) * static_cast<double>(v);
-  return sum;
-}
-#endif
 
 // The same fp32 operations in the same order, no contractions: bit-identical.
 constexpr double kTolAdamW = 0.0;

@@ -1,7 +1,6 @@
 # Sequence-mixing CUDA kernels: the Mamba2 SSD scan (and its initial-state correction) and causal
 # GQA attention (SequenceKernels.h).
-# include()d from runtime/kernels/cuda/CMakeLists.txt (main project or the standalone kernel-test
-# project). Callers include runtime/kernels/cuda/SequenceKernels.h (plain C++, needs the CUDA
+# include()d from runtime/kernels/cuda/CMakeLists.txt. Callers include runtime/kernels/cuda/SequenceKernels.h (plain C++, needs the CUDA
 # runtime headers). Built for sm_90a: the mma.sync kernels run on any sm_90 part, and
 # AttentionHopper.cu uses the sm_90a-only wgmma and setmaxnreg (plus TMA through the driver's
 # cuTensorMapEncodeTiled, looked up at run time: no link against libcuda).

@@ -123,8 +123,7 @@ absl::Status CpuExecutor::SumGradientsOverRanks() {
   // replicated gradients, [0, boundary), over the world, and one for the sharded ones,
   // [boundary, end), over the ranks holding the same experts. Every rank has the same plan,
   // so every rank makes the same calls.
-  auto* gradients =
-      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get());
+  float* gradients = GradientsArena().data();
   const uint64_t end = plan_.arena_size(plan::Arena::Gradients);
   const uint64_t boundary = plan_.ShardedGradientsOffset();
   communicator().SetTrafficLabel(plan::kGradientSumTraffic);
@@ -164,12 +163,12 @@ std::vector<float> CpuExecutor::GatherFull(const plan::Parameter& p, std::span<c
   return *ExecutorCore::GatherFull(p, std::vector<float>(local.begin(), local.end()));
 }
 
-std::span<float> CpuExecutor::F32Buffer(uint32_t index) {
+std::span<float> CpuExecutor::F32Buffer(uint32_t index) const {
   if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::F32) return {};
   return {reinterpret_cast<float*>(Address(index)), plan_.buffers[index].elements};
 }
 
-std::span<int32_t> CpuExecutor::I32Buffer(uint32_t index) {
+std::span<int32_t> CpuExecutor::I32Buffer(uint32_t index) const {
   if (index >= plan_.buffers.size() || plan_.buffers[index].dtype != plan::DType::I32) return {};
   return {reinterpret_cast<int32_t*>(Address(index)), plan_.buffers[index].elements};
 }
@@ -254,8 +253,9 @@ absl::Status CpuExecutor::RouteWith(size_t step, std::vector<int32_t> experts) {
   return absl::OkStatus();
 }
 
-std::span<const float> CpuExecutor::ConstF32Buffer(uint32_t index) const {
-  return const_cast<CpuExecutor*>(this)->F32Buffer(index);
+std::span<float> CpuExecutor::GradientsArena() const {
+  return {reinterpret_cast<float*>(arena_bases_[static_cast<int>(plan::Arena::Gradients)]),
+          plan_.arena_size(plan::Arena::Gradients) / sizeof(float)};
 }
 
 absl::Status CpuExecutor::CheckFloatBuffer(uint32_t buffer, size_t count) const {
@@ -274,9 +274,8 @@ absl::Status CpuExecutor::WriteFloats(uint32_t buffer, std::span<const float> va
 }
 
 absl::StatusOr<std::vector<float>> CpuExecutor::ReadFloats(uint32_t buffer) const {
-  HCP_RETURN_IF_ERROR(
-      CheckFloatBuffer(buffer, buffer < plan_.buffers.size() ? plan_.buffers[buffer].elements : 0));
-  std::span<const float> values = ConstF32Buffer(buffer);
+  std::span<const float> values = F32Buffer(buffer);  // empty unless an f32 buffer
+  HCP_RETURN_IF_ERROR(CheckFloatBuffer(buffer, values.size()));
   return std::vector<float>(values.begin(), values.end());
 }
 
@@ -303,9 +302,7 @@ absl::StatusOr<std::vector<double>> CpuExecutor::GradientSquares() {
 
 // The gradients arena is f32 throughout: the stash mirrors it, element for element.
 absl::Status CpuExecutor::StashGradients(bool first) {
-  std::span<float> gradients(
-      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get()),
-      plan_.arena_size(plan::Arena::Gradients) / sizeof(float));
+  std::span<float> gradients = GradientsArena();
   if (first) {
     gradient_stash_.assign(gradients.begin(), gradients.end());
     return absl::OkStatus();
@@ -318,9 +315,7 @@ absl::Status CpuExecutor::StashGradients(bool first) {
 }
 
 absl::Status CpuExecutor::AddStashedGradients() {
-  std::span<float> gradients(
-      reinterpret_cast<float*>(arenas_[static_cast<int>(plan::Arena::Gradients)].get()),
-      plan_.arena_size(plan::Arena::Gradients) / sizeof(float));
+  std::span<float> gradients = GradientsArena();
   if (gradient_stash_.size() != gradients.size()) {
     return absl::FailedPreconditionError("AddStashedGradients before StashGradients");
   }

@@ -135,8 +135,8 @@ class CpuExecutor final : public ExecutorCore {
 
   // Any buffer by index (for tests and debugging). Empty if the index is out of range or the
   // buffer is not of that dtype.
-  std::span<float> F32Buffer(uint32_t index);
-  std::span<int32_t> I32Buffer(uint32_t index);
+  std::span<float> F32Buffer(uint32_t index) const;
+  std::span<int32_t> I32Buffer(uint32_t index) const;
 
  private:
   // One arena: a 64-byte aligned allocation.
@@ -151,7 +151,8 @@ class CpuExecutor final : public ExecutorCore {
                                                                        comm::Communicator* comm,
                                                                        Options options);
   absl::Status RunStepOnThisRank();
-  std::span<const float> ConstF32Buffer(uint32_t index) const;
+  // The whole gradients arena as floats (an f32 plan's gradients, alignment padding included).
+  std::span<float> GradientsArena() const;
   absl::Status CheckFloatBuffer(uint32_t buffer, size_t count) const;
 
   // The device: host memory.

@@ -72,7 +72,8 @@ const OptimizerSlice& ExecutorCore::SliceOf(const plan::Parameter& p) const {
 bool ExecutorCore::ReadsGather(const plan::Parameter& p) const {
   const plan::Parameter* mine = FindParameter(p.name);
   if (mine == nullptr) return false;
-  return (mine->sharded() && comm_->world_size() > 1) || SliceOf(*mine).split;
+  return (mine->sharded() && comm_->world_size() > 1) ||
+         slices_[mine - plan_.parameters.data()].split;
 }
 
 absl::StatusOr<std::vector<float>> ExecutorCore::GatherFull(

@@ -29,16 +29,19 @@ const char* Hazard(const Plan& plan, const Step& beside, const Step& later) {
   return nullptr;
 }
 
+// The first step after `step` with a hazard for it (steps.size(): none).
+size_t FirstHazard(const Plan& plan, size_t step) {
+  size_t j = step + 1;
+  while (j < plan.steps.size() && Hazard(plan, plan.steps[step], plan.steps[j]) == nullptr) ++j;
+  return j;
+}
+
 }  // namespace
 
 std::vector<size_t> LatestJoins(const Plan& plan) {
-  const size_t steps = plan.steps.size();
-  std::vector<size_t> joins(steps, kNotBeside);
-  for (size_t i = 0; i < steps; ++i) {
-    if (!RunsBesideCompute(plan.steps[i].kernel)) continue;
-    size_t j = i + 1;
-    while (j < steps && Hazard(plan, plan.steps[i], plan.steps[j]) == nullptr) ++j;
-    joins[i] = j;
+  std::vector<size_t> joins(plan.steps.size(), kNotBeside);
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    if (RunsBesideCompute(plan.steps[i].kernel)) joins[i] = FirstHazard(plan, i);
   }
   return joins;
 }
@@ -68,13 +71,12 @@ absl::Status CheckSchedule(const Plan& plan) {
           "step (%d..%d, %d: the end)",
           StepLabel(plan, i), step.join_before, i + 1, steps, steps));
     }
-    for (size_t j = i + 1; j < step.join_before; ++j) {
-      if (const char* hazard = Hazard(plan, step, plan.steps[j])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s runs beside the compute stream until step %d, but %s before then %s: the "
-            "schedule is unsafe (compile the plan again)",
-            StepLabel(plan, i), step.join_before, StepLabel(plan, j), hazard));
-      }
+    if (const size_t j = FirstHazard(plan, i); j < step.join_before) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s runs beside the compute stream until step %d, but %s before then %s: the "
+          "schedule is unsafe (compile the plan again)",
+          StepLabel(plan, i), step.join_before, StepLabel(plan, j),
+          Hazard(plan, step, plan.steps[j])));
     }
   }
   return absl::OkStatus();

@@ -20,9 +20,9 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/RankExecutor.h"
 #include "runtime/plan/PlanFile.h"
+#include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
-#include "runtime/support/Format.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
@@ -151,16 +151,15 @@ absl::Status CheckGpuOnlyOptions(const BenchOptions& o, const RankExecutor& rank
       "--dtype bf16 for GPUs)");
 }
 
-// One AdamW update from the summed gradients (clipped to the default max norm; skipped when the
-// norm is not finite). Returns its seconds.
-absl::StatusOr<double> OptimizerStep(Executor& exec, train::Optimizer& optimizer, double lr) {
+// One AdamW update from the summed gradients, by the trainer's policy (DecideStep: clipped to the
+// default max norm, skipped when the loss or the norm is not finite). Returns its seconds.
+absl::StatusOr<double> OptimizerStep(Executor& exec, train::Optimizer& optimizer, double lr,
+                                     double loss) {
   const auto start = std::chrono::steady_clock::now();
-  const train::AdamWConfig adamw;
   HCP_ASSIGN_OR_RETURN(double squared_norm, exec.GradientSquaredNorm());
-  const double norm = std::sqrt(squared_norm);
-  const double clip_coef =
-      norm > adamw.max_grad_norm && std::isfinite(norm) ? adamw.max_grad_norm / norm : 1.0;
-  if (std::isfinite(norm)) HCP_RETURN_IF_ERROR(optimizer.Update(lr, clip_coef));
+  const train::StepDecision decision =
+      train::DecideStep(loss, std::sqrt(squared_norm), train::AdamWConfig{}.max_grad_norm);
+  if (decision.applied()) HCP_RETURN_IF_ERROR(optimizer.Update(lr, decision.clip_coef));
   return Seconds(start);
 }
 
@@ -253,7 +252,7 @@ absl::Status RunBench(const Args& args) {
     const float loss = exec.Loss();
     double opt_seconds = 0;
     if (optimizer) {
-      HCP_ASSIGN_OR_RETURN(opt_seconds, OptimizerStep(exec, *optimizer, o.lr));
+      HCP_ASSIGN_OR_RETURN(opt_seconds, OptimizerStep(exec, *optimizer, o.lr, loss));
     }
     const bool timed = step >= o.warmup;
     if (timed) {
@@ -272,8 +271,7 @@ absl::Status RunBench(const Args& args) {
   const double per_step = fwd_bwd_seconds / o.steps;
   const char* per = rank.on_gpu() ? "GPU" : "rank";
   std::printf("\nforward + backward: %s tokens/s/%s, %.1f ms per step",
-              FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), per,
-              1e3 * per_step);
+              FormatCount(static_cast<int64_t>(tokens / per_step)).c_str(), per, 1e3 * per_step);
   if (rank.on_gpu()) {
     // flops_per_step counts one micro-batch, which the cp ranks of a dp replica share.
     const double flops = plan.flops_per_step / static_cast<double>(plan.mesh.cp);

@@ -131,11 +131,8 @@ TEST(Schedule, RefusesKernelsThatMayNotRunBeside) {
 }
 
 TEST(Schedule, RefusesAJoinOnTheComputeStream) {
-  PlanSketch p = HaloThenConv();
-  p.Beside(0, 2);
-  p.Beside(1, 2);
-  Plan plan = p.plan();
-  plan.steps[1].stream = Stream::kCompute;
+  Plan plan = HaloThenConv().plan();
+  plan.steps[1].join_before = 2;  // a compute step naming a join
   EXPECT_THAT(CheckSchedule(plan).message(),
               HasSubstr("step 1 (silu.forward) runs on the compute stream but names a join"));
 }

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libabsl-dev nlohmann-json3-dev flatbuffers-compiler libflatbuffers-dev
-  libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev
+  libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev libpcre2-dev
   clang-format
 )
 

@@ -65,7 +65,7 @@ absl::StatusOr<json> ParseJsonStrict(std::string_view text, std::string_view wha
   return value;
 }
 
-bool IsValidUtf8(std::string_view s) {
+size_t FirstInvalidUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     unsigned char c = static_cast<unsigned char>(s[i]);
@@ -81,21 +81,23 @@ bool IsValidUtf8(std::string_view s) {
     } else if ((c & 0xF8) == 0xF0) {
       extra = 3, code = c & 0x07;
     } else {
-      return false;
+      return i;
     }
-    if (i + extra >= s.size()) return false;  // sequence cut short
+    if (i + extra >= s.size()) return i;  // sequence cut short
     for (int k = 1; k <= extra; ++k) {
       unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
+      if ((d & 0xC0) != 0x80) return i;
       code = (code << 6) | (d & 0x3F);
     }
     // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
     static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (code < kMin[extra] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    if (code < kMin[extra] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
     i += extra + 1;
   }
-  return true;
+  return s.size();
 }
+
+bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == s.size(); }
 
 std::string Quote(std::string_view s) {
   constexpr size_t kMaxShown = 200;

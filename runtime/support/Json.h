@@ -18,6 +18,9 @@ absl::StatusOr<nlohmann::json> ParseJsonStrict(std::string_view text, std::strin
 
 // Whether `s` can go into a JSON document as it is (nlohmann's dump throws on invalid UTF-8).
 bool IsValidUtf8(std::string_view s);
+// The offset of the first byte that does not begin a valid UTF-8 sequence (overlong forms,
+// surrogates and values past U+10FFFF included), or s.size() when all of `s` is valid.
+size_t FirstInvalidUtf8(std::string_view s);
 
 // `s` quoted for an error message, with unprintable bytes escaped.
 std::string Quote(std::string_view s);

@@ -21,9 +21,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/support/Crc32c.h"
 #include "runtime/support/Status.h"
-#include "runtime/support/AtomicFile.h"
 #include "runtime/weights/Checkpoint.h"
 
 namespace hcp::train {
@@ -87,14 +87,23 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data) {
   absl::StatusOr<int64_t> vocab = VocabularyOf(plan);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, vocab.status()));
-  absl::StatusOr<TokenFile> file = TokenFile::Open(options.data);
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, file.status()));
-  data.file = std::make_unique<TokenFile>(std::move(*file));
-  absl::StatusOr<DataIdentity> identity = IdentifyData(options.data);
+  absl::StatusOr<data::DataSource> source =
+      data::DataSource::Open(options.data, options.data_dtype);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, source.status()));
+  data.source = std::make_unique<data::DataSource>(*std::move(source));
+  // One scan of the whole data, on one rank (the others read the same file): a token the model
+  // has no embedding for stops the run now, not at the step that reaches it.
+  const absl::Status in_vocab =
+      comm.world_rank() == 0 ? data.source->CheckVocab(*vocab) : absl::OkStatus();
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, in_vocab));
+  // The tokens identify the data (an indexed dataset's .bin): they are what the run trains on.
+  absl::StatusOr<DataIdentity> identity = IdentifyData(data.source->tokens().path());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
   data.run = IdentifyRun(plan, options.grad_accum, *std::move(identity));
-  const BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum, *vocab};
-  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data.file, batch);
+  const data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum,
+                                *vocab};
+  absl::StatusOr<data::TokenBatcher> batcher =
+      data::TokenBatcher::Create(data.source->tokens(), batch);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
   return absl::OkStatus();
@@ -138,7 +147,7 @@ absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
   return comm::AgreeOnStatus(comm, opened);
 }
 
-float StepLossScale(comm::Communicator& comm, const StepBatch& batch) {
+float StepLossScale(comm::Communicator& comm, const data::StepBatch& batch) {
   double valid = static_cast<double>(CountValid(batch.targets));
   comm.AllReduceSum(&valid, 1, comm::Group::kDp);
   return valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;

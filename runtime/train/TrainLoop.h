@@ -18,10 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/data/DataSource.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Metrics.h"
-#include "runtime/train/TokenData.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/train/Trainer.h"
 
@@ -35,7 +36,9 @@ int64_t CountValid(std::span<const int32_t> targets);
 // Setting up a run, on every rank, each step agreed so that a failing rank stops them all with
 // the same error:
 //   - the options: steps > 0, a valid schedule (its total_steps set to steps) and AdamW config;
-//   - the token file and its batcher (the plan's micro-batch and dp, options.grad_accum);
+//   - the data (data::DataSource: an indexed dataset, a token file or a raw one), every token
+//     checked against the plan's vocabulary on rank 0, and its batcher (the plan's micro-batch
+//     and dp, options.grad_accum);
 //   - the checkpoint directory (PrepareCheckpointDir), before anything else is written;
 //   - with --resume, the checkpoint to resume from (checkpoint_dir's latest, or the previous
 //     intact one);
@@ -43,8 +46,8 @@ int64_t CountValid(std::span<const int32_t> targets);
 // PrepareOptions refuses contradictory or senseless options, naming the option.
 absl::Status PrepareOptions(TrainOptions& options);
 struct TrainingData {
-  std::unique_ptr<TokenFile> file;
-  std::optional<TokenBatcher> batcher;
+  std::unique_ptr<data::DataSource> source;  // where the batcher reads: its address must not move
+  std::optional<data::TokenBatcher> batcher;
   RunIdentity run;  // this run, as its checkpoints record it
 };
 // The run a plan trains with grad_accum micro-batches per rank on `data`: the model is the
@@ -88,7 +91,7 @@ absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
 
 // 1 / (valid targets of the whole step: every micro-batch of every dp rank), so each
 // micro-batch's scaled loss and gradients add up to the step's mean. Collective over dp.
-float StepLossScale(comm::Communicator& comm, const StepBatch& batch);
+float StepLossScale(comm::Communicator& comm, const data::StepBatch& batch);
 // Fills `record` after step `step` (0-based) and, on the root rank, says when the update was
 // skipped.
 void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, double grad_norm,

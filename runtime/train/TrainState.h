@@ -41,8 +41,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/train/AdamW.h"
-#include "runtime/train/TokenData.h"
 #include "runtime/weights/Checkpoint.h"
 
 namespace hcp::train {
@@ -91,8 +91,8 @@ struct RunIdentity {
 };
 
 struct TrainState {
-  int64_t step = 0;  // steps completed, skipped ones included: the next step's index
-  DataState data;    // where the next step's data begins
+  int64_t step = 0;      // steps completed, skipped ones included: the next step's index
+  data::DataState data;  // where the next step's data begins
   RngState rng;
   int64_t optimizer_updates = 0;  // AdamW updates applied (its t); step minus the skipped steps
   AdamWConfig optimizer;

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/exec/RankExecutor.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/Optimizer.h"
-#include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/weights/Checkpoint.h"
@@ -58,6 +58,7 @@ absl::Status Loop::Setup() {
   where.shard_optimizer = options_.shard_optimizer;
   HCP_ASSIGN_OR_RETURN(rank_, RankExecutor::Create(plan_, comm_, where));
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
+  if (root()) std::printf("data: %s\n", data_.source->Describe().c_str());
 
   if (options_.resume) {
     HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
@@ -100,7 +101,7 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
 }
 
 absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
-  absl::StatusOr<StepBatch> batch =
+  absl::StatusOr<data::StepBatch> batch =
       data_.batcher->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
   HCP_RETURN_IF_ERROR(Agree(batch.status()));
   const float loss_scale = StepLossScale(comm_, *batch);

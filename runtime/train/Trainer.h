@@ -26,18 +26,20 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "absl/status/status.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/train/AdamW.h"
 
 namespace hcp::train {
 
 struct TrainOptions {
-  std::string data;              // token file (see TokenData.h; `hybridcp tokenize` makes one)
+  std::string data;              // --data: indexed dataset, token file or raw (DataSource.h)
   int64_t steps = 0;             // steps of the whole run (the schedule's length)
   int64_t grad_accum = 1;        // micro-batches per rank per step
   uint64_t seed = 0;             // parameter initialisation, when not loading weights
@@ -52,6 +54,9 @@ struct TrainOptions {
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`
   AdamWConfig adamw;
+
+  // --data-dtype: the tokens of a raw --data file (token files and indexed datasets say theirs).
+  std::optional<data::TokenDType> data_dtype;
 
   // The checkpoint directory's rotation, and a new run's claim on it.
   int64_t keep_checkpoints = 2;        // the newest N checkpoints stay (0: all)

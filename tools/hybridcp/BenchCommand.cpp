@@ -3,20 +3,25 @@
 // forward + backward (with the gradients' all-reduce over the ranks) and for a full step with the
 // optimizer, MFU, peak GPU memory and where the time goes, per kernel kind. An f32 plan runs on
 // CPU ranks the same way (forward + backward, tokens/s per rank: the reference's speed). With
-// --data it trains on a token file (the loss should go down); otherwise the tokens are random.
+// --data it trains on real tokens (an indexed dataset, a token file or a raw one: DataSource.h;
+// the loss should go down); otherwise the tokens are random.
 // Rank 0 reports.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
+#include "runtime/data/DataSource.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/RankExecutor.h"
 #include "runtime/plan/PlanFile.h"
@@ -24,7 +29,6 @@
 #include "runtime/support/Status.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Optimizer.h"
-#include "runtime/train/TokenData.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/hybridcp/Commands.h"
 #include "tools/hybridcp/Ranks.h"
@@ -44,7 +48,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 struct BenchOptions {
   std::string plan_path;
-  std::string data_path;  // empty: random tokens
+  std::string data_path;                       // empty: random tokens
+  std::optional<data::TokenDType> data_dtype;  // a raw --data file's tokens
   int64_t steps = 10;
   int64_t warmup = 2;
   bool optimizer = false;
@@ -63,6 +68,16 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
   }
   o.plan_path = args.positionals()[0];
   o.data_path = args.Get("data").value_or("");
+  if (std::optional<std::string> dtype = args.Get("data-dtype")) {
+    absl::StatusOr<data::TokenDType> parsed = data::ParseTokenDType(*dtype);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-dtype: ", parsed.status().message()));
+    }
+    if (o.data_path.empty()) {
+      return absl::InvalidArgumentError("--data-dtype says what --data holds: add --data");
+    }
+    o.data_dtype = *parsed;
+  }
   HCP_ASSIGN_OR_RETURN(o.steps, args.GetInt("steps", o.steps));
   HCP_ASSIGN_OR_RETURN(o.warmup, args.GetInt("warmup", o.warmup));
   HCP_ASSIGN_OR_RETURN(o.lr, args.GetDouble("lr", o.lr));
@@ -81,8 +96,8 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
   return o;
 }
 
-// The micro-batches the bench feeds: from a token file (consecutive steps of the batching rule)
-// or uniformly random ids (a fixed seed).
+// The micro-batches the bench feeds: from --data (consecutive steps of the batching rule) or
+// uniformly random ids (a fixed seed).
 class Batches {
  public:
   // Ranks of one cp group get the same micro-batches; each dp index its own.
@@ -94,13 +109,20 @@ class Batches {
     b.dp_index_ = dp_index;
     b.rng_.seed(12345 + dp_index);
     if (o.data_path.empty()) return b;
-    HCP_ASSIGN_OR_RETURN(train::TokenFile file, train::TokenFile::Open(o.data_path));
-    b.file_ = std::make_unique<train::TokenFile>(std::move(file));
-    train::BatchConfig config{.seq = plan.seq, .micro_batch = plan.micro_batch, .vocab = vocab};
-    HCP_ASSIGN_OR_RETURN(train::TokenBatcher batcher,
-                         train::TokenBatcher::Create(*b.file_, config));
-    b.batcher_ = std::make_unique<train::TokenBatcher>(std::move(batcher));
+    HCP_ASSIGN_OR_RETURN(data::DataSource source,
+                         data::DataSource::Open(o.data_path, o.data_dtype));
+    // Every rank checks: the bench's ranks fail alike on the same file without agreeing.
+    HCP_RETURN_IF_ERROR(source.CheckVocab(vocab));
+    b.source_ = std::make_unique<data::DataSource>(std::move(source));
+    data::BatchConfig config{.seq = plan.seq, .micro_batch = plan.micro_batch, .vocab = vocab};
+    HCP_ASSIGN_OR_RETURN(data::TokenBatcher batcher,
+                         data::TokenBatcher::Create(b.source_->tokens(), config));
+    b.batcher_ = std::make_unique<data::TokenBatcher>(std::move(batcher));
     return b;
+  }
+
+  std::string Describe() const {
+    return source_ == nullptr ? "random tokens" : source_->Describe();
   }
 
   absl::Status Next(std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
@@ -112,7 +134,7 @@ class Batches {
       for (int32_t& t : targets) t = token(rng_);
       return absl::OkStatus();
     }
-    HCP_ASSIGN_OR_RETURN(train::StepBatch step, batcher_->NextStep(dp_index_));
+    HCP_ASSIGN_OR_RETURN(data::StepBatch step, batcher_->NextStep(dp_index_));
     ids = std::move(step.inputs);
     targets = std::move(step.targets);
     return absl::OkStatus();
@@ -122,8 +144,8 @@ class Batches {
   int64_t tokens_ = 0, vocab_ = 0;
   int dp_index_ = 0;
   std::mt19937 rng_;
-  std::unique_ptr<train::TokenFile> file_;
-  std::unique_ptr<train::TokenBatcher> batcher_;
+  std::unique_ptr<data::DataSource> source_;
+  std::unique_ptr<data::TokenBatcher> batcher_;
 };
 
 void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
@@ -221,7 +243,7 @@ absl::Status RunBench(const Args& args) {
   std::printf("plan: %s (%s), micro-batch %lld x seq %lld, %zu steps\n", o.plan_path.c_str(),
               plan.model.c_str(), static_cast<long long>(plan.micro_batch),
               static_cast<long long>(plan.seq), plan.steps.size());
-  std::printf("data: %s\n", o.data_path.empty() ? "random tokens" : o.data_path.c_str());
+  std::printf("data: %s\n", batches.Describe().c_str());
   std::printf("ranks: %lld (cp=%lld x dp=%lld, %s layout, experts split over ep=%lld) on %s\n",
               static_cast<long long>(plan.mesh.world()), static_cast<long long>(plan.mesh.cp),
               static_cast<long long>(plan.mesh.dp),
@@ -303,10 +325,13 @@ Command MakeBenchCommand() {
       "bench",
       "time a plan on its ranks: a bf16 plan on GPUs (tokens/s/GPU, MFU, peak memory, time per "
       "kernel kind), an f32 plan on CPU ranks (tokens/s per rank)",
-      "bench PLAN [--data FILE] [--steps N] [--warmup N] [--optimizer [--shard-optimizer]]\n"
-      "       [--profile]\n"
+      "bench PLAN [--data PATH [--data-dtype TYPE]] [--steps N] [--warmup N]\n"
+      "       [--optimizer [--shard-optimizer]] [--profile]\n"
       "       (a plan of cp x dp ranks: mpirun -np cp*dp hybridcp bench PLAN ...)",
-      {{"data", "FILE", "token file to train on (default: random tokens)"},
+      {{"data", "PATH",
+        "data to train on, as train's --data (default: random tokens): an indexed dataset, a "
+        "token file or a raw one"},
+       {"data-dtype", "TYPE", "the tokens of a raw --data file: uint16, uint32 or int32"},
        {"steps", "N", "timed steps (default 10)"},
        {"warmup", "N", "untimed steps first (default 2)"},
        {"optimizer", "",

@@ -1,6 +1,7 @@
-// `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and the
-// two helpers around it: `tokenize` (raw text -> token file) and `plot` (metrics -> SVG).
+// `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and
+// `plot` (metrics -> SVG). `tokenize` is in TokenizeCommand.cpp.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -10,9 +11,9 @@
 #include "compiler/import/GraniteConfig.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/comm/World.h"
+#include "runtime/data/TokenData.h"
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
-#include "runtime/train/ByteTokenizer.h"
 #include "runtime/train/Plot.h"
 #include "runtime/train/Trainer.h"
 #include "tools/hybridcp/Commands.h"
@@ -26,8 +27,16 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   std::optional<std::string> data = args.Get("data");
   if (!data)
     return absl::InvalidArgumentError(
-        "--data FILE (a token file; see `hybridcp tokenize`) is required");
+        "--data PATH (a Megatron indexed dataset, a token file: see `hybridcp tokenize`, or a raw "
+        "token file with --data-dtype) is required");
   o.data = *data;
+  if (std::optional<std::string> dtype = args.Get("data-dtype")) {
+    absl::StatusOr<data::TokenDType> parsed = data::ParseTokenDType(*dtype);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-dtype: ", parsed.status().message()));
+    }
+    o.data_dtype = *parsed;
+  }
   HCP_ASSIGN_OR_RETURN(o.steps, args.GetInt("steps", std::nullopt));
   HCP_ASSIGN_OR_RETURN(o.grad_accum, args.GetInt("grad-accum", 1));
   HCP_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
@@ -75,6 +84,11 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   }
   if (!o.metrics.empty()) {
     std::vector<std::string> inputs = {args.positionals().at(0), o.data};
+    // An indexed dataset's files too, when --data names their prefix.
+    for (const char* extension : {".bin", ".idx"}) {
+      std::error_code error;
+      if (std::filesystem::exists(o.data + extension, error)) inputs.push_back(o.data + extension);
+    }
     if (std::optional<std::string> config = args.Get("config")) inputs.push_back(*config);
     HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("--metrics", o.metrics, inputs));
   }
@@ -90,27 +104,6 @@ absl::Status Train(const Args& args) {
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(world.comm(), options.status()));
   // A bf16 plan trains on the GPUs (the CUDA backend), an f32 plan on CPU ranks.
   return train::Train(world.comm(), *mine.plan, *options);
-}
-
-absl::Status Tokenize(const Args& args) {
-  std::optional<std::string> output = args.Get("o");
-  if (!output || args.positionals().empty()) {
-    return absl::InvalidArgumentError("give text files or directories and -o FILE");
-  }
-  std::vector<std::string> files;
-  for (const std::string& input : args.positionals()) {
-    absl::StatusOr<std::vector<std::string>> listed = train::ListTextFiles(input);
-    if (listed.ok()) {
-      files.insert(files.end(), listed->begin(), listed->end());
-    } else {
-      files.push_back(input);  // a file (TokenizeTextFiles says if it cannot be read)
-    }
-  }
-  HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", *output, files));
-  HCP_ASSIGN_OR_RETURN(int64_t tokens, train::TokenizeTextFiles(files, *output));
-  std::printf("%s: %lld tokens from %zu files (bytes 0-255, BOS %d, EOS %d)\n", output->c_str(),
-              static_cast<long long>(tokens), files.size(), train::kByteBos, train::kByteEos);
-  return absl::OkStatus();
 }
 
 absl::Status Plot(const Args& args) {
@@ -140,10 +133,14 @@ Command MakeTrainCommand() {
       "train",
       "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
       "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
-      "train FILE.plan --data TOKENS --steps N [--grad-accum N] [--lr X --warmup N --min-lr X] "
-      "[--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints N] [--resume | "
-      "--overwrite-checkpoints]] [--metrics FILE.jsonl]",
-      {{"data", "FILE", "token file (hybridcp tokenize makes one from text)"},
+      "train FILE.plan --data PATH [--data-dtype TYPE] --steps N [--grad-accum N] [--lr X "
+      "--warmup N --min-lr X] [--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints N] "
+      "[--resume | --overwrite-checkpoints]] [--metrics FILE.jsonl]",
+      {{"data", "PATH",
+        "training data: a Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), a token "
+        "file (hybridcp tokenize makes one from text), or a raw token file with --data-dtype"},
+       {"data-dtype", "TYPE",
+        "the tokens of a raw (headerless) --data file: uint16, uint32 or int32"},
        {"steps", "N",
         "optimizer steps of the run (the learning-rate schedule's length; with --resume, where "
         "the run ends: the saved schedule stays)"},
@@ -177,16 +174,6 @@ Command MakeTrainCommand() {
        {"log-every", "N", "progress line every N steps (default 1)"},
        kTimeoutOption},
       Train,
-  };
-}
-
-Command MakeTokenizeCommand() {
-  return Command{
-      "tokenize",
-      "turn text files into a byte-level token file for `train`",
-      "tokenize TEXT_FILE_OR_DIR... -o FILE",
-      {{"o", "FILE", "the token file to write"}},
-      Tokenize,
   };
 }
 

@@ -592,19 +592,20 @@ TEST(AdoptSavedRun, StepsSaysWhereThisRunEndsAndTheScheduleStays) {
 }
 
 TEST(StateAfter, RecordsTheRun) {
-  TrainingData data;
-  data.run = SavedRun().run;
+  TrainingData training;
+  training.run = SavedRun().run;
   ScratchDir dir;
   const std::vector<uint32_t> tokens(100, 7);
-  ASSERT_TRUE(WriteTokenFile(dir / "tokens.bin", tokens, TokenDType::U16).ok());
-  absl::StatusOr<TokenFile> file = TokenFile::Open(dir / "tokens.bin");
-  ASSERT_TRUE(file.ok()) << file.status();
-  data.file = std::make_unique<TokenFile>(*std::move(file));
-  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*data.file, {8, 1, 1, 1, 256});
+  ASSERT_TRUE(data::WriteTokenFile(dir / "tokens.bin", tokens, data::TokenDType::U16).ok());
+  absl::StatusOr<data::DataSource> source = data::DataSource::Open(dir / "tokens.bin", {});
+  ASSERT_TRUE(source.ok()) << source.status();
+  training.source = std::make_unique<data::DataSource>(*std::move(source));
+  absl::StatusOr<data::TokenBatcher> batcher =
+      data::TokenBatcher::Create(training.source->tokens(), {8, 1, 1, 1, 256});
   ASSERT_TRUE(batcher.ok()) << batcher.status();
-  data.batcher = *std::move(batcher);
-  const TrainState state = StateAfter(3, data, SameOptions(), 3);
-  EXPECT_EQ(state.run, data.run);
+  training.batcher = *std::move(batcher);
+  const TrainState state = StateAfter(3, training, SameOptions(), 3);
+  EXPECT_EQ(state.run, training.run);
   EXPECT_EQ(state.step, 3);
   EXPECT_TRUE(ValidateTrainState(state).ok()) << ValidateTrainState(state);
 }

@@ -1,13 +1,13 @@
 // The byte-level tokenizer and tokenizing text files into a token file.
-#include "runtime/train/ByteTokenizer.h"
+#include "runtime/data/ByteTokenizer.h"
 
 #include <filesystem>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/train/TestUtil.h"
+#include "tests/unit/data/TestUtil.h"
 
-namespace hcp::train {
+namespace hcp::data {
 namespace {
 
 using testing::FailsWith;
@@ -97,4 +97,4 @@ TEST(ByteTokenizer, DemoCorpusTokenizes) {
 }
 
 }  // namespace
-}  // namespace hcp::train
+}  // namespace hcp::data

@@ -6,9 +6,10 @@
 //   bytes 8..11   u32 bytes per token: 2 (uint16 tokens) or 4 (uint32 tokens)
 //   bytes 12..15  u32 reserved, must be 0
 //   bytes 16..    the tokens, back to back
-// Headerless ("raw") files of uint16 or uint32 tokens, as nanoGPT-style scripts write them, are
-// read too when the caller names the dtype (OpenRaw); a raw open of a file that starts with the
-// magic is refused, since the header would be read as tokens.
+// Headerless ("raw") files of uint16, uint32 or int32 tokens (nanoGPT-style scripts write uint16;
+// Megatron's int32), and uint8 ones, are read too when the caller names the dtype (OpenRaw); a raw
+// open of a file that starts with the magic is refused, since the header would be read as tokens.
+// Megatron indexed datasets (IndexedDataset.h) keep their tokens in such a raw file.
 //
 // Batching (one optimizer step, all ranks together):
 //   A sequence is a window of seq + 1 consecutive tokens: inputs = window[0, seq),
@@ -36,18 +37,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace hcp::train {
+namespace hcp::data {
 
 inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
 inline constexpr int64_t kTokenFileHeaderBytes = 16;
 
-enum class TokenDType { U16, U32 };
+// I32 is Megatron's int32: a token read from it must not be negative (FindTokenOutside).
+enum class TokenDType { U8, U16, U32, I32 };
 
-// 2 or 4.
+// 1, 2, 4 or 4.
 int64_t TokenDTypeBytes(TokenDType dtype);
-// "uint16" or "uint32".
+// "uint8", "uint16", "uint32" or "int32".
 std::string_view TokenDTypeName(TokenDType dtype);
-// Accepts "uint16", "u16", "uint32", "u32"; anything else is InvalidArgument.
+// Accepts "uint16", "u16", "uint32", "u32", "int32", "i32", "uint8", "u8"; anything else is
+// InvalidArgument.
 absl::StatusOr<TokenDType> ParseTokenDType(std::string_view name);
 
 // A token file mapped read-only. The mapping lives as long as the object (movable, not
@@ -55,7 +58,7 @@ absl::StatusOr<TokenDType> ParseTokenDType(std::string_view name);
 // write new data to a new file and rename it into place (WriteTokenFile does).
 class TokenFile {
  public:
-  // A file with the HCPTOK1 header.
+  // A file with the HCPTOK1 header (uint16 or uint32 tokens).
   static absl::StatusOr<TokenFile> Open(const std::string& path);
   // A headerless file of `dtype` tokens.
   static absl::StatusOr<TokenFile> OpenRaw(const std::string& path, TokenDType dtype);
@@ -71,12 +74,23 @@ class TokenFile {
   bool has_header() const { return has_header_; }
   // Number of tokens.
   int64_t size() const { return size_; }
-  // Token i, 0 <= i < size() (not range-checked).
+  // Token i, 0 <= i < size() (not range-checked), as stored: an I32 file's negative token reads
+  // as its two's complement bits (>= 2^31); value() says what it is.
   uint32_t at(int64_t i) const;
+  // Token i as a number: at(i), except that an I32 file's negative token is negative.
+  int64_t value(int64_t i) const;
+  // The first index in [begin, end) whose token is negative or >= limit, or -1 when all fit:
+  // one scan of the mapping, a chunk at a time, for checking a whole file before training on it.
+  int64_t FindTokenOutside(int64_t limit, int64_t begin, int64_t end) const;
 
  private:
+  // Megatron's .bin holds raw tokens as its .idx describes them, whatever its first bytes are:
+  // it is opened without the raw open's refusal of a file that starts like a token file.
+  friend class IndexedDataset;
+
   TokenFile() = default;
-  static absl::StatusOr<TokenFile> OpenImpl(const std::string& path, bool raw, TokenDType dtype);
+  static absl::StatusOr<TokenFile> OpenImpl(const std::string& path, bool raw, TokenDType dtype,
+                                            bool refuse_magic = true);
   void Unmap();
 
   std::string path_;
@@ -89,7 +103,8 @@ class TokenFile {
 };
 
 // Writes `tokens` with the HCPTOK1 header, atomically (see runtime/support/AtomicFile.h).
-// U16 refuses a token above 65535, naming its position.
+// U16 refuses a token above 65535, naming its position; the header has no room for U8 and I32
+// (IndexedDatasetWriter writes those).
 absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
                             TokenDType dtype);
 
@@ -163,8 +178,8 @@ class TokenBatcher {
   DataState NextState(const DataState& state) const;
 
   // Micro-batch `accum_step` of dp rank `dp_index` for the step that begins at `state`, into
-  // inputs and targets (micro_batch * seq values each, row-major). A token >= vocab is an error
-  // naming its position in the file.
+  // inputs and targets (micro_batch * seq values each, row-major). A token >= vocab, or a
+  // negative one, is an error naming its position in the file.
   absl::Status ReadMicroBatch(const DataState& state, int64_t dp_index, int64_t accum_step,
                               std::span<int32_t> inputs, std::span<int32_t> targets) const;
 
@@ -180,4 +195,4 @@ class TokenBatcher {
   DataState state_;
 };
 
-}  // namespace hcp::train
+}  // namespace hcp::data

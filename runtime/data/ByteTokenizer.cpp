@@ -1,4 +1,4 @@
-#include "runtime/train/ByteTokenizer.h"
+#include "runtime/data/ByteTokenizer.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/support/Status.h"
 
-namespace hcp::train {
+namespace hcp::data {
 
 namespace fs = std::filesystem;
 
@@ -76,4 +76,4 @@ absl::StatusOr<std::vector<std::string>> ListTextFiles(const std::string& dir) {
   return files;
 }
 
-}  // namespace hcp::train
+}  // namespace hcp::data

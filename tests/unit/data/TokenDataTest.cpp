@@ -1,6 +1,6 @@
 // Token files (format, validation) and the batching rule (windows, split over dp and gradient
 // accumulation, wrap-around, resume).
-#include "runtime/train/TokenData.h"
+#include "runtime/data/TokenData.h"
 
 #include <cstring>
 #include <numeric>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/train/TestUtil.h"
+#include "tests/unit/data/TestUtil.h"
 
-namespace hcp::train {
+namespace hcp::data {
 namespace {
 
 using testing::FailsWith;
@@ -160,9 +160,64 @@ TEST(TokenFile, MovesKeepTheMapping) {
 TEST(TokenFile, ParsesDtypeNames) {
   EXPECT_EQ(*ParseTokenDType("uint16"), TokenDType::U16);
   EXPECT_EQ(*ParseTokenDType("u32"), TokenDType::U32);
+  EXPECT_EQ(*ParseTokenDType("int32"), TokenDType::I32);
+  EXPECT_EQ(*ParseTokenDType("i32"), TokenDType::I32);
+  EXPECT_EQ(*ParseTokenDType("uint8"), TokenDType::U8);
   EXPECT_TRUE(FailsWith(ParseTokenDType("int8").status(), "unknown token dtype \"int8\""));
   EXPECT_EQ(TokenDTypeBytes(TokenDType::U32), 4);
+  EXPECT_EQ(TokenDTypeBytes(TokenDType::I32), 4);
+  EXPECT_EQ(TokenDTypeBytes(TokenDType::U8), 1);
   EXPECT_EQ(TokenDTypeName(TokenDType::U16), "uint16");
+  EXPECT_EQ(TokenDTypeName(TokenDType::I32), "int32");
+}
+
+// Megatron's int32 tokens: raw files only (the HCPTOK1 header has no signed type); a negative
+// token reads as negative and is found by the scan, and refused by the batcher, by position.
+TEST(TokenFile, ReadsRawInt32Tokens) {
+  ScratchDir dir;
+  const int32_t i32[] = {5, 100000, -3, 7};
+  WriteFileBytes(dir / "raw32.bin", std::string(reinterpret_cast<const char*>(i32), 16));
+  absl::StatusOr<TokenFile> file = TokenFile::OpenRaw(dir / "raw32.bin", TokenDType::I32);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->dtype(), TokenDType::I32);
+  ASSERT_EQ(file->size(), 4);
+  EXPECT_EQ(file->value(1), 100000);
+  EXPECT_EQ(file->value(2), -3);
+  EXPECT_EQ(file->at(2), 0xFFFFFFFDu);  // as stored
+  EXPECT_EQ(file->FindTokenOutside(200000, 0, 4), 2);
+  EXPECT_EQ(file->FindTokenOutside(200000, 3, 4), -1);
+  EXPECT_EQ(file->FindTokenOutside(100000, 0, 4), 1);
+
+  BatchConfig c{.seq = 1, .micro_batch = 1, .dp = 1, .grad_accum = 1, .vocab = 200000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(*file, c);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  ASSERT_TRUE(batcher->NextStep(0).ok());  // tokens 0..1
+  EXPECT_TRUE(
+      FailsWith(batcher->NextStep(0).status(), "raw32.bin: token -3 at position 2 is negative"));
+
+  EXPECT_TRUE(FailsWith(WriteTokenFile(dir / "a.bin", std::vector<uint32_t>{1}, TokenDType::I32),
+                        "an HCPTOK1 token file holds uint16 or uint32 tokens, not int32"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a.bin"));
+}
+
+TEST(TokenFile, FindTokenOutsideScansEveryChunk) {
+  ScratchDir dir;
+  // More than one 65,536-token chunk, the offender in the second, and one at the very end.
+  std::vector<uint32_t> tokens(200000, 3);
+  tokens[131071] = 9;
+  tokens[199999] = 12;
+  TokenFile file = WriteAndOpen(dir, "a.bin", tokens, TokenDType::U16);
+  EXPECT_EQ(file.FindTokenOutside(9, 0, file.size()), 131071);
+  EXPECT_EQ(file.FindTokenOutside(10, 0, file.size()), 199999);
+  EXPECT_EQ(file.FindTokenOutside(13, 0, file.size()), -1);
+  EXPECT_EQ(file.FindTokenOutside(4, 131072, 199999), -1);
+  const uint8_t u8[] = {1, 2, 255};
+  WriteFileBytes(dir / "u8.bin", std::string(reinterpret_cast<const char*>(u8), 3));
+  absl::StatusOr<TokenFile> bytes = TokenFile::OpenRaw(dir / "u8.bin", TokenDType::U8);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->at(2), 255u);
+  EXPECT_EQ(bytes->FindTokenOutside(255, 0, 3), 2);
+  EXPECT_EQ(bytes->FindTokenOutside(256, 0, 3), -1);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -368,4 +423,4 @@ TEST(Batching, BadRequestsAreRefused) {
 }
 
 }  // namespace
-}  // namespace hcp::train
+}  // namespace hcp::data

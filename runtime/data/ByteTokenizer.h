@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/train/TokenData.h"
+#include "runtime/data/TokenData.h"
 
-namespace hcp::train {
+namespace hcp::data {
 
 inline constexpr uint32_t kByteBos = 256;
 inline constexpr uint32_t kByteEos = 257;
@@ -46,4 +46,4 @@ absl::StatusOr<int64_t> TokenizeTextFiles(const std::vector<std::string>& inputs
 // TokenizeTextFiles on kDemoCorpusDir.
 absl::StatusOr<std::vector<std::string>> ListTextFiles(const std::string& dir);
 
-}  // namespace hcp::train
+}  // namespace hcp::data

@@ -1,10 +1,11 @@
-#include "runtime/train/TokenData.h"
+#include "runtime/data/TokenData.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -13,11 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/support/Status.h"
-#include "runtime/support/Format.h"
 #include "runtime/support/AtomicFile.h"
+#include "runtime/support/Format.h"
+#include "runtime/support/Status.h"
 
-namespace hcp::train {
+namespace hcp::data {
 
 static_assert(std::endian::native == std::endian::little,
               "token files are little-endian and are read as they are");
@@ -38,17 +39,40 @@ void StoreU32(uint32_t v, std::string& out) {
 
 }  // namespace
 
-int64_t TokenDTypeBytes(TokenDType dtype) { return dtype == TokenDType::U16 ? 2 : 4; }
+int64_t TokenDTypeBytes(TokenDType dtype) {
+  switch (dtype) {
+    case TokenDType::U8:
+      return 1;
+    case TokenDType::U16:
+      return 2;
+    case TokenDType::U32:
+    case TokenDType::I32:
+      return 4;
+  }
+  return 4;
+}
 
 std::string_view TokenDTypeName(TokenDType dtype) {
-  return dtype == TokenDType::U16 ? "uint16" : "uint32";
+  switch (dtype) {
+    case TokenDType::U8:
+      return "uint8";
+    case TokenDType::U16:
+      return "uint16";
+    case TokenDType::U32:
+      return "uint32";
+    case TokenDType::I32:
+      return "int32";
+  }
+  return "?";
 }
 
 absl::StatusOr<TokenDType> ParseTokenDType(std::string_view name) {
   if (name == "uint16" || name == "u16") return TokenDType::U16;
   if (name == "uint32" || name == "u32") return TokenDType::U32;
-  return absl::InvalidArgumentError(
-      absl::StrFormat("unknown token dtype \"%s\" (expected uint16 or uint32)", std::string(name)));
+  if (name == "int32" || name == "i32") return TokenDType::I32;
+  if (name == "uint8" || name == "u8") return TokenDType::U8;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "unknown token dtype \"%s\" (expected uint16, uint32, int32 or uint8)", std::string(name)));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -62,7 +86,8 @@ absl::StatusOr<TokenFile> TokenFile::OpenRaw(const std::string& path, TokenDType
   return OpenImpl(path, /*raw=*/true, dtype);
 }
 
-absl::StatusOr<TokenFile> TokenFile::OpenImpl(const std::string& path, bool raw, TokenDType dtype) {
+absl::StatusOr<TokenFile> TokenFile::OpenImpl(const std::string& path, bool raw, TokenDType dtype,
+                                              bool refuse_magic) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
@@ -95,7 +120,7 @@ absl::StatusOr<TokenFile> TokenFile::OpenImpl(const std::string& path, bool raw,
                                  std::memcmp(bytes, kTokenFileMagic, sizeof(kTokenFileMagic)) == 0;
   uint64_t data_bytes = nbytes;
   if (raw) {
-    if (starts_with_magic) {
+    if (starts_with_magic && refuse_magic) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: starts with the HCPTOK1 header; open it as a token file with a header, not as "
           "raw %s tokens",
@@ -113,7 +138,7 @@ absl::StatusOr<TokenFile> TokenFile::OpenImpl(const std::string& path, bool raw,
       return absl::InvalidArgumentError(absl::StrCat(
           path,
           ": does not start with the HCPTOK1 header (a raw token file? give its dtype, "
-          "uint16 or uint32)"));
+          "uint16, uint32 or int32)"));
     }
     uint32_t token_bytes = LoadU32(bytes + 8);
     uint32_t reserved = LoadU32(bytes + 12);
@@ -168,16 +193,81 @@ void TokenFile::Unmap() {
 }
 
 uint32_t TokenFile::at(int64_t i) const {
-  if (dtype_ == TokenDType::U16) {
-    uint16_t v;
-    std::memcpy(&v, tokens_ + 2 * i, 2);
-    return v;
+  switch (dtype_) {
+    case TokenDType::U8:
+      return tokens_[i];
+    case TokenDType::U16: {
+      uint16_t v;
+      std::memcpy(&v, tokens_ + 2 * i, 2);
+      return v;
+    }
+    case TokenDType::U32:
+    case TokenDType::I32:
+      return LoadU32(tokens_ + 4 * i);
   }
-  return LoadU32(tokens_ + 4 * i);
+  return 0;
+}
+
+int64_t TokenFile::value(int64_t i) const {
+  const uint32_t bits = at(i);
+  if (dtype_ == TokenDType::I32) return static_cast<int32_t>(bits);
+  return bits;
+}
+
+namespace {
+
+// The first index in [begin, end) of `tokens` (little-endian T) whose value is >= limit, or -1.
+// A chunk's maximum first (a loop the compiler vectorises), the position only in a chunk that
+// holds one: the whole corpus is scanned before training.
+template <typename T>
+int64_t FindAtLeast(const unsigned char* tokens, uint64_t limit, int64_t begin, int64_t end) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  for (int64_t chunk = begin; chunk < end; chunk += kChunk) {
+    const int64_t stop = std::min(end, chunk + kChunk);
+    T max = 0;
+    for (int64_t i = chunk; i < stop; ++i) {
+      T v;
+      std::memcpy(&v, tokens + i * sizeof(T), sizeof(T));
+      max = std::max(max, v);
+    }
+    if (max < limit) continue;
+    for (int64_t i = chunk; i < stop; ++i) {
+      T v;
+      std::memcpy(&v, tokens + i * sizeof(T), sizeof(T));
+      if (v >= limit) return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t TokenFile::FindTokenOutside(int64_t limit, int64_t begin, int64_t end) const {
+  if (limit <= 0) return begin < end ? begin : -1;
+  // As unsigned numbers, an I32 file's negative tokens are >= 2^31, above any int32 limit.
+  const uint64_t bound = static_cast<uint64_t>(limit);
+  switch (dtype_) {
+    case TokenDType::U8:
+      return FindAtLeast<uint8_t>(tokens_, bound, begin, end);
+    case TokenDType::U16:
+      return FindAtLeast<uint16_t>(tokens_, bound, begin, end);
+    case TokenDType::U32:
+      return FindAtLeast<uint32_t>(tokens_, bound, begin, end);
+    case TokenDType::I32:
+      return FindAtLeast<uint32_t>(tokens_, std::min<uint64_t>(bound, uint64_t{1} << 31), begin,
+                                   end);
+  }
+  return -1;
 }
 
 absl::Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
                             TokenDType dtype) {
+  if (dtype != TokenDType::U16 && dtype != TokenDType::U32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: an HCPTOK1 token file holds uint16 or uint32 tokens, not %s (write %s tokens as a "
+        "Megatron indexed dataset)",
+        path, TokenDTypeName(dtype), TokenDTypeName(dtype)));
+  }
   std::string header(kTokenFileMagic, sizeof(kTokenFileMagic));
   StoreU32(static_cast<uint32_t>(TokenDTypeBytes(dtype)), header);
   StoreU32(0, header);
@@ -293,11 +383,11 @@ absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_ind
     const int64_t window =
         start.position + GlobalSequenceIndex(c, dp_index, accum_step, row) * (c.seq + 1);
     for (int64_t j = 0; j <= c.seq; ++j) {
-      const uint32_t token = file_->at(window + j);
-      if (token >= static_cast<uint64_t>(c.vocab)) {
+      const int64_t token = file_->value(window + j);
+      if (token < 0 || token >= c.vocab) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("%s: token %d at position %d is >= vocab %d", file_->path(), token,
-                            window + j, c.vocab));
+            absl::StrFormat("%s: token %d at position %d is %s", file_->path(), token, window + j,
+                            token < 0 ? "negative" : absl::StrFormat(">= vocab %d", c.vocab)));
       }
       if (j < c.seq) inputs[row * c.seq + j] = static_cast<int32_t>(token);
       if (j > 0) targets[row * c.seq + j - 1] = static_cast<int32_t>(token);
@@ -323,4 +413,4 @@ absl::StatusOr<StepBatch> TokenBatcher::NextStep(int64_t dp_index) {
   return batch;
 }
 
-}  // namespace hcp::train
+}  // namespace hcp::data

@@ -1,5 +1,7 @@
 #include "runtime/data/PreTokenizer.h"
 
+#include <algorithm>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -63,6 +65,32 @@ absl::StatusOr<SplitBehavior> ParseBehavior(const nlohmann::json& value, const s
 bool BoolField(const nlohmann::json& config, const char* key, bool fallback) {
   auto it = config.find(key);
   return it != config.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+// A piece of a word: [begin, end) and whether it is the Split's delimiter.
+struct Piece {
+  size_t begin, end;
+  bool delimiter;
+};
+
+// Emits `pieces` in order, each that `joins` (given whether it and the neighbour before it, or
+// after it when `backward`, are delimiters) merged into that neighbour's piece.
+template <typename Joins, typename Emit>
+void JoinPieces(const std::vector<Piece>& pieces, bool backward, Joins joins, Emit emit) {
+  std::vector<std::pair<size_t, size_t>> merged;
+  bool neighbour_delimiter = false;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[backward ? pieces.size() - 1 - k : k];
+    if (!merged.empty() && joins(p.delimiter, neighbour_delimiter)) {
+      merged.back().first = std::min(merged.back().first, p.begin);
+      merged.back().second = std::max(merged.back().second, p.end);
+    } else {
+      merged.emplace_back(p.begin, p.end);
+    }
+    neighbour_delimiter = p.delimiter;
+  }
+  if (backward) std::reverse(merged.begin(), merged.end());
+  for (auto [begin, end] : merged) emit(begin, end);
 }
 
 size_t Utf8Length(unsigned char lead) {
@@ -212,12 +240,8 @@ absl::Status PreTokenizer::RunStep(size_t index, std::string_view word, Scratch&
     offset = range[1];
   }
 
-  // The word as alternating pieces: (begin, end, is the delimiter). With invert, the matches are
-  // what is kept and the text between them the delimiters.
-  struct Piece {
-    size_t begin, end;
-    bool delimiter;
-  };
+  // The word as alternating pieces. With invert, the matches are what is kept and the text
+  // between them the delimiters.
   std::vector<Piece> pieces;
   size_t previous = 0;
   for (auto [begin, end] : matches) {
@@ -237,52 +261,20 @@ absl::Status PreTokenizer::RunStep(size_t index, std::string_view word, Scratch&
     case SplitBehavior::kIsolated:
       for (const Piece& p : pieces) emit(p.begin, p.end);
       break;
-    case SplitBehavior::kMergedWithPrevious: {
-      // A delimiter joins the piece before it, unless that one is a delimiter too.
-      std::vector<std::pair<size_t, size_t>> merged;
-      bool previous_delimiter = false;
-      for (const Piece& p : pieces) {
-        if (p.delimiter && !previous_delimiter && !merged.empty()) {
-          merged.back().second = p.end;
-        } else {
-          merged.emplace_back(p.begin, p.end);
-        }
-        previous_delimiter = p.delimiter;
-      }
-      for (auto [begin, end] : merged) emit(begin, end);
+    // A delimiter joins the piece before (after) it, unless that one is a delimiter too.
+    case SplitBehavior::kMergedWithPrevious:
+      JoinPieces(
+          pieces, /*backward=*/false, [](bool d, bool neighbour) { return d && !neighbour; }, emit);
       break;
-    }
-    case SplitBehavior::kMergedWithNext: {
-      // A delimiter joins the piece after it, unless that one is a delimiter too.
-      std::vector<std::pair<size_t, size_t>> merged;
-      bool next_delimiter = false;
-      for (auto p = pieces.rbegin(); p != pieces.rend(); ++p) {
-        if (p->delimiter && !next_delimiter && !merged.empty()) {
-          merged.back().first = p->begin;
-        } else {
-          merged.emplace_back(p->begin, p->end);
-        }
-        next_delimiter = p->delimiter;
-      }
-      for (auto m = merged.rbegin(); m != merged.rend(); ++m) emit(m->first, m->second);
+    case SplitBehavior::kMergedWithNext:
+      JoinPieces(
+          pieces, /*backward=*/true, [](bool d, bool neighbour) { return d && !neighbour; }, emit);
       break;
-    }
-    case SplitBehavior::kContiguous: {
-      // Neighbours of one kind become one piece (delimiters; with invert, also matches that
-      // touch).
-      std::vector<std::pair<size_t, size_t>> merged;
-      bool previous_delimiter = false;
-      for (const Piece& p : pieces) {
-        if (!merged.empty() && p.delimiter == previous_delimiter) {
-          merged.back().second = p.end;
-        } else {
-          merged.emplace_back(p.begin, p.end);
-        }
-        previous_delimiter = p.delimiter;
-      }
-      for (auto [begin, end] : merged) emit(begin, end);
+    // Neighbours of one kind become one piece (delimiters; with invert, also matches that touch).
+    case SplitBehavior::kContiguous:
+      JoinPieces(
+          pieces, /*backward=*/false, [](bool d, bool neighbour) { return d == neighbour; }, emit);
       break;
-    }
   }
   return absl::OkStatus();
 }

@@ -30,7 +30,7 @@ $hcp inspect "$out/demo.plan" | grep -A4 "^ranks:"
 echo "== train ($steps steps on 2 ranks)"
 "${mpirun[@]}" -np 2 $hcp train "$out/demo.plan" --data "$out/corpus.bin" --steps "$steps" \
   --lr 3e-3 --warmup 5 --log-every 5 --checkpoint-dir "$out/checkpoints" \
-  --checkpoint-every 20 --metrics "$out/metrics.jsonl" --config tests/configs/granite-small-demo.json
+  --checkpoint-every 20 --metrics "$out/metrics.jsonl"
 $hcp plot "$out/metrics.jsonl" -o "$out/loss.svg" --title "granite-small-demo, cp=2 zigzag"
 python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys

@@ -361,6 +361,7 @@ absl::StatusOr<GraniteConfig> ParseGraniteConfig(std::string_view json_text,
   FieldReader in(root, source);
   GraniteConfig c;
   c.source = std::string(source);
+  c.text = std::string(json_text);
 
   HCP_ASSIGN_OR_RETURN(std::string model_type, in.String("model_type"));
   if (model_type != "granitemoehybrid") {

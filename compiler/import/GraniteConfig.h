@@ -21,6 +21,7 @@ inline constexpr size_t kMaxConfigBytes = size_t{16} << 20;
 struct GraniteConfig {
   std::string source;  // file path or preset name, for messages
   std::string file;    // the config file read (empty for a preset)
+  std::string text;    // the JSON text as given: what the plan carries into checkpoints
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;

@@ -48,6 +48,7 @@ class Writer {
   explicit Writer(const PlanInfo& info) {
     // The project version of CMakeLists.txt: plans say which compiler wrote them.
     builder_.set_producer("hybridcp " HYBRIDCP_VERSION).set_model(info.model);
+    builder_.set_model_config(info.model_config);
     builder_.set_shape(info.micro_batch, info.seq).set_flops_per_step(info.flops_per_step);
   }
 

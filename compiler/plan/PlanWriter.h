@@ -10,7 +10,8 @@
 namespace hcp {
 
 struct PlanInfo {
-  std::string model;  // config source, for `inspect`
+  std::string model;         // config source, for `inspect`
+  std::string model_config;  // the config.json text, written into every checkpoint
   int64_t seq = 0;
   int64_t micro_batch = 0;
   double flops_per_step = 0.0;

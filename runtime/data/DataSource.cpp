@@ -56,6 +56,7 @@ absl::StatusOr<DataSource> DataSource::Open(const std::string& path,
   if (std::optional<std::string> prefix = IndexedPrefix(path)) {
     HCP_ASSIGN_OR_RETURN(IndexedDataset dataset, IndexedDataset::Open(*prefix));
     HCP_RETURN_IF_ERROR(CheckDTypeAgrees(dtype, dataset.dtype(), IndexPath(*prefix)));
+    HCP_ASSIGN_OR_RETURN(source.mask_, OpenLossMask(dataset));
     source.format_ = DataFormat::kIndexedDataset;
     source.indexed_ = std::move(dataset);
     return source;
@@ -101,9 +102,14 @@ std::string DataSource::Describe() const {
   const std::string count =
       absl::StrFormat("%s %s tokens", FormatCount(t.size()), TokenDTypeName(t.dtype()));
   switch (format_) {
-    case DataFormat::kIndexedDataset:
-      return absl::StrFormat("Megatron indexed dataset %s (.bin/.idx): %s documents, %s",
-                             indexed_->prefix(), FormatCount(indexed_->documents()), count);
+    case DataFormat::kIndexedDataset: {
+      const std::string mask =
+          mask_ ? absl::StrFormat(", with a loss mask (%s of %s targets count)",
+                                  FormatCount(mask_->counted), FormatCount(t.size()))
+                : std::string();
+      return absl::StrFormat("Megatron indexed dataset %s (.bin/.idx): %s documents, %s%s",
+                             indexed_->prefix(), FormatCount(indexed_->documents()), count, mask);
+    }
     case DataFormat::kTokenFile:
       return absl::StrFormat("token file %s: %s", t.path(), count);
     case DataFormat::kRawTokens:

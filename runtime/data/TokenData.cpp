@@ -328,9 +328,14 @@ int64_t GlobalSequenceIndex(const BatchConfig& config, int64_t dp_index, int64_t
   return (accum_step * config.dp + dp_index) * config.micro_batch + row;
 }
 
-absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file,
-                                                  const BatchConfig& config) {
+absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const BatchConfig& config,
+                                                  const TokenFile* mask) {
   HCP_RETURN_IF_ERROR(ValidateBatchConfig(config));
+  if (mask != nullptr && mask->size() != file.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the loss mask %s has %s values for the %s tokens of %s", mask->path(),
+                        FormatCount(mask->size()), FormatCount(file.size()), file.path()));
+  }
   if (file.size() < config.step_tokens()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s has %s tokens; one step needs global_batch * (seq + 1) = %d * (%d + 1) = %s "
@@ -338,7 +343,7 @@ absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file,
         file.path(), FormatCount(file.size()), config.global_batch(), config.seq,
         FormatCount(config.step_tokens()), config.micro_batch, config.dp, config.grad_accum));
   }
-  return TokenBatcher(file, config);
+  return TokenBatcher(file, config, mask);
 }
 
 absl::Status TokenBatcher::Restore(const DataState& state) {
@@ -390,7 +395,10 @@ absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_ind
                             token < 0 ? "negative" : absl::StrFormat(">= vocab %d", c.vocab)));
       }
       if (j < c.seq) inputs[row * c.seq + j] = static_cast<int32_t>(token);
-      if (j > 0) targets[row * c.seq + j - 1] = static_cast<int32_t>(token);
+      if (j > 0) {
+        const bool counts = mask_ == nullptr || mask_->at(window + j) != 0;
+        targets[row * c.seq + j - 1] = counts ? static_cast<int32_t>(token) : kIgnoredTarget;
+      }
     }
   }
   return absl::OkStatus();

@@ -24,6 +24,9 @@
 //   Window s of the global batch goes to dp rank d, accumulation step a, row i where
 //   s = (a * dp + d) * micro_batch + i. Each rank gets the FULL sequences of its micro-batch;
 //   the executor cuts its cp shard out of them.
+//   With a loss mask (LossMask.h: one 0/1 value per token), target j of a window, which names
+//   the window's token j + 1, is kIgnoredTarget where that token's mask is 0; inputs are the
+//   same either way.
 // Because the data state counts tokens, a run resumed with another dp / grad_accum split (same
 // seq and global batch) reads exactly the same global batches.
 #pragma once
@@ -41,6 +44,10 @@ namespace hcp::data {
 
 inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
 inline constexpr int64_t kTokenFileHeaderBytes = 16;
+
+// A target the loss ignores: plan::kIgnoredTarget's value (Hugging Face's -100), written here
+// since the data library does not depend on plans (TokenDataTest checks they agree).
+inline constexpr int32_t kIgnoredTarget = -100;
 
 // I32 is Megatron's int32: a token read from it must not be negative (FindTokenOutside).
 enum class TokenDType { U8, U16, U32, I32 };
@@ -161,7 +168,10 @@ class TokenBatcher {
  public:
   // Checks the config and that the file holds at least one step:
   // "data.bin has 1,000 tokens; one step needs global_batch * (seq + 1) = 4 * (4096 + 1) = 16,388".
-  static absl::StatusOr<TokenBatcher> Create(const TokenFile& file, const BatchConfig& config);
+  // `mask`, when given (DataSource::loss_mask()), holds a 0/1 value per token of `file` and must
+  // outlive the batcher too: a target whose token's value is 0 becomes kIgnoredTarget.
+  static absl::StatusOr<TokenBatcher> Create(const TokenFile& file, const BatchConfig& config,
+                                             const TokenFile* mask = nullptr);
 
   const BatchConfig& config() const { return config_; }
   const TokenFile& file() const { return *file_; }
@@ -188,9 +198,11 @@ class TokenBatcher {
   absl::StatusOr<StepBatch> NextStep(int64_t dp_index);
 
  private:
-  TokenBatcher(const TokenFile& file, const BatchConfig& config) : file_(&file), config_(config) {}
+  TokenBatcher(const TokenFile& file, const BatchConfig& config, const TokenFile* mask)
+      : file_(&file), mask_(mask), config_(config) {}
 
   const TokenFile* file_;
+  const TokenFile* mask_;  // nullptr: every target counts
   BatchConfig config_;
   DataState state_;
 };

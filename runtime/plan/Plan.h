@@ -155,10 +155,11 @@ Step EncodeStep(const Args& args) {
 inline constexpr int32_t kIgnoredTarget = -100;
 
 struct Plan {
-  std::string producer;                            // "hybridcp 0.1.0"
-  std::string model;                               // config source (file or preset name)
-  int64_t seq = 0;                                 // tokens per sequence (global)
-  int64_t micro_batch = 0;                         // sequences per micro-batch
+  std::string producer;      // "hybridcp 0.1.0"
+  std::string model;         // config source (file or preset name)
+  std::string model_config;  // the config.json text (empty in hand-built test plans)
+  int64_t seq = 0;           // tokens per sequence (global)
+  int64_t micro_batch = 0;   // sequences per micro-batch
   std::array<uint64_t, kNumArenas> arena_bytes{};  // indexed by Arena
   std::vector<Buffer> buffers;
   std::vector<Parameter> parameters;

@@ -5,8 +5,8 @@
 #include "flatbuffers/flatbuffers.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/plan/plan_generated.h"
-#include "runtime/support/Status.h"
 #include "runtime/support/AtomicFile.h"
+#include "runtime/support/Status.h"
 
 namespace hcp::plan {
 namespace {
@@ -33,6 +33,11 @@ PlanBuilder& PlanBuilder::set_producer(std::string producer) {
   producer_ = std::move(producer);
   return *this;
 }
+PlanBuilder& PlanBuilder::set_model_config(std::string config_json) {
+  model_config_ = std::move(config_json);
+  return *this;
+}
+
 PlanBuilder& PlanBuilder::set_model(std::string model) {
   model_ = std::move(model);
   return *this;
@@ -208,7 +213,8 @@ std::string PlanBuilder::FinishUnchecked() const {
   auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
                              micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),
                              fbb.CreateVector(parameters), input_ids_, targets_, loss_,
-                             fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_);
+                             fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_,
+                             StringOrAbsent(fbb, model_config_));
   fb::FinishPlanBuffer(fbb, root);
 
   return EncodePlanFile(

@@ -51,6 +51,7 @@ class PlanBuilder {
 
   PlanBuilder& set_producer(std::string producer);
   PlanBuilder& set_model(std::string model);
+  PlanBuilder& set_model_config(std::string config_json);
   // seq is the GLOBAL sequence length; with a mesh each rank holds seq / cp tokens of it.
   PlanBuilder& set_shape(int64_t micro_batch, int64_t seq);
   // The ranks the plan runs on. Without this call the file has no mesh (one rank).
@@ -127,6 +128,7 @@ class PlanBuilder {
 
   std::string producer_ = "hybridcp";
   std::string model_;
+  std::string model_config_;
   int64_t seq_ = 0;
   int64_t micro_batch_ = 0;
   double flops_per_step_ = 0.0;

@@ -68,6 +68,7 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   Plan plan;
   if (root.producer()) plan.producer = root.producer()->str();
   if (root.model()) plan.model = root.model()->str();
+  if (root.model_config()) plan.model_config = root.model_config()->str();
   plan.seq = root.seq();
   plan.micro_batch = root.micro_batch();
   plan.flops_per_step = root.flops_per_step();

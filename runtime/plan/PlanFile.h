@@ -42,7 +42,8 @@ namespace hcp::plan {
 // 9: the moe_experts kernels' keep_h flag (the experts' first product kept for the backward).
 // 10: the CRC32C trailer (a checksum of the whole file).
 // 11: the schedule: Step.stream and Step.join_before (hcp-overlap-collectives).
-inline constexpr uint32_t kPlanSchemaVersion = 11;
+// 12: Plan.model_config, the config.json text (checkpoints carry it).
+inline constexpr uint32_t kPlanSchemaVersion = 12;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 inline constexpr size_t kPlanChecksumBytes = 4;

@@ -17,6 +17,7 @@
 #include "runtime/plan/KernelCheck.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/plan/Schedule.h"
+#include "runtime/support/Json.h"
 #include "runtime/support/Status.h"
 
 namespace hcp::plan {
@@ -387,9 +388,22 @@ absl::Status CheckStep(const Plan& plan, size_t index) {
   return absl::OkStatus();
 }
 
+// The config.json a plan carries goes into checkpoints as it is: it must be a JSON object.
+absl::Status CheckModelConfig(const Plan& plan) {
+  if (plan.model_config.empty()) return absl::OkStatus();
+  absl::StatusOr<nlohmann::json> config =
+      ParseJsonStrict(plan.model_config, "the plan's config.json");
+  if (!config.ok()) return config.status();
+  if (!config->is_object()) {
+    return absl::InvalidArgumentError("the plan's config.json is not a JSON object");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidatePlan(const Plan& plan) {
+  HCP_RETURN_IF_ERROR(CheckModelConfig(plan));
   HCP_RETURN_IF_ERROR(CheckBuffers(plan));
   HCP_RETURN_IF_ERROR(CheckParameters(plan));
   HCP_RETURN_IF_ERROR(CheckInputsAndLoss(plan));

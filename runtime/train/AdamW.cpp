@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "runtime/support/Status.h"
 #include "runtime/support/Json.h"
+#include "runtime/support/Status.h"
 
 namespace hcp::train {
 
@@ -32,15 +32,38 @@ absl::Status ValidateSchedule(const LrSchedule& s) {
   return absl::OkStatus();
 }
 
+std::string_view LrDecayName(LrDecay decay) {
+  switch (decay) {
+    case LrDecay::kCosine:
+      return "cosine";
+    case LrDecay::kLinear:
+      return "linear";
+    case LrDecay::kConstant:
+      return "constant";
+  }
+  return "?";
+}
+
+absl::StatusOr<LrDecay> ParseLrDecay(std::string_view name) {
+  for (LrDecay decay : {LrDecay::kCosine, LrDecay::kLinear, LrDecay::kConstant}) {
+    if (name == LrDecayName(decay)) return decay;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("schedule %s: the learning-rate schedules are cosine, linear and constant",
+                      std::string(name)));
+}
+
 double LearningRate(const LrSchedule& s, int64_t step) {
   step = std::max<int64_t>(step, 0);
   if (step < s.warmup_steps) {
     return s.max_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   }
+  if (s.decay == LrDecay::kConstant) return s.max_lr;
   if (step >= s.total_steps) return s.min_lr;
   const double ratio = static_cast<double>(step - s.warmup_steps) /
                        static_cast<double>(s.total_steps - s.warmup_steps);
-  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+  const double coeff =
+      s.decay == LrDecay::kLinear ? 1.0 - ratio : 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
   return s.min_lr + coeff * (s.max_lr - s.min_lr);
 }
 

@@ -41,15 +41,24 @@
 namespace hcp::train {
 
 // ------------------------------------------------------------------------------------------------
-// Learning-rate schedule: linear warmup, then cosine decay to min_lr.
+// Learning-rate schedule: linear warmup, then a decay to min_lr (cosine by default).
 //   step < warmup_steps:           max_lr * (step + 1) / warmup_steps
-//   warmup_steps <= step < total:  min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2,
+//   warmup_steps <= step < total:  cosine: min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2,
+//                                  linear: max_lr + (min_lr - max_lr) * r,
+//                                  constant: max_lr,
 //                                  r = (step - warmup_steps) / (total_steps - warmup_steps)
-//   step >= total_steps:           min_lr
+//   step >= total_steps:           min_lr (constant: max_lr)
 // `step` counts from 0 (the first step of a run is step 0), so the last warmup step (warmup - 1)
 // and the first decay step (warmup) both get max_lr, and the step halfway through the decay
 // gets (max_lr + min_lr) / 2. The schedule follows the training step, skipped steps included.
+enum class LrDecay { kCosine, kLinear, kConstant };
+// "cosine", "linear", "constant".
+std::string_view LrDecayName(LrDecay decay);
+// The inverse; anything else is InvalidArgument naming the three.
+absl::StatusOr<LrDecay> ParseLrDecay(std::string_view name);
+
 struct LrSchedule {
+  LrDecay decay = LrDecay::kCosine;
   double max_lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 0;

@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "runtime/support/Status.h"
 #include "runtime/support/Format.h"
 #include "runtime/support/Json.h"
+#include "runtime/support/Status.h"
 
 namespace hcp::train {
 namespace {
@@ -183,6 +183,10 @@ std::string MetricsJsonLine(const MetricsRecord& r) {
   line["tokens_per_s"] = Number(r.tokens_per_s);
   line["elapsed_s"] = Number(r.elapsed_s);
   line["skipped"] = r.skipped;
+  if (r.evaluated()) {
+    line["eval_loss"] = Number(r.eval_loss);
+    line["eval_tokens"] = r.eval_tokens;
+  }
   return line.dump() + "\n";
 }
 
@@ -205,6 +209,11 @@ absl::StatusOr<MetricsRecord> ParseMetricsLine(std::string_view line, std::strin
           absl::StrCat(ToAbsl(what), ": \"skipped\" is not true or false"));
     }
     r.skipped = it->get<bool>();
+  }
+  HCP_RETURN_IF_ERROR(ReadNumber(object, "eval_loss", false, &r.eval_loss, what));
+  HCP_RETURN_IF_ERROR(ReadInteger(object, "eval_tokens", false, &r.eval_tokens, what));
+  if (r.eval_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(ToAbsl(what), ": \"eval_tokens\" is negative"));
   }
   return r;
 }
@@ -325,6 +334,7 @@ std::string FormatProgress(const MetricsRecord& r, int64_t total_steps, double e
   std::string line =
       absl::StrFormat("step %d/%d  loss %s  lr %s  |g| %s  %s tok/s  ETA %s", r.step, total_steps,
                       Fixed4(r.loss), Sci1(r.lr), Fixed2(r.grad_norm), rate, FormatDuration(eta_s));
+  if (r.evaluated()) line += absl::StrCat("  eval loss ", Fixed4(r.eval_loss));
   if (r.skipped) line += "  skipped";
   return line;
 }

@@ -12,6 +12,12 @@
 //   tokens_per_s  throughput of this step (or a smoothed rate; the writer's choice)
 //   elapsed_s     seconds since the run (or the resumed run) started
 //   skipped       the update was skipped (non-finite loss or gradients; see AdamW.h)
+// After a step followed by a held-out evaluation (--eval-data, --eval-every), its line also has
+//   eval_loss     the mean per-token loss over every valid target of the evaluation's windows,
+//                 with the weights after this step; null when not finite
+//   eval_tokens   the inputs it scored (whole global batches of the eval data, from its start)
+// e.g. {"step":20,"loss":2.1,...,"skipped":false,"eval_loss":2.3456,"eval_tokens":256}; the
+// other lines do not have them.
 // Each line is written with one write(2) on an O_APPEND descriptor, so a crash leaves at worst
 // a partial last line; the reader ignores it, and the writer cuts it off when a resumed run
 // reopens the file (a fresh run never appends to an existing file: see MetricsMode). A run resumed
@@ -39,6 +45,9 @@ struct MetricsRecord {
   double tokens_per_s = std::numeric_limits<double>::quiet_NaN();
   double elapsed_s = std::numeric_limits<double>::quiet_NaN();
   bool skipped = false;
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t eval_tokens = 0;  // 0: no evaluation after this step
+  bool evaluated() const { return eval_tokens > 0; }
 };
 
 // The record as one JSON line, '\n' included. Non-finite numbers become null.
@@ -100,8 +109,9 @@ absl::StatusOr<MetricsLog> ReadMetrics(const std::string& path);
 double EstimateEta(double elapsed_s, int64_t steps_done, int64_t steps_left);
 
 // "step 12/100  loss 4.3210  lr 3.0e-04  |g| 1.23  1,234 tok/s  ETA 0:01:23", with
-// "  skipped" at the end for a skipped step. Non-finite values print as "nan" / "inf", an
-// unknown rate as "- tok/s", an unknown ETA (NaN) as "-:--:--".
+// "  eval loss 4.5678" after an evaluation and "  skipped" at the end for a skipped step.
+// Non-finite values print as "nan" / "inf", an unknown rate as "- tok/s", an unknown ETA (NaN) as
+// "-:--:--".
 std::string FormatProgress(const MetricsRecord& record, int64_t total_steps, double eta_s);
 
 }  // namespace hcp::train

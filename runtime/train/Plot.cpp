@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
-#include "runtime/support/AtomicFile.h"
 
 namespace hcp::train {
 namespace {
@@ -186,14 +186,23 @@ absl::StatusOr<std::string> RenderLossSvg(const std::vector<PlotSeries>& series,
                         "transform=\"rotate(-90 16 %s)\">loss</text>\n",
                         Num((top + bottom) / 2), Num((top + bottom) / 2));
 
+  // Each run's colour; a dashed series (a run's held-out loss) takes its run's.
+  std::vector<const char*> colours;
+  size_t run = 0;
+  for (size_t r = 0; r < series.size(); ++r) {
+    if (r > 0 && !series[r].dashed) ++run;
+    colours.push_back(kColours[run % std::size(kColours)]);
+  }
+  constexpr const char* kDash = " stroke-dasharray=\"6 4\"";
+
   // The runs.
   for (size_t r = 0; r < series.size(); ++r) {
     const PlotSeries& s = series[r];
-    const char* colour = kColours[r % std::size(kColours)];
+    const char* colour = colours[r];
     absl::StrAppendFormat(&svg,
-                          "<g class=\"run\" data-name=\"%s\" stroke=\"%s\" fill=\"none\" "
-                          "stroke-width=\"1.5\">\n",
-                          Escape(s.name), colour);
+                          "<g class=\"%s\" data-name=\"%s\" stroke=\"%s\" fill=\"none\" "
+                          "stroke-width=\"1.5\"%s>\n",
+                          s.dashed ? "eval" : "run", Escape(s.name), colour, s.dashed ? kDash : "");
     std::vector<std::pair<double, double>> stretch;
     auto flush = [&] {
       if (stretch.size() == 1) {
@@ -233,9 +242,9 @@ absl::StatusOr<std::string> RenderLossSvg(const std::vector<PlotSeries>& series,
     const double y = ly + 16 + 18.0 * static_cast<double>(r);
     absl::StrAppendFormat(&svg,
                           "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" "
-                          "stroke-width=\"2\"/>\n",
-                          Num(lx + 8), Num(y - 4), Num(lx + 28), Num(y - 4),
-                          kColours[r % std::size(kColours)]);
+                          "stroke-width=\"2\"%s/>\n",
+                          Num(lx + 8), Num(y - 4), Num(lx + 28), Num(y - 4), colours[r],
+                          series[r].dashed ? kDash : "");
     absl::StrAppendFormat(&svg, "<text x=\"%s\" y=\"%s\">%s</text>\n", Num(lx + 34), Num(y),
                           Escape(series[r].name));
   }
@@ -269,7 +278,17 @@ absl::StatusOr<std::vector<PlotSeries>> LoadLossCurves(const std::vector<std::st
     if (!any_finite) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": no finite loss to plot"));
     }
+    PlotSeries eval;
+    eval.name = curve.name + " (eval)";
+    eval.dashed = true;
+    for (const MetricsRecord& r : log.records) {
+      if (!r.evaluated()) continue;
+      eval.x.push_back(x_axis == PlotXAxis::kStep ? static_cast<double>(r.step)
+                                                  : static_cast<double>(r.tokens));
+      eval.y.push_back(r.eval_loss);
+    }
     curves.push_back(std::move(curve));
+    if (!eval.x.empty()) curves.push_back(std::move(eval));
   }
   return curves;
 }

@@ -18,11 +18,13 @@
 
 namespace hcp::train {
 
-// One run: points (x[i], y[i]); y may be NaN (a gap).
+// One run: points (x[i], y[i]); y may be NaN (a gap). A dashed series is the held-out loss of
+// the run before it: drawn dashed in that run's colour (<g class="eval">, a dashed legend line).
 struct PlotSeries {
   std::string name;
   std::vector<double> x;
   std::vector<double> y;
+  bool dashed = false;
 };
 
 enum class PlotXAxis { kStep, kTokens };
@@ -56,8 +58,10 @@ absl::StatusOr<std::string> RenderLossSvg(const std::vector<PlotSeries>& series,
                                           const PlotOptions& options = {});
 
 // The loss curves of metrics files (Metrics.h): x = step or tokens, y = loss; each run is named
-// by its file name, or by the path as given where two runs share a file name. An empty file, or
-// one without a finite loss, is an error naming it.
+// by its file name, or by the path as given where two runs share a file name. A run with
+// evaluations (eval_loss) also gets its held-out curve right after it, dashed, named
+// "NAME (eval)", one point per evaluation. An empty file, or one without a finite loss, is an
+// error naming it.
 absl::StatusOr<std::vector<PlotSeries>> LoadLossCurves(const std::vector<std::string>& paths,
                                                        PlotXAxis x_axis = PlotXAxis::kStep);
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -23,6 +24,7 @@
 #include "runtime/comm/Agreement.h"
 #include "runtime/support/AtomicFile.h"
 #include "runtime/support/Crc32c.h"
+#include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 
@@ -54,7 +56,7 @@ absl::Status PrepareOptions(TrainOptions& options) {
   }
   if (!options.init_weights.empty() && options.resume) {
     return absl::InvalidArgumentError(
-        "--weights and --resume both say where the weights come from: a resumed run takes its "
+        "--init and --resume both say where the weights come from: a resumed run takes its "
         "checkpoint's; give one of them");
   }
   if (options.checkpoint_every < 0) {
@@ -73,6 +75,25 @@ absl::Status PrepareOptions(TrainOptions& options) {
       return absl::InvalidArgumentError("--overwrite-checkpoints needs --checkpoint-dir");
     }
   }
+  const bool eval = !options.eval_data.empty();
+  if (options.eval_every && *options.eval_every <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--eval-every must be positive, got %d", *options.eval_every));
+  }
+  if (options.eval_tokens && *options.eval_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--eval-tokens must be positive, got %d", *options.eval_tokens));
+  }
+  if (eval && !options.eval_every) {
+    return absl::InvalidArgumentError(
+        "--eval-data needs --eval-every N (steps between evaluations)");
+  }
+  if (!eval && options.eval_every) {
+    return absl::InvalidArgumentError("--eval-every needs --eval-data (the held-out data)");
+  }
+  if (!eval && options.eval_tokens) {
+    return absl::InvalidArgumentError("--eval-tokens needs --eval-data (the held-out data)");
+  }
   if (options.overwrite_checkpoints && options.resume) {
     return absl::InvalidArgumentError(
         "--overwrite-checkpoints replaces the checkpoints that --resume continues from; give one "
@@ -83,19 +104,38 @@ absl::Status PrepareOptions(TrainOptions& options) {
   return ValidateAdamWConfig(options.adamw);
 }
 
+namespace {
+
+// `status` with `prefix` before its message ("--eval-data: "), or as it is when OK.
+absl::Status Prefixed(const absl::Status& status, std::string_view prefix) {
+  if (status.ok() || prefix.empty()) return status;
+  return absl::Status(status.code(), absl::StrCat(std::string(prefix), status.message()));
+}
+
+// `path` opened as DataSource.h says and every token checked against the vocabulary, on every
+// rank, each step agreed; errors start with `what`.
+absl::StatusOr<std::unique_ptr<data::DataSource>> OpenCheckedSource(
+    comm::Communicator& comm, const std::string& path, std::optional<data::TokenDType> dtype,
+    int64_t vocab, std::string_view what) {
+  absl::StatusOr<data::DataSource> source = data::DataSource::Open(path, dtype);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(source.status(), what)));
+  auto opened = std::make_unique<data::DataSource>(*std::move(source));
+  // One scan of the whole data, on one rank (the others read the same file): a token the model
+  // has no embedding for stops the run now, not at the step that reaches it.
+  const absl::Status in_vocab =
+      comm.world_rank() == 0 ? opened->CheckVocab(vocab) : absl::OkStatus();
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(in_vocab, what)));
+  return opened;
+}
+
+}  // namespace
+
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data) {
   absl::StatusOr<int64_t> vocab = VocabularyOf(plan);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, vocab.status()));
-  absl::StatusOr<data::DataSource> source =
-      data::DataSource::Open(options.data, options.data_dtype);
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, source.status()));
-  data.source = std::make_unique<data::DataSource>(*std::move(source));
-  // One scan of the whole data, on one rank (the others read the same file): a token the model
-  // has no embedding for stops the run now, not at the step that reaches it.
-  const absl::Status in_vocab =
-      comm.world_rank() == 0 ? data.source->CheckVocab(*vocab) : absl::OkStatus();
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, in_vocab));
+  HCP_ASSIGN_OR_RETURN(data.source,
+                       OpenCheckedSource(comm, options.data, options.data_dtype, *vocab, ""));
   // The tokens identify the data (an indexed dataset's .bin): they are what the run trains on.
   absl::StatusOr<DataIdentity> identity = IdentifyData(data.source->tokens().path());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
@@ -103,10 +143,76 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
   const data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum,
                                 *vocab};
   absl::StatusOr<data::TokenBatcher> batcher =
-      data::TokenBatcher::Create(data.source->tokens(), batch);
+      data::TokenBatcher::Create(data.source->tokens(), batch, data.source->loss_mask());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> EvalGlobalBatches(const data::BatchConfig& batch,
+                                          std::optional<int64_t> eval_tokens,
+                                          const std::string& path, int64_t file_tokens) {
+  const int64_t batch_inputs = batch.global_batch() * batch.seq;
+  const int64_t wanted = eval_tokens.value_or(batch_inputs);
+  if (wanted <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--eval-tokens must be positive, got %d", wanted));
+  }
+  const int64_t batches = wanted / batch_inputs + (wanted % batch_inputs != 0);
+  // Windows of seq + 1 tokens, as the training data's (TokenData.h): the file must hold them all.
+  if (batches > file_tokens / batch.step_tokens()) {
+    const std::string needs =
+        batches == 1
+            ? absl::StrFormat(
+                  "one evaluation needs one global batch: global_batch * (seq + 1) = "
+                  "%d * (%d + 1) = %s",
+                  batch.global_batch(), batch.seq, FormatCount(batch.step_tokens()))
+            : absl::StrFormat(
+                  "--eval-tokens %s needs %d global batches: %d * global_batch * "
+                  "(seq + 1) = %d * %d * (%d + 1) = %s",
+                  FormatCount(wanted), batches, batches, batches, batch.global_batch(), batch.seq,
+                  batches > INT64_MAX / batch.step_tokens()
+                      ? std::string("more tokens than any file holds")
+                      : FormatCount(batches * batch.step_tokens()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--eval-data %s has %s tokens; %s (global_batch = micro_batch %d * dp %d * grad_accum %d)",
+        path, FormatCount(file_tokens), needs, batch.micro_batch, batch.dp, batch.grad_accum));
+  }
+  return batches;
+}
+
+absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
+                          const data::BatchConfig& batch, EvalData& eval) {
+  if (options.eval_data.empty()) return absl::OkStatus();
+  HCP_ASSIGN_OR_RETURN(eval.source, OpenCheckedSource(comm, options.eval_data, options.data_dtype,
+                                                      batch.vocab, "--eval-data: "));
+  const data::TokenFile& tokens = eval.source->tokens();
+  absl::StatusOr<int64_t> batches =
+      EvalGlobalBatches(batch, options.eval_tokens, tokens.path(), tokens.size());
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batches.status()));
+  absl::StatusOr<data::TokenBatcher> batcher =
+      data::TokenBatcher::Create(tokens, batch, eval.source->loss_mask());
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(batcher.status(), "--eval-data: ")));
+  eval.batcher = std::move(*batcher);
+  eval.global_batches = *batches;
+  eval.tokens = *batches * batch.global_batch() * batch.seq;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<data::StepBatch>> ReadEvalBatches(EvalData& eval, int64_t dp_index) {
+  // From the start every time; EvalGlobalBatches made sure they fit without wrapping around.
+  HCP_RETURN_IF_ERROR(eval.batcher->Restore(data::DataState{}));
+  std::vector<data::StepBatch> batches;
+  for (int64_t b = 0; b < eval.global_batches; ++b) {
+    HCP_ASSIGN_OR_RETURN(data::StepBatch batch, eval.batcher->NextStep(dp_index));
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+bool EvalDue(const TrainOptions& options, int64_t steps_done, int64_t last) {
+  if (options.eval_data.empty() || !options.eval_every || *options.eval_every <= 0) return false;
+  return steps_done % *options.eval_every == 0 || steps_done == last;
 }
 
 RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data) {
@@ -148,7 +254,13 @@ absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
 }
 
 float StepLossScale(comm::Communicator& comm, const data::StepBatch& batch) {
-  double valid = static_cast<double>(CountValid(batch.targets));
+  return LossScale(comm, std::span<const data::StepBatch>(&batch, 1));
+}
+
+float LossScale(comm::Communicator& comm, std::span<const data::StepBatch> batches) {
+  double valid = 0;
+  for (const data::StepBatch& batch : batches)
+    valid += static_cast<double>(CountValid(batch.targets));
   comm.AllReduceSum(&valid, 1, comm::Group::kDp);
   return valid > 0 ? static_cast<float>(1.0 / valid) : 0.0f;
 }
@@ -225,6 +337,11 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
   note("lr", options.schedule.max_lr, saved.schedule.max_lr);
   note("min-lr", options.schedule.min_lr, saved.schedule.min_lr);
   note("warmup", options.schedule.warmup_steps, saved.schedule.warmup_steps);
+  note("schedule", std::string(LrDecayName(options.schedule.decay)),
+       std::string(LrDecayName(saved.schedule.decay)));
+  note("beta1", options.adamw.beta1, saved.optimizer.beta1);
+  note("beta2", options.adamw.beta2, saved.optimizer.beta2);
+  note("eps", options.adamw.eps, saved.optimizer.eps);
   note("weight-decay", options.adamw.weight_decay, saved.optimizer.weight_decay);
   note("clip", options.adamw.max_grad_norm, saved.optimizer.max_grad_norm);
   note("seed", options.seed, saved.rng.seed);
@@ -644,15 +761,25 @@ absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t fi
   // The newest checkpoint known finite: the one the run resumed from, then each one written after
   // an applied update.
   int64_t newest_finite = options.resume ? first_step : -1;
+  double eval_s = 0;  // time spent evaluating: not training throughput
   for (int64_t step = first_step; step < last; ++step) {
     HCP_RETURN_IF_ERROR(hooks.step(step, record));
     record.tokens += tokens_per_step;
+    record.eval_loss = std::numeric_limits<double>::quiet_NaN();
+    record.eval_tokens = 0;
+    const bool evaluated = hooks.evaluate && EvalDue(options, step + 1, last);
+    if (evaluated) {
+      const auto eval_start = Clock::now();
+      HCP_RETURN_IF_ERROR(hooks.evaluate(step + 1, record));
+      eval_s += std::chrono::duration<double>(Clock::now() - eval_start).count();
+    }
     record.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-    record.tokens_per_s = (record.tokens - tokens_at_start) / std::max(record.elapsed_s, 1e-9);
+    record.tokens_per_s =
+        (record.tokens - tokens_at_start) / std::max(record.elapsed_s - eval_s, 1e-9);
     if (root) {
       if (metrics != nullptr) HCP_RETURN_IF_ERROR(metrics->Append(record));
       const bool log = (step + 1) % std::max<int64_t>(options.log_every, 1) == 0 ||
-                       step == first_step || step + 1 == last;
+                       step == first_step || step + 1 == last || evaluated;
       if (log) {
         const double eta =
             EstimateEta(record.elapsed_s, step + 1 - first_step, options.steps - step - 1);

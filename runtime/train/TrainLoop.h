@@ -56,6 +56,31 @@ struct TrainingData {
 RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data);
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data);
+
+// The held-out data of --eval-data: opened and checked like the training data (the same
+// --data-dtype rule, every token against the vocabulary on rank 0), batched with the training
+// data's BatchConfig, and read from its start at every evaluation (a fixed set: the same windows
+// each time, so that the numbers compare). OpenEvalData does nothing without options.eval_data.
+struct EvalData {
+  std::unique_ptr<data::DataSource> source;  // where the batcher reads: its address must not move
+  std::optional<data::TokenBatcher> batcher;
+  int64_t global_batches = 0;  // read by one evaluation
+  int64_t tokens = 0;  // the inputs one evaluation scores: global_batches * global_batch * seq
+};
+absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
+                          const data::BatchConfig& batch, EvalData& eval);
+// The global batches one evaluation reads: eval_tokens (default: one global batch's inputs,
+// global_batch * seq) rounded up to whole global batches. A file too short for them is an error
+// naming it, its tokens and what the evaluation needs.
+absl::StatusOr<int64_t> EvalGlobalBatches(const data::BatchConfig& batch,
+                                          std::optional<int64_t> eval_tokens,
+                                          const std::string& path, int64_t file_tokens);
+// This dp rank's share of every global batch of one evaluation, from the eval data's start.
+absl::StatusOr<std::vector<data::StepBatch>> ReadEvalBatches(EvalData& eval, int64_t dp_index);
+// Whether an evaluation follows the step that makes steps_done, in a run that stops after `last`:
+// at the multiples of eval_every, and after the last step.
+bool EvalDue(const TrainOptions& options, int64_t steps_done, int64_t last);
+
 // Rank 0 checks checkpoint_dir (every rank gets its status); nothing to do without one. It must be
 // a directory this process can write into: created for a new run, then probed by creating and
 // removing a file (permission bits do not stop root, a real write does). Staging directories of
@@ -92,6 +117,9 @@ absl::Status OpenMetrics(comm::Communicator& comm, const TrainOptions& options,
 // 1 / (valid targets of the whole step: every micro-batch of every dp rank), so each
 // micro-batch's scaled loss and gradients add up to the step's mean. Collective over dp.
 float StepLossScale(comm::Communicator& comm, const data::StepBatch& batch);
+// The same over several steps' batches (an evaluation's): their micro-batches' scaled losses add
+// up to the mean over all their valid targets.
+float LossScale(comm::Communicator& comm, std::span<const data::StepBatch> batches);
 // Fills `record` after step `step` (0-based) and, on the root rank, says when the update was
 // skipped.
 void RecordStep(MetricsRecord& record, int64_t step, double loss, double lr, double grad_norm,
@@ -168,8 +196,12 @@ absl::Status WriteCheckpointFiles(const std::string& dir, const plan::Plan& plan
 // tokens (tokens_per_step each), elapsed time and throughput. A skipped step is no progress: a
 // checkpoint due when every step since the last one (or the start) was skipped is not written
 // (the root says so), and the retention keeps the newest checkpoint known finite.
+// When EvalDue, evaluate(steps_done, record) follows the step on every rank and fills record's
+// eval_loss and eval_tokens: the progress line is printed then whatever log_every says, and the
+// evaluation's time is left out of tokens_per_s (it is in elapsed_s).
 struct LoopHooks {
   std::function<absl::Status(int64_t step, MetricsRecord& record)> step;
+  std::function<absl::Status(int64_t steps_done, MetricsRecord& record)> evaluate;  // optional
   std::function<absl::Status(int64_t steps_done, const Retention& retention)> save;
 };
 absl::Status RunTrainingSteps(const TrainOptions& options, bool root, int64_t first_step,

@@ -157,7 +157,8 @@ std::string TrainStateJson(const TrainState& s) {
                     {"eps", s.optimizer.eps},
                     {"weight_decay", s.optimizer.weight_decay},
                     {"max_grad_norm", s.optimizer.max_grad_norm}};
-  j["schedule"] = {{"max_lr", s.schedule.max_lr},
+  j["schedule"] = {{"decay", std::string(LrDecayName(s.schedule.decay))},
+                   {"max_lr", s.schedule.max_lr},
                    {"min_lr", s.schedule.min_lr},
                    {"warmup_steps", s.schedule.warmup_steps},
                    {"total_steps", s.schedule.total_steps}};
@@ -224,6 +225,14 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
   HCP_RETURN_IF_ERROR(
       f.Double(*opt, "max_grad_norm", "optimizer.max_grad_norm", &s.optimizer.max_grad_norm));
   HCP_ASSIGN_OR_RETURN(const json* sched, f.Object(j, "schedule", "schedule"));
+  // "decay" since the schedules became three; a state without it is a cosine run's.
+  if (sched->contains("decay")) {
+    std::string decay;
+    HCP_RETURN_IF_ERROR(f.String(*sched, "decay", "schedule.decay", &decay));
+    absl::StatusOr<LrDecay> parsed = ParseLrDecay(decay);
+    if (!parsed.ok()) return f.Bad("schedule.decay", "cosine, linear or constant");
+    s.schedule.decay = *parsed;
+  }
   HCP_RETURN_IF_ERROR(f.Double(*sched, "max_lr", "schedule.max_lr", &s.schedule.max_lr));
   HCP_RETURN_IF_ERROR(f.Double(*sched, "min_lr", "schedule.min_lr", &s.schedule.min_lr));
   HCP_RETURN_IF_ERROR(

@@ -5,11 +5,16 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/comm/Agreement.h"
 #include "runtime/data/TokenData.h"
 #include "runtime/exec/RankExecutor.h"
+#include "runtime/support/DType.h"
+#include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/Optimizer.h"
@@ -19,6 +24,22 @@
 
 namespace hcp::train {
 namespace {
+
+// "12 tensors, 1,234,567 parameters (bf16) from DIR (2 files)": what --init loaded.
+std::string DescribeCheckpoint(const CheckpointReader& weights) {
+  int64_t parameters = 0;
+  std::set<std::string> dtypes;
+  const std::vector<std::string> names = weights.names();
+  for (const std::string& name : names) {
+    absl::StatusOr<TensorInfo> info = weights.Info(name);
+    if (!info.ok()) continue;
+    parameters += info->numel;
+    dtypes.insert(std::string(DTypeName(info->dtype)));
+  }
+  return absl::StrFormat("%d tensors, %s parameters (%s) from %s (%d file%s)", names.size(),
+                         FormatCount(parameters), absl::StrJoin(dtypes, ", "), weights.dir(),
+                         weights.num_files(), weights.num_files() == 1 ? "" : "s");
+}
 
 class Loop {
  public:
@@ -37,6 +58,7 @@ class Loop {
   absl::Status CreateOptimizer();
   absl::Status ResumeFrom(const std::string& checkpoint);
   absl::Status Step(int64_t step, MetricsRecord& record);
+  absl::Status Evaluate(MetricsRecord& record);
   absl::Status SaveCheckpoint(int64_t steps_done, const Retention& retention);
 
   comm::Communicator& comm_;
@@ -45,6 +67,7 @@ class Loop {
   RankExecutor rank_;
   std::unique_ptr<Optimizer> optimizer_;
   TrainingData data_;
+  EvalData eval_;  // --eval-data's, when given
   std::optional<MetricsWriter> metrics_;
   int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
 };
@@ -59,6 +82,11 @@ absl::Status Loop::Setup() {
   HCP_ASSIGN_OR_RETURN(rank_, RankExecutor::Create(plan_, comm_, where));
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
   if (root()) std::printf("data: %s\n", data_.source->Describe().c_str());
+  HCP_RETURN_IF_ERROR(OpenEvalData(comm_, options_, data_.batcher->config(), eval_));
+  if (root() && eval_.source) {
+    std::printf("eval data: %s; %lld tokens every %lld steps\n", eval_.source->Describe().c_str(),
+                static_cast<long long>(eval_.tokens), static_cast<long long>(*options_.eval_every));
+  }
 
   if (options_.resume) {
     HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
@@ -69,6 +97,7 @@ absl::Status Loop::Setup() {
           CheckpointReader::OpenVerified(options_.init_weights);
       HCP_RETURN_IF_ERROR(Agree(weights.status()));
       HCP_RETURN_IF_ERROR(executor().LoadParameters(*weights));
+      if (root()) std::printf("init: %s\n", DescribeCheckpoint(*weights).c_str());
     } else {
       HCP_RETURN_IF_ERROR(executor().InitializeParameters(options_.seed));
     }
@@ -134,9 +163,40 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   return absl::OkStatus();
 }
 
+// The held-out loss with the weights as they are, combined as Step combines the training loss.
+// Training must go on exactly as without it: the eval data has its own batcher, the optimizer is
+// not called, and the executors have no forward-only entry, so RunStep writes gradients that
+// nothing reads. That is safe because every RunStep writes every gradient whole (no
+// accumulation into them), the next step's first micro-batch restarts the stash
+// (StashGradients(first=true)), and the loss scale is set again by each SetInputs
+// (eval.test checks the training losses bit for bit).
+absl::Status Loop::Evaluate(MetricsRecord& record) {
+  absl::StatusOr<std::vector<data::StepBatch>> batches =
+      ReadEvalBatches(eval_, comm_.has_mesh() ? comm_.dp_index() : 0);
+  HCP_RETURN_IF_ERROR(Agree(batches.status()));
+  // Over all the evaluation's windows, so that the sum below is their mean per-token loss.
+  const float loss_scale = LossScale(comm_, *batches);
+  double loss = 0;
+  for (const data::StepBatch& batch : *batches) {
+    for (int64_t a = 0; a < options_.grad_accum; ++a) {
+      HCP_RETURN_IF_ERROR(
+          executor().SetInputs(batch.micro_inputs(a), batch.micro_targets(a), loss_scale));
+      HCP_RETURN_IF_ERROR(executor().RunStep());
+      loss += executor().Loss();  // already summed over the cp group by the plan
+    }
+  }
+  comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
+  record.eval_loss = loss;
+  record.eval_tokens = eval_.tokens;
+  return absl::OkStatus();
+}
+
 absl::Status Loop::Run() {
   LoopHooks hooks;
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
+  if (eval_.batcher) {
+    hooks.evaluate = [this](int64_t, MetricsRecord& record) { return Evaluate(record); };
+  }
   hooks.save = [this](int64_t steps_done, const Retention& retention) {
     return SaveCheckpoint(steps_done, retention);
   };
@@ -153,7 +213,9 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done, const Retention& retention
   if (root()) {
     const CheckpointContents contents{
         tensors.values, tensors.exp_avg, tensors.exp_avg_sq,
-        StateAfter(steps_done, data_, options_, optimizer_->updates()), options_.model_config};
+        StateAfter(steps_done, data_, options_, optimizer_->updates()),
+        // --config's text, else the config the plan was compiled from.
+        options_.model_config.empty() ? plan_.model_config : options_.model_config};
     written = PublishCheckpoint(
         options_.checkpoint_dir, steps_done, retention,
         [&](const std::string& dir) { return WriteCheckpointFiles(dir, plan_, contents); });

@@ -19,7 +19,11 @@
 //      parameters, which are then all-gathered; an expert shard's state stays on its rank);
 //      a resumed run takes the saved run's AdamW settings, schedule and seed, and says which
 //      options of its command line differ (AdoptSavedRun);
-//   6. rank 0 prints a progress line, appends a metrics line, and every N steps writes a
+//   6. with --eval-data, every --eval-every steps (and after the last), the held-out loss: the
+//      first --eval-tokens of the eval data, the same windows every time, run forward and
+//      backward with the gradients left unused (each step's RunStep overwrites them), so that
+//      training goes on exactly as without it (see Loop::Evaluate);
+//   7. rank 0 prints a progress line, appends a metrics line, and every N steps writes a
 //      checkpoint (Hugging Face safetensors + optimizer state + data position + step),
 //      atomically: `latest` names the last complete checkpoint, so a crash mid-write leaves the
 //      previous one in charge.
@@ -49,14 +53,23 @@ struct TrainOptions {
   bool resume = false;           // continue from checkpoint_dir's latest checkpoint
   int64_t stop_after = 0;        // stop after this step as if interrupted (0: run all steps)
   std::string metrics;           // JSON-lines file to append to (optional)
-  std::string model_config;      // config.json text written into each checkpoint (optional)
+  std::string model_config;      // --config: config.json for checkpoints (default: the plan's)
   bool shard_optimizer = false;  // AdamW moments of replicated parameters sliced over the ranks
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`
   AdamWConfig adamw;
 
   // --data-dtype: the tokens of a raw --data file (token files and indexed datasets say theirs).
+  // It applies to --eval-data too.
   std::optional<data::TokenDType> data_dtype;
+
+  // The held-out loss (optional): eval_data is opened like `data`; after every eval_every steps
+  // (steps that are multiples of it, also in a resumed run) and after the last step, the mean
+  // loss of its first eval_tokens tokens (the model's inputs, rounded up to whole global batches;
+  // default one global batch), read from its start every time.
+  std::string eval_data;
+  std::optional<int64_t> eval_every;
+  std::optional<int64_t> eval_tokens;
 
   // The checkpoint directory's rotation, and a new run's claim on it.
   int64_t keep_checkpoints = 2;        // the newest N checkpoints stay (0: all)

@@ -46,7 +46,7 @@ grep -q "which is damaged" "$LOG" && grep -q "resuming from step-000004 instead"
   { echo "== FAIL: no fallback to step-000004" | tee -a "$LOG"; status=1; }
 run python3 "$INPUTS/poison.py" "$T/full/step-000008" "$T/nan" model.norm.weight --checksums fix
 expect_failure "holds NaN" "$HCP" train "$P/small-512-bf16.plan" --data "$BUNDLE/text.bin" \
-  --steps 2 --weights "$T/nan"
+  --steps 2 --init "$T/nan"
 
 run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
 exit $status

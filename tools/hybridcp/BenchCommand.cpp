@@ -115,8 +115,9 @@ class Batches {
     HCP_RETURN_IF_ERROR(source.CheckVocab(vocab));
     b.source_ = std::make_unique<data::DataSource>(std::move(source));
     data::BatchConfig config{.seq = plan.seq, .micro_batch = plan.micro_batch, .vocab = vocab};
-    HCP_ASSIGN_OR_RETURN(data::TokenBatcher batcher,
-                         data::TokenBatcher::Create(b.source_->tokens(), config));
+    HCP_ASSIGN_OR_RETURN(
+        data::TokenBatcher batcher,
+        data::TokenBatcher::Create(b.source_->tokens(), config, b.source_->loss_mask()));
     b.batcher_ = std::make_unique<data::TokenBatcher>(std::move(batcher));
     return b;
   }

@@ -151,6 +151,7 @@ absl::Status Compile(const Args& args) {
 
   PlanInfo info;
   info.model = config.source;
+  info.model_config = config.text;
   info.seq = options.seq;
   info.micro_batch = options.micro_batch;
   info.flops_per_step =

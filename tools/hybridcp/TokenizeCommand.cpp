@@ -1,6 +1,7 @@
 // `hybridcp tokenize`: text -> token data for `train`. With --tokenizer (a Hugging Face
 // tokenizer.json), a Megatron indexed dataset PREFIX.bin + PREFIX.idx, one document per file, per
-// line (--lines) or per JSON line of a .jsonl file, each ended by the end-of-document token;
+// line (--lines) or per JSON line of a .jsonl file, each ended by the end-of-document token
+// (fine-tuning records, --format chat|prompt-completion or detected: a loss mask beside it);
 // without it, the byte-level demo token file (runtime/data/ByteTokenizer.h).
 #include <cstdio>
 #include <thread>
@@ -9,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/data/ByteTokenizer.h"
+#include "runtime/data/FineTuning.h"
+#include "runtime/data/LossMask.h"
 #include "runtime/data/TokenizeFiles.h"
 #include "runtime/data/Tokenizer.h"
 #include "runtime/support/Format.h"
@@ -70,12 +73,28 @@ absl::Status TokenizeWithTokenizer(const Args& args, const std::vector<std::stri
   }
   HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", prefix + ".bin", files));
   HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", prefix + ".idx", files));
+  const std::string mask_prefix = data::LossMaskPrefix(prefix);
+  HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", mask_prefix + ".bin", files));
+  HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("-o", mask_prefix + ".idx", files));
 
   data::TokenizeOptions options;
   std::string eos_name;
   HCP_ASSIGN_OR_RETURN(options.eos, EndOfDocument(tokenizer, args, eos_name));
   options.lines = args.Has("lines");
   if (std::optional<std::string> field = args.Get("json-field")) options.json_field = *field;
+  std::optional<data::DocumentFormat> given;
+  if (std::optional<std::string> format = args.Get("format")) {
+    HCP_ASSIGN_OR_RETURN(given, data::ParseDocumentFormat(*format));
+  }
+  HCP_ASSIGN_OR_RETURN(options.format, data::ResolveDocumentFormat(files, given));
+  if (options.format == data::DocumentFormat::kChat) {
+    HCP_RETURN_IF_ERROR(data::CheckChatTokens(tokenizer, *args.Get("tokenizer")));
+  }
+  if (options.format != data::DocumentFormat::kText && options.lines) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lines is for text files; a ", std::string(data::DocumentFormatName(*options.format)),
+        " .jsonl file has a record per line already"));
+  }
   int64_t default_threads = std::max(1u, std::thread::hardware_concurrency());
   HCP_ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", default_threads));
   if (threads < 1 || threads > 1024) {
@@ -89,6 +108,13 @@ absl::Status TokenizeWithTokenizer(const Args& args, const std::vector<std::stri
   };
   std::printf("tokenizer %s: %s; end of document %s = %u\n", args.Get("tokenizer")->c_str(),
               tokenizer.Describe().c_str(), eos_name.c_str(), options.eos);
+  if (options.format != data::DocumentFormat::kText) {
+    std::printf("format %s: the loss counts %s\n",
+                std::string(data::DocumentFormatName(*options.format)).c_str(),
+                options.format == data::DocumentFormat::kChat
+                    ? "the assistant turns (content and <|end_of_text|>)"
+                    : "the completion and the end-of-document token");
+  }
   HCP_ASSIGN_OR_RETURN(data::TokenizeProgress done,
                        data::TokenizeToIndexedDataset(tokenizer, files, options, prefix));
   std::printf(
@@ -98,6 +124,11 @@ absl::Status TokenizeWithTokenizer(const Args& args, const std::vector<std::stri
       FormatCount(done.documents).c_str(), files.size(), FormatCount(done.skipped).c_str(),
       FormatBytes(done.bytes).c_str(), done.seconds, options.threads,
       done.bytes / 1e6 / std::max(done.seconds, 1e-9));
+  if (done.masked) {
+    std::printf("%s.bin + %s.idx: the loss mask, %s of %s tokens count\n", mask_prefix.c_str(),
+                mask_prefix.c_str(), FormatCount(done.counted).c_str(),
+                FormatCount(done.tokens).c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -108,7 +139,7 @@ absl::Status Tokenize(const Args& args) {
   }
   std::vector<std::string> files = ListInputs(args.positionals());
   if (args.Has("tokenizer")) return TokenizeWithTokenizer(args, files, *output);
-  for (const char* option : {"eos", "lines", "json-field", "threads"}) {
+  for (const char* option : {"eos", "lines", "json-field", "format", "threads"}) {
     if (args.Has(option)) {
       return absl::InvalidArgumentError(absl::StrCat("--", option, " needs --tokenizer"));
     }
@@ -127,14 +158,20 @@ Command MakeTokenizeCommand() {
       "tokenize",
       "turn text into token data for `train`: a Megatron indexed dataset through a Hugging Face "
       "tokenizer.json, or byte-level tokens",
-      "tokenize [--tokenizer tokenizer.json [--lines] [--json-field NAME] [--eos TOKEN] "
-      "[--threads N]] TEXT_FILE_OR_DIR... -o OUT",
+      "tokenize [--tokenizer tokenizer.json [--lines] [--json-field NAME] "
+      "[--format text|chat|prompt-completion] [--eos TOKEN] [--threads N]] TEXT_FILE_OR_DIR... "
+      "-o OUT",
       {{"o", "OUT",
         "with --tokenizer, the dataset's prefix (OUT.bin and OUT.idx; a .bin or .idx ending is "
         "dropped); without, the byte-level token file"},
        {"tokenizer", "FILE", "a Hugging Face tokenizer.json (byte-level BPE)"},
        {"lines", "", "a document per line of a text file (default: a document per file)"},
        {"json-field", "NAME", "the field of each .jsonl line that holds its text (default text)"},
+       {"format", "FORMAT",
+        "text, chat or prompt-completion: what a .jsonl record is, its text field or a "
+        "fine-tuning record ({\"messages\": "
+        "[...]} or {\"prompt\", \"completion\"}) whose loss mask goes to OUT.lossmask.bin/.idx "
+        "(default: detected from the first record)"},
        {"eos", "TOKEN",
         "the token after each document (default: the tokenizer's <|end_of_text|>, "
         "<|endoftext|>, ...)"},

@@ -22,6 +22,9 @@
 namespace hcp {
 namespace {
 
+constexpr double kPretrainingLr = 3e-3;
+constexpr double kFineTuningLr = 2e-5;
+
 absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   train::TrainOptions o;
   std::optional<std::string> data = args.Get("data");
@@ -37,11 +40,18 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
     }
     o.data_dtype = *parsed;
   }
+  o.eval_data = args.Get("eval-data").value_or("");
+  if (args.Has("eval-every")) {
+    HCP_ASSIGN_OR_RETURN(o.eval_every, args.GetInt("eval-every", std::nullopt));
+  }
+  if (args.Has("eval-tokens")) {
+    HCP_ASSIGN_OR_RETURN(o.eval_tokens, args.GetInt("eval-tokens", std::nullopt));
+  }
   HCP_ASSIGN_OR_RETURN(o.steps, args.GetInt("steps", std::nullopt));
   HCP_ASSIGN_OR_RETURN(o.grad_accum, args.GetInt("grad-accum", 1));
   HCP_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
   o.seed = static_cast<uint64_t>(seed);
-  o.init_weights = args.Get("weights").value_or("");
+  o.init_weights = args.Get("init").value_or("");
   o.checkpoint_dir = args.Get("checkpoint-dir").value_or("");
   HCP_ASSIGN_OR_RETURN(o.checkpoint_every, args.GetInt("checkpoint-every", 0));
   if (args.Has("checkpoint-every") && o.checkpoint_every <= 0) {
@@ -59,12 +69,25 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   o.metrics = args.Get("metrics").value_or("");
   o.shard_optimizer = args.Has("shard-optimizer");
   HCP_ASSIGN_OR_RETURN(o.log_every, args.GetInt("log-every", 1));
-  HCP_ASSIGN_OR_RETURN(o.schedule.max_lr, args.GetDouble("lr", 3e-3));
+  // Fine-tuning a trained model (--init) wants a learning rate far below pre-training's.
+  const double default_lr = o.init_weights.empty() ? kPretrainingLr : kFineTuningLr;
+  HCP_ASSIGN_OR_RETURN(o.schedule.max_lr, args.GetDouble("lr", default_lr));
   HCP_ASSIGN_OR_RETURN(o.schedule.min_lr, args.GetDouble("min-lr", o.schedule.max_lr / 10));
   HCP_ASSIGN_OR_RETURN(o.schedule.warmup_steps, args.GetInt("warmup", 0));
+  if (std::optional<std::string> decay = args.Get("schedule")) {
+    absl::StatusOr<train::LrDecay> parsed = train::ParseLrDecay(*decay);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", parsed.status().message()));
+    }
+    o.schedule.decay = *parsed;
+  }
+  HCP_ASSIGN_OR_RETURN(o.adamw.beta1, args.GetDouble("beta1", o.adamw.beta1));
+  HCP_ASSIGN_OR_RETURN(o.adamw.beta2, args.GetDouble("beta2", o.adamw.beta2));
+  HCP_ASSIGN_OR_RETURN(o.adamw.eps, args.GetDouble("eps", o.adamw.eps));
   HCP_ASSIGN_OR_RETURN(o.adamw.weight_decay, args.GetDouble("weight-decay", 0.1));
   HCP_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, args.GetDouble("clip", 1.0));
-  for (const char* name : {"lr", "min-lr", "warmup", "weight-decay", "clip", "seed"}) {
+  for (const char* name : {"lr", "min-lr", "warmup", "schedule", "beta1", "beta2", "eps",
+                           "weight-decay", "clip", "seed"}) {
     if (args.Has(name)) o.given.insert(name);
   }
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
@@ -84,10 +107,14 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   }
   if (!o.metrics.empty()) {
     std::vector<std::string> inputs = {args.positionals().at(0), o.data};
-    // An indexed dataset's files too, when --data names their prefix.
-    for (const char* extension : {".bin", ".idx"}) {
-      std::error_code error;
-      if (std::filesystem::exists(o.data + extension, error)) inputs.push_back(o.data + extension);
+    if (!o.eval_data.empty()) inputs.push_back(o.eval_data);
+    // An indexed dataset's files too, when --data or --eval-data names their prefix.
+    for (const std::string* data : {&o.data, &o.eval_data}) {
+      if (data->empty()) continue;
+      for (const char* extension : {".bin", ".idx"}) {
+        std::error_code error;
+        if (std::filesystem::exists(*data + extension, error)) inputs.push_back(*data + extension);
+      }
     }
     if (std::optional<std::string> config = args.Get("config")) inputs.push_back(*config);
     HCP_RETURN_IF_ERROR(RefuseOutputOntoInput("--metrics", o.metrics, inputs));
@@ -133,26 +160,46 @@ Command MakeTrainCommand() {
       "train",
       "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
       "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
-      "train FILE.plan --data PATH [--data-dtype TYPE] --steps N [--grad-accum N] [--lr X "
-      "--warmup N --min-lr X] [--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints N] "
-      "[--resume | --overwrite-checkpoints]] [--metrics FILE.jsonl]",
+      "train FILE.plan --data PATH [--data-dtype TYPE] --steps N [--grad-accum N] [--init DIR] "
+      "[--lr X --warmup N --min-lr X --schedule KIND] [--checkpoint-dir DIR [--checkpoint-every N] "
+      "[--keep-checkpoints N] "
+      "[--resume | --overwrite-checkpoints]] [--eval-data PATH --eval-every N [--eval-tokens M]] "
+      "[--metrics FILE.jsonl]",
       {{"data", "PATH",
         "training data: a Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), a token "
         "file (hybridcp tokenize makes one from text), or a raw token file with --data-dtype"},
        {"data-dtype", "TYPE",
         "the tokens of a raw (headerless) --data file: uint16, uint32 or int32"},
+       {"eval-data", "PATH",
+        "held-out data (any format --data takes, the same --data-dtype): its loss is reported "
+        "every --eval-every steps, without changing the training"},
+       {"eval-every", "N",
+        "evaluate after every N steps (steps that are multiples of N, also when resumed) and "
+        "after the last"},
+       {"eval-tokens", "M",
+        "tokens scored by each evaluation, from the start of --eval-data (rounded up to whole "
+        "global batches; default one global batch)"},
        {"steps", "N",
         "optimizer steps of the run (the learning-rate schedule's length; with --resume, where "
         "the run ends: the saved schedule stays)"},
        {"grad-accum", "N", "micro-batches per rank per step (default 1)"},
-       {"lr", "X", "peak learning rate (default 3e-3)"},
-       {"min-lr", "X", "final learning rate of the cosine decay (default lr / 10)"},
+       {"lr", "X",
+        "peak learning rate (default 3e-3; with --init, fine-tuning a trained model, 2e-5)"},
+       {"min-lr", "X", "final learning rate of the decay (default lr / 10)"},
        {"warmup", "N", "linear warmup steps (default 0)"},
+       {"schedule", "KIND",
+        "after the warmup: cosine (default) or linear decay to min-lr, or constant at lr"},
+       {"beta1", "X", "AdamW's first-moment decay (default 0.9)"},
+       {"beta2", "X", "AdamW's second-moment decay (default 0.95)"},
+       {"eps", "X", "AdamW's epsilon (default 1e-8)"},
        {"weight-decay", "X", "AdamW decoupled weight decay of matrices (default 0.1)"},
        {"clip", "X", "global gradient-norm clip (default 1.0; 0 disables)"},
        {"seed", "N", "parameter initialisation seed (default 0)"},
-       {"weights", "DIR", "start from a Hugging Face checkpoint instead"},
-       {"config", "FILE", "config.json to write into each checkpoint (loadable by transformers)"},
+       {"init", "DIR",
+        "start from a Hugging Face checkpoint directory (model.safetensors or shards; bf16, fp16 "
+        "or fp32) instead of random weights"},
+       {"config", "FILE",
+        "config.json to write into each checkpoint instead of the one the plan was compiled from"},
        {"checkpoint-dir", "DIR",
         "write checkpoints here (checked before step 1; a new run refuses one that holds "
         "checkpoints)"},

@@ -53,6 +53,47 @@ TEST(DataSource, IndexedDatasetByPrefixBinOrIdx) {
                             " says its tokens are uint16: leave --data-dtype out"));
 }
 
+TEST(DataSource, OpensTheLossMaskBesideADataset) {
+  ScratchDir dir;
+  WriteIndexed(dir, "corpus", {{1, 2, 3}, {4, 5}});
+  absl::StatusOr<DataSource> plain = DataSource::Open(dir / "corpus", std::nullopt);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->loss_mask(), nullptr);
+  WriteIndexed(dir, "corpus.lossmask", {{0, 0, 1}, {0, 1}}, TokenDType::U8);
+  absl::StatusOr<DataSource> source = DataSource::Open(dir / "corpus", std::nullopt);
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_NE(source->loss_mask(), nullptr);
+  EXPECT_EQ(source->loss_mask()->size(), 5);
+  EXPECT_EQ(source->loss_mask()->at(2), 1u);
+  EXPECT_EQ(source->Describe(), "Megatron indexed dataset " + (dir / "corpus") +
+                                    " (.bin/.idx): 2 documents, 5 uint16 tokens, with a loss "
+                                    "mask (2 of 5 targets count)");
+}
+
+TEST(DataSource, ALossMaskThatDoesNotMatchIsRefused) {
+  ScratchDir dir;
+  WriteIndexed(dir, "corpus", {{1, 2, 3}, {4, 5}});
+  const std::string mask = dir / "corpus.lossmask.idx";
+  WriteIndexed(dir, "corpus.lossmask", {{0, 1}, {0, 1, 1}}, TokenDType::U8);
+  EXPECT_TRUE(FailsWith(DataSource::Open(dir / "corpus", std::nullopt).status(),
+                        mask + " (the loss mask of " + (dir / "corpus.idx") +
+                            "): sequence 0 has 2 values, but the dataset's sequence 0 has 3 "
+                            "tokens: they do not belong together"));
+  WriteIndexed(dir, "corpus.lossmask", {{0, 1, 1}}, TokenDType::U8);
+  EXPECT_TRUE(FailsWith(DataSource::Open(dir / "corpus", std::nullopt).status(),
+                        "has 1 sequences in 1 documents, its dataset 2 in 2"));
+  WriteIndexed(dir, "corpus.lossmask", {{0, 1, 1}, {0, 1}}, TokenDType::U16);
+  EXPECT_TRUE(FailsWith(DataSource::Open(dir / "corpus", std::nullopt).status(),
+                        "holds uint16 values; a loss mask is uint8 (0 or 1)"));
+  WriteIndexed(dir, "corpus.lossmask", {{0, 1, 1}, {2, 1}}, TokenDType::U8);
+  EXPECT_TRUE(FailsWith(DataSource::Open(dir / "corpus", std::nullopt).status(),
+                        "corpus.lossmask.bin: value 2 at index 3; a loss mask holds only 0"));
+  std::filesystem::remove(dir / "corpus.lossmask.bin");
+  EXPECT_TRUE(FailsWith(DataSource::Open(dir / "corpus", std::nullopt).status(),
+                        "the loss mask of " + (dir / "corpus") + ": " + (dir / "corpus.lossmask") +
+                            " is not a Megatron indexed dataset"));
+}
+
 TEST(DataSource, HalfADatasetSaysWhichHalfIsMissing) {
   ScratchDir dir;
   WriteIndexed(dir, "corpus", {{1, 2}});

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/plan/Plan.h"
 #include "tests/unit/data/TestUtil.h"
 
 namespace hcp::data {
@@ -269,6 +270,30 @@ TEST(Batching, InputsAndTargetsAreShiftedWindows) {
   ASSERT_TRUE(step.ok());
   EXPECT_EQ(step->micro_inputs(0)[0], 10);
   EXPECT_EQ(step->micro_targets(0)[7], 19);
+}
+
+static_assert(kIgnoredTarget == plan::kIgnoredTarget, "the loss ignores what the data masks");
+
+// A loss mask turns the targets whose token is masked into kIgnoredTarget; the inputs stay.
+TEST(Batching, MaskedTokensAreIgnoredTargetsAndStillInputs) {
+  ScratchDir dir;
+  TokenFile file = WriteAndOpen(dir, "a.bin", Iota(20));
+  std::vector<uint32_t> values(20, 1);
+  for (int64_t i : {0, 1, 4, 5, 6, 9}) values[i] = 0;
+  TokenFile mask = WriteAndOpen(dir, "mask.bin", values, TokenDType::U16);
+  BatchConfig c{.seq = 4, .micro_batch = 2, .dp = 1, .grad_accum = 1, .vocab = 1000};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c, &mask);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  absl::StatusOr<StepBatch> step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok()) << step.status();
+  constexpr int32_t x = kIgnoredTarget;
+  EXPECT_EQ(step->inputs, (std::vector<int32_t>{0, 1, 2, 3, 5, 6, 7, 8}));
+  // Window 0 is tokens 0..4: targets name tokens 1..4 (1 and 4 masked); window 1 is 5..9.
+  EXPECT_EQ(step->targets, (std::vector<int32_t>{x, 2, 3, x, x, 7, 8, x}));
+
+  TokenFile short_mask = WriteAndOpen(dir, "short.bin", std::vector<uint32_t>(19, 1));
+  EXPECT_TRUE(FailsWith(TokenBatcher::Create(file, c, &short_mask).status(),
+                        "has 19 values for the 20 tokens of"));
 }
 
 // Every (dp rank, accumulation step) pair reads its own rows of the global batch, and together

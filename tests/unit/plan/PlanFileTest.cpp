@@ -45,7 +45,7 @@ TEST(PlanFile, Layout) {
   const std::string file = EncodePlanFile("123456789");
   ASSERT_EQ(file.size(), kPlanHeaderBytes + 9 + kPlanChecksumBytes);
   EXPECT_EQ(file.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(file.substr(8, 4), std::string("\x0B\x00\x00\x00", 4));  // version 11, LE
+  EXPECT_EQ(file.substr(8, 4), std::string("\x0C\x00\x00\x00", 4));  // version 12, LE
   EXPECT_EQ(file.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(file.substr(16, 8), std::string("\x09\0\0\0\0\0\0\0", 8));
   EXPECT_EQ(file.substr(24, 9), "123456789");
@@ -190,13 +190,28 @@ TEST(PlanFile, OtherVersion) {
   old.resize(old.size() - kPlanChecksumBytes);
   old[8] = 9;
   EXPECT_EQ(ErrorOf(old),
-            "test.plan: plan schema version 9, this runtime reads version 11: recompile the plan "
+            "test.plan: plan schema version 9, this runtime reads version 12: recompile the plan "
             "with this hybridcp");
   // A later version, with a checksum of its own.
   std::string later = TinyLm().Bytes();
-  later[8] = 12;
+  later[8] = 13;
   Reseal(later);
-  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 12, this runtime reads version 11"));
+  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 13, this runtime reads version 12"));
+}
+
+// The config.json a plan carries comes back as written; one that is not a JSON object is refused
+// (checkpoints would carry it).
+TEST(PlanFile, CarriesTheModelConfig) {
+  TinyLm with_config;
+  with_config.builder.set_model_config(R"({"model_type": "granitemoehybrid", "vocab_size": 8})");
+  absl::StatusOr<Plan> plan = ParsePlan(with_config.Bytes(), "test.plan");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->model_config, R"({"model_type": "granitemoehybrid", "vocab_size": 8})");
+  TinyLm bad;
+  bad.builder.set_model_config("[1, 2]");
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("the plan's config.json is not a JSON object"));
+  bad.builder.set_model_config("{\"a\": ");
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("the plan's config.json: not valid JSON"));
 }
 
 TEST(PlanFile, DamageIsNamedSo) {
@@ -216,7 +231,7 @@ TEST(PlanFile, DamageIsNamedSo) {
   version[8] ^= 0x04;
   EXPECT_EQ(ErrorOf(version),
             "test.plan: checksum mismatch: the plan is damaged (its header's schema version reads "
-            "15, not 11); compile it again");
+            "8, not 12); compile it again");
   std::string payload_size = bytes;
   payload_size[16 + 7] ^= 0x80;  // near 2^64: must not wrap around
   EXPECT_EQ(ErrorOf(payload_size),

@@ -49,6 +49,28 @@ TEST(Schedule, EdgeCases) {
   EXPECT_DOUBLE_EQ(LearningRate(constant, 7), 0.1);
 }
 
+TEST(Schedule, LinearAndConstantDecays) {
+  LrSchedule s{.max_lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110};
+  s.decay = LrDecay::kLinear;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 4), 5e-4);   // the same warmup
+  EXPECT_DOUBLE_EQ(LearningRate(s, 10), 1e-3);  // decay start
+  EXPECT_NEAR(LearningRate(s, 35), 1e-3 - 0.9e-3 / 4, 1e-15);
+  EXPECT_NEAR(LearningRate(s, 60), 5.5e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 110), 1e-4);
+  s.decay = LrDecay::kConstant;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 4), 5e-4);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 60), 1e-3);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 5000), 1e-3);
+  for (LrDecay decay : {LrDecay::kCosine, LrDecay::kLinear, LrDecay::kConstant}) {
+    absl::StatusOr<LrDecay> parsed = ParseLrDecay(LrDecayName(decay));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, decay);
+  }
+  EXPECT_TRUE(FailsWith(ParseLrDecay("step").status(),
+                        "schedule step: the learning-rate schedules are cosine, linear and "
+                        "constant"));
+}
+
 TEST(Schedule, BadSchedulesAreRefused) {
   EXPECT_TRUE(
       FailsWith(ValidateSchedule({.max_lr = 1e-4, .min_lr = 1e-3}), "need 0 <= min_lr <= max_lr"));

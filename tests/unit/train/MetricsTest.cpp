@@ -61,6 +61,36 @@ TEST(Metrics, LinesRoundTrip) {
   EXPECT_TRUE(nan->skipped);
 }
 
+// The held-out loss rides on its step's line, and only there.
+TEST(Metrics, EvalFieldsOnlyAfterAnEvaluation) {
+  MetricsRecord r = Record(6, 4.5);
+  const std::string plain = MetricsJsonLine(r);
+  EXPECT_EQ(plain.find("eval_"), std::string::npos) << plain;
+  r.eval_loss = 4.75;
+  r.eval_tokens = 384;
+  const std::string line = MetricsJsonLine(r);
+  EXPECT_NE(line.find(R"("skipped":false,"eval_loss":4.75,"eval_tokens":384})"), std::string::npos)
+      << line;
+  absl::StatusOr<MetricsRecord> back = ParseMetricsLine(line, "x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->evaluated());
+  EXPECT_EQ(back->eval_loss, 4.75);
+  EXPECT_EQ(back->eval_tokens, 384);
+  back = ParseMetricsLine(plain, "x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->evaluated());
+  EXPECT_TRUE(std::isnan(back->eval_loss));
+  // A non-finite held-out loss is null, and the evaluation still shows.
+  r.eval_loss = std::numeric_limits<double>::infinity();
+  back = ParseMetricsLine(MetricsJsonLine(r), "x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->evaluated());
+  EXPECT_TRUE(std::isnan(back->eval_loss));
+  EXPECT_TRUE(
+      FailsWith(ParseMetricsLine(R"({"step":1,"loss":1,"eval_tokens":-3})", "m line 1").status(),
+                "m line 1: \"eval_tokens\" is negative"));
+}
+
 TEST(Metrics, BadLinesSayWhatIsWrong) {
   EXPECT_TRUE(FailsWith(ParseMetricsLine(R"({"loss":1})", "m line 2").status(),
                         "m line 2: missing \"step\""));
@@ -223,6 +253,11 @@ TEST(Progress, Line) {
   r.skipped = true;
   EXPECT_EQ(FormatProgress(r, 100, std::nan("")),
             "step 12/100  loss nan  lr 3.0e-04  |g| inf  - tok/s  ETA -:--:--  skipped");
+  r.eval_loss = 5.04321;
+  r.eval_tokens = 256;
+  EXPECT_EQ(FormatProgress(r, 100, std::nan("")),
+            "step 12/100  loss nan  lr 3.0e-04  |g| inf  - tok/s  ETA -:--:--  eval loss 5.0432  "
+            "skipped");
 }
 
 TEST(Progress, Eta) {

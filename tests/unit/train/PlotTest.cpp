@@ -134,6 +134,51 @@ TEST(Plot, OnePolylinePerFileWithLegendAndDistinctColours) {
   EXPECT_NE(svg.find("stroke=\"#2ca02c\""), std::string::npos);
 }
 
+// A run's evaluations: a second curve right after its run, dashed in the run's colour, with a
+// dashed legend line; the next run takes the next colour.
+TEST(Plot, HeldOutLossIsADashedCurveInItsRunsColour) {
+  ScratchDir dir;
+  {
+    absl::StatusOr<MetricsWriter> writer =
+        MetricsWriter::Open(dir / "eval.jsonl", MetricsMode::kNew);
+    ASSERT_TRUE(writer.ok());
+    for (int64_t step = 1; step <= 5; ++step) {
+      MetricsRecord r;
+      r.step = step;
+      r.loss = 6.0 - static_cast<double>(step);
+      r.tokens = 100 * step;
+      if (step % 2 == 0 || step == 5) {
+        r.eval_loss = 7.0 - static_cast<double>(step);
+        r.eval_tokens = 128;
+      }
+      ASSERT_TRUE(writer->Append(r).ok());
+    }
+  }
+  WriteRun(dir / "plain.jsonl", {5, 4, 3});
+  absl::StatusOr<std::vector<PlotSeries>> curves =
+      LoadLossCurves({dir / "eval.jsonl", dir / "plain.jsonl"}, PlotXAxis::kTokens);
+  ASSERT_TRUE(curves.ok()) << curves.status();
+  ASSERT_EQ(curves->size(), 3u);
+  EXPECT_FALSE((*curves)[0].dashed);
+  EXPECT_EQ((*curves)[1].name, "eval.jsonl (eval)");
+  EXPECT_TRUE((*curves)[1].dashed);
+  EXPECT_EQ((*curves)[1].x, (std::vector<double>{200, 400, 500}));
+  EXPECT_EQ((*curves)[1].y, (std::vector<double>{5, 3, 2}));
+  EXPECT_EQ((*curves)[2].name, "plain.jsonl");
+
+  absl::StatusOr<std::string> svg = RenderLossSvg(*curves);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_EQ(CheckBalanced(*svg), "");
+  EXPECT_EQ(Count(*svg, "<g class=\"run\""), 2);
+  EXPECT_NE(svg->find("<g class=\"eval\" data-name=\"eval.jsonl (eval)\" stroke=\"#1f77b4\" "
+                      "fill=\"none\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\">"),
+            std::string::npos)
+      << *svg;
+  EXPECT_NE(svg->find("data-name=\"plain.jsonl\" stroke=\"#ff7f0e\""), std::string::npos);
+  EXPECT_EQ(Count(*svg, "stroke-dasharray"), 2);  // the curve and its legend line
+  EXPECT_EQ(Count(*svg, "<polyline"), 3);
+}
+
 TEST(Plot, RunsWithTheSameFileNameAreNamedByPath) {
   ScratchDir dir;
   std::filesystem::create_directories(dir / "a");

@@ -425,6 +425,116 @@ TEST(RunTrainingSteps, ReplacesTheEarlierCheckpointsWithTheFirst) {
   EXPECT_EQ(replaced, (std::vector<bool>{true, false}));
 }
 
+// --- the held-out loss ---------------------------------------------------------------------------
+
+TEST(EvalOptions, AreCheckedBeforeStepOne) {
+  const auto prepare = [](auto change) {
+    TrainOptions options;
+    options.steps = 4;
+    change(options);
+    return PrepareOptions(options);
+  };
+  EXPECT_TRUE(prepare([](TrainOptions& o) {
+                o.eval_data = "held.bin";
+                o.eval_every = 2;
+              }).ok());
+  EXPECT_TRUE(FailsWith(prepare([](TrainOptions& o) { o.eval_every = 2; }),
+                        "--eval-every needs --eval-data"));
+  EXPECT_TRUE(FailsWith(prepare([](TrainOptions& o) { o.eval_data = "held.bin"; }),
+                        "--eval-data needs --eval-every N"));
+  EXPECT_TRUE(FailsWith(prepare([](TrainOptions& o) { o.eval_tokens = 64; }),
+                        "--eval-tokens needs --eval-data"));
+  EXPECT_TRUE(FailsWith(prepare([](TrainOptions& o) {
+                          o.eval_data = "held.bin";
+                          o.eval_every = 0;
+                        }),
+                        "--eval-every must be positive, got 0"));
+  EXPECT_TRUE(FailsWith(prepare([](TrainOptions& o) {
+                          o.eval_data = "held.bin";
+                          o.eval_every = 1;
+                          o.eval_tokens = -1;
+                        }),
+                        "--eval-tokens must be positive, got -1"));
+}
+
+TEST(EvalGlobalBatches, RoundsUpToWholeGlobalBatchesThatTheFileHolds) {
+  const data::BatchConfig batch{
+      .seq = 64, .micro_batch = 2, .dp = 2, .grad_accum = 1, .vocab = 300};
+  // One global batch: 4 windows, 256 inputs, 4 * 65 = 260 tokens of the file.
+  absl::StatusOr<int64_t> batches = EvalGlobalBatches(batch, std::nullopt, "held.bin", 260);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_EQ(*batches, 1);
+  EXPECT_EQ(*EvalGlobalBatches(batch, 256, "held.bin", 1000), 1);
+  EXPECT_EQ(*EvalGlobalBatches(batch, 257, "held.bin", 1000), 2);
+  EXPECT_EQ(*EvalGlobalBatches(batch, 1, "held.bin", 1000), 1);
+  EXPECT_EQ(*EvalGlobalBatches(batch, 768, "held.bin", 780), 3);
+  EXPECT_TRUE(FailsWith(EvalGlobalBatches(batch, std::nullopt, "held.bin", 259).status(),
+                        "--eval-data held.bin has 259 tokens; one evaluation needs one global "
+                        "batch: global_batch * (seq + 1) = 4 * (64 + 1) = 260 (global_batch = "
+                        "micro_batch 2 * dp 2 * grad_accum 1)"));
+  EXPECT_TRUE(FailsWith(EvalGlobalBatches(batch, 769, "held.bin", 1000).status(),
+                        "--eval-data held.bin has 1,000 tokens; --eval-tokens 769 needs 4 global "
+                        "batches: 4 * global_batch * (seq + 1) = 4 * 4 * (64 + 1) = 1,040"));
+  EXPECT_TRUE(FailsWith(EvalGlobalBatches(batch, INT64_MAX, "held.bin", 1000).status(),
+                        "more tokens than any file holds"));
+  EXPECT_TRUE(FailsWith(EvalGlobalBatches(batch, 0, "held.bin", 1000).status(),
+                        "--eval-tokens must be positive"));
+}
+
+TEST(EvalDue, AtMultiplesOfNAndAfterTheLastStep) {
+  TrainOptions options;
+  options.eval_every = 3;
+  EXPECT_FALSE(EvalDue(options, 3, 10));  // no eval data: never
+  options.eval_data = "held.bin";
+  std::vector<int64_t> due;
+  for (int64_t done = 1; done <= 10; ++done) {
+    if (EvalDue(options, done, 10)) due.push_back(done);
+  }
+  EXPECT_EQ(due, (std::vector<int64_t>{3, 6, 9, 10}));
+}
+
+// The loop evaluates after the due steps only (a resumed run on the same cadence), fills the
+// record then and clears it after the other steps, and prints the progress line after each
+// evaluation whatever --log-every says.
+TEST(RunTrainingSteps, EvaluatesOnTheCadenceAndRecordsIt) {
+  ScratchDir dir;
+  TrainOptions options;
+  options.steps = 8;
+  options.log_every = 100;
+  options.eval_data = "held.bin";
+  options.eval_every = 3;
+  std::vector<int64_t> evaluated;
+  LoopHooks hooks;
+  hooks.step = [](int64_t step, MetricsRecord& record) {
+    record.step = step + 1;
+    record.loss = 1.0;
+    return absl::OkStatus();
+  };
+  hooks.evaluate = [&](int64_t steps_done, MetricsRecord& record) {
+    evaluated.push_back(steps_done);
+    record.eval_loss = static_cast<double>(steps_done) / 2;
+    record.eval_tokens = 128;
+    return absl::OkStatus();
+  };
+  hooks.save = [](int64_t, const Retention&) { return absl::OkStatus(); };
+  absl::StatusOr<MetricsWriter> writer = MetricsWriter::Open(dir / "m.jsonl", MetricsMode::kNew);
+  ASSERT_TRUE(writer.ok());
+  // Resumed after step 2: evaluations after 3, 6 and the last step (8).
+  ASSERT_TRUE(RunTrainingSteps(options, /*root=*/true, /*first_step=*/2, 64, &*writer, hooks).ok());
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{3, 6, 8}));
+  absl::StatusOr<MetricsLog> log = ReadMetrics(dir / "m.jsonl");
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->records.size(), 6u);
+  for (const MetricsRecord& r : log->records) {
+    const bool due = r.step == 3 || r.step == 6 || r.step == 8;
+    EXPECT_EQ(r.evaluated(), due) << r.step;
+    if (due) EXPECT_EQ(r.eval_loss, static_cast<double>(r.step) / 2);
+  }
+  // A failing evaluation stops the run.
+  hooks.evaluate = [](int64_t, MetricsRecord&) { return absl::InternalError("eval failed"); };
+  EXPECT_TRUE(FailsWith(RunTrainingSteps(options, false, 0, 64, nullptr, hooks), "eval failed"));
+}
+
 // --- the run a checkpoint records --------------------------------------------------------------
 
 // A plan with parameters of these names and buffer shapes (nothing else: what IdentifyRun reads).

@@ -46,6 +46,7 @@ void ExpectSameState(const TrainState& a, const TrainState& b) {
   EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
   EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
   EXPECT_EQ(a.optimizer.max_grad_norm, b.optimizer.max_grad_norm);
+  EXPECT_EQ(a.schedule.decay, b.schedule.decay);
   EXPECT_EQ(a.schedule.max_lr, b.schedule.max_lr);
   EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
   EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
@@ -104,6 +105,28 @@ TEST_F(TrainStateTest, JsonRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSameState(*back, s);
   EXPECT_NE(TrainStateJson(s).find("\"format\": \"hybridcp.train_state\""), std::string::npos);
+}
+
+// The schedule's decay is saved; a state written before there were three reads as cosine, and a
+// decay of another name is refused.
+TEST_F(TrainStateTest, TheScheduleKindRoundTripsAndDefaultsToCosine) {
+  TrainState s = SomeState();
+  s.schedule.decay = LrDecay::kLinear;
+  absl::StatusOr<TrainState> back = ParseTrainStateJson(TrainStateJson(s), "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->schedule.decay, LrDecay::kLinear);
+  std::string old = TrainStateJson(s);
+  const std::string field = "\"decay\": \"linear\",";
+  ASSERT_NE(old.find(field), std::string::npos);
+  std::string without = old;
+  without.erase(without.find(field), field.size());
+  back = ParseTrainStateJson(without, "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->schedule.decay, LrDecay::kCosine);
+  std::string other = old;
+  other.replace(other.find("linear"), 6, "square");
+  EXPECT_TRUE(FailsWith(ParseTrainStateJson(other, "x.json").status(),
+                        "\"schedule.decay\" is missing or not cosine, linear or constant"));
 }
 
 TEST_F(TrainStateTest, SavesAndLoadsExactly) {

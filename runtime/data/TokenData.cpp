@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/data/DocumentOrder.h"
 #include "runtime/support/AtomicFile.h"
 #include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
@@ -329,12 +331,18 @@ int64_t GlobalSequenceIndex(const BatchConfig& config, int64_t dp_index, int64_t
 }
 
 absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const BatchConfig& config,
-                                                  const TokenFile* mask) {
+                                                  const TokenFile* mask,
+                                                  const DocumentOrder* order) {
   HCP_RETURN_IF_ERROR(ValidateBatchConfig(config));
   if (mask != nullptr && mask->size() != file.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the loss mask %s has %s values for the %s tokens of %s", mask->path(),
                         FormatCount(mask->size()), FormatCount(file.size()), file.path()));
+  }
+  if (order != nullptr && order->tokens() != file.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the document order has %s tokens for the %s tokens of %s",
+                        FormatCount(order->tokens()), FormatCount(file.size()), file.path()));
   }
   if (file.size() < config.step_tokens()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -343,7 +351,7 @@ absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const B
         file.path(), FormatCount(file.size()), config.global_batch(), config.seq,
         FormatCount(config.step_tokens()), config.micro_batch, config.dp, config.grad_accum));
   }
-  return TokenBatcher(file, config, mask);
+  return TokenBatcher(file, config, mask, order);
 }
 
 absl::Status TokenBatcher::Restore(const DataState& state) {
@@ -384,19 +392,27 @@ absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_ind
         targets.size(), tokens));
   }
   const DataState start = StepStart(state);
+  // Where each token of a window lies in the file: the next seq + 1 indices, or, with an order,
+  // the pieces of the documents the window covers in this epoch's stream.
+  std::vector<int64_t> at(static_cast<size_t>(c.seq + 1));
   for (int64_t row = 0; row < c.micro_batch; ++row) {
     const int64_t window =
         start.position + GlobalSequenceIndex(c, dp_index, accum_step, row) * (c.seq + 1);
+    if (order_ != nullptr) {
+      order_->Map(start.epoch, window, at);
+    } else {
+      std::iota(at.begin(), at.end(), window);
+    }
     for (int64_t j = 0; j <= c.seq; ++j) {
-      const int64_t token = file_->value(window + j);
+      const int64_t token = file_->value(at[j]);
       if (token < 0 || token >= c.vocab) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("%s: token %d at position %d is %s", file_->path(), token, window + j,
+            absl::StrFormat("%s: token %d at position %d is %s", file_->path(), token, at[j],
                             token < 0 ? "negative" : absl::StrFormat(">= vocab %d", c.vocab)));
       }
       if (j < c.seq) inputs[row * c.seq + j] = static_cast<int32_t>(token);
       if (j > 0) {
-        const bool counts = mask_ == nullptr || mask_->at(window + j) != 0;
+        const bool counts = mask_ == nullptr || mask_->at(at[j]) != 0;
         targets[row * c.seq + j - 1] = counts ? static_cast<int32_t>(token) : kIgnoredTarget;
       }
     }

@@ -27,6 +27,9 @@
 //   With a loss mask (LossMask.h: one 0/1 value per token), target j of a window, which names
 //   the window's token j + 1, is kIgnoredTarget where that token's mask is 0; inputs are the
 //   same either way.
+//   With a DocumentOrder (DocumentOrder.h: train --shuffle-seed), "token p of epoch e" is token p
+//   of that pass's virtual stream (the documents in that pass's shuffled order) rather than of the
+//   file; the rule above is unchanged, the mask following its tokens.
 // Because the data state counts tokens, a run resumed with another dp / grad_accum split (same
 // seq and global batch) reads exactly the same global batches.
 #pragma once
@@ -41,6 +44,8 @@
 #include "absl/status/statusor.h"
 
 namespace hcp::data {
+
+class DocumentOrder;
 
 inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
 inline constexpr int64_t kTokenFileHeaderBytes = 16;
@@ -170,8 +175,11 @@ class TokenBatcher {
   // "data.bin has 1,000 tokens; one step needs global_batch * (seq + 1) = 4 * (4096 + 1) = 16,388".
   // `mask`, when given (DataSource::loss_mask()), holds a 0/1 value per token of `file` and must
   // outlive the batcher too: a target whose token's value is 0 becomes kIgnoredTarget.
+  // `order`, when given, is the order of `file`'s documents each epoch (it must outlive the
+  // batcher and hold as many tokens as `file`).
   static absl::StatusOr<TokenBatcher> Create(const TokenFile& file, const BatchConfig& config,
-                                             const TokenFile* mask = nullptr);
+                                             const TokenFile* mask = nullptr,
+                                             const DocumentOrder* order = nullptr);
 
   const BatchConfig& config() const { return config_; }
   const TokenFile& file() const { return *file_; }
@@ -198,11 +206,13 @@ class TokenBatcher {
   absl::StatusOr<StepBatch> NextStep(int64_t dp_index);
 
  private:
-  TokenBatcher(const TokenFile& file, const BatchConfig& config, const TokenFile* mask)
-      : file_(&file), mask_(mask), config_(config) {}
+  TokenBatcher(const TokenFile& file, const BatchConfig& config, const TokenFile* mask,
+               const DocumentOrder* order)
+      : file_(&file), mask_(mask), order_(order), config_(config) {}
 
   const TokenFile* file_;
-  const TokenFile* mask_;  // nullptr: every target counts
+  const TokenFile* mask_;       // nullptr: every target counts
+  const DocumentOrder* order_;  // nullptr: the file's own order
   BatchConfig config_;
   DataState state_;
 };

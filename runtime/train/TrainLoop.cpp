@@ -142,11 +142,40 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
   data.run = IdentifyRun(plan, options.grad_accum, *std::move(identity));
   const data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum,
                                 *vocab};
+  return OrderTrainingData(comm, batch, options.shuffle_seed, data);
+}
+
+absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig& batch,
+                               std::optional<uint64_t> shuffle_seed, TrainingData& data) {
+  const data::DataSource& source = *data.source;
+  absl::Status can_shuffle = absl::OkStatus();
+  if (shuffle_seed && source.indexed() == nullptr) {
+    can_shuffle = absl::InvalidArgumentError(absl::StrFormat(
+        "--shuffle-seed %d shuffles the documents of a Megatron indexed dataset, but --data %s is "
+        "a %s: one stream of tokens without document boundaries; write the data as an indexed "
+        "dataset (hybridcp tokenize --tokenizer tokenizer.json ... -o PREFIX), or leave "
+        "--shuffle-seed out",
+        *shuffle_seed, source.tokens().path(),
+        source.format() == data::DataFormat::kTokenFile ? "token file" : "raw token file"));
+  }
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, can_shuffle));
+  // The batcher points at the order: the old batcher goes before the order it reads.
+  data.batcher.reset();
+  data.order = shuffle_seed
+                   ? std::make_unique<data::DocumentOrder>(*source.indexed(), *shuffle_seed)
+                   : nullptr;
   absl::StatusOr<data::TokenBatcher> batcher =
-      data::TokenBatcher::Create(data.source->tokens(), batch, data.source->loss_mask());
+      data::TokenBatcher::Create(source.tokens(), batch, source.loss_mask(), data.order.get());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
+  data.run.shuffle_seed = shuffle_seed;
   return absl::OkStatus();
+}
+
+std::string DescribeOrder(std::optional<uint64_t> shuffle_seed) {
+  if (!shuffle_seed) return "the documents as stored";
+  return absl::StrCat("the documents in --shuffle-seed ", *shuffle_seed,
+                      "'s order, a new order each epoch");
 }
 
 absl::StatusOr<int64_t> EvalGlobalBatches(const data::BatchConfig& batch,
@@ -345,6 +374,14 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
   note("weight-decay", options.adamw.weight_decay, saved.optimizer.weight_decay);
   note("clip", options.adamw.max_grad_norm, saved.optimizer.max_grad_norm);
   note("seed", options.seed, saved.rng.seed);
+  // The order is part of where the saved position points: the saved run's stays.
+  if (options.given.count("shuffle-seed") && options.shuffle_seed != was.shuffle_seed) {
+    notes.push_back(absl::StrCat("--shuffle-seed ", *options.shuffle_seed,
+                                 " differs from the saved run's ",
+                                 was.shuffle_seed ? absl::StrCat(*was.shuffle_seed)
+                                                  : std::string("order (the documents as stored)"),
+                                 ": the saved run's order is kept"));
+  }
   const int64_t total = saved.schedule.total_steps;
   if (options.steps != total) {
     notes.push_back(absl::StrFormat(
@@ -358,6 +395,7 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
   options.adamw = saved.optimizer;
   options.schedule = saved.schedule;
   options.seed = saved.rng.seed;
+  options.shuffle_seed = was.shuffle_seed;
   return notes;
 }
 

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/data/DataSource.h"
+#include "runtime/data/DocumentOrder.h"
 #include "runtime/data/TokenData.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/train/AdamW.h"
@@ -46,7 +47,8 @@ int64_t CountValid(std::span<const int32_t> targets);
 // PrepareOptions refuses contradictory or senseless options, naming the option.
 absl::Status PrepareOptions(TrainOptions& options);
 struct TrainingData {
-  std::unique_ptr<data::DataSource> source;  // where the batcher reads: its address must not move
+  std::unique_ptr<data::DataSource> source;    // where the batcher reads: its address must not move
+  std::unique_ptr<data::DocumentOrder> order;  // --shuffle-seed's, read by the batcher; or none
   std::optional<data::TokenBatcher> batcher;
   RunIdentity run;  // this run, as its checkpoints record it
 };
@@ -56,6 +58,16 @@ struct TrainingData {
 RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data);
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data);
+// (Re)makes data's batcher with `batch`, reading data.source in the order of `shuffle_seed`
+// (DocumentOrder.h) or, without one, as stored, and records the seed in data.run. OpenTrainingData
+// calls it with the command line's seed; a resume whose saved run had another calls it again
+// with the saved one (AdoptSavedRun). A seed for data without documents (a token file, a raw
+// file) is refused.
+absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig& batch,
+                               std::optional<uint64_t> shuffle_seed, TrainingData& data);
+// "the documents in --shuffle-seed 7's order, a new order each epoch", or "the documents as
+// stored".
+std::string DescribeOrder(std::optional<uint64_t> shuffle_seed);
 
 // The held-out data of --eval-data: opened and checked like the training data (the same
 // --data-dtype rule, every token against the vocabulary on rank 0), batched with the training
@@ -141,9 +153,9 @@ struct Retention {
 // Resuming from `checkpoint`, whose train state is `saved`, before any of its tensors is read:
 // refuses (FailedPrecondition, naming each difference as saved vs now and what to do) a
 // checkpoint of another model, seq, micro-batch, global batch, dtype or data than `now`; then
-// sets options' AdamW settings, schedule and seed to the saved run's, so that it continues
-// exactly, and returns one line for each option the command line gave (options.given) with
-// another value ("--lr 0.01 differs from the saved run's 0.003: the saved run's value is
+// sets options' AdamW settings, schedule, seed and shuffle seed to the saved run's, so that it
+// continues exactly, and returns one line for each option the command line gave (options.given)
+// with another value ("--lr 0.01 differs from the saved run's 0.003: the saved run's value is
 // kept"). --steps is the exception: it says where this run ends (it may extend the run or end
 // it early), while the learning-rate schedule stays the saved one (after its last step the rate
 // stays at its min-lr).

@@ -172,6 +172,7 @@ std::string TrainStateJson(const TrainState& s) {
       {"dtype", r.dtype},
       {"data",
        {{"path", r.data.path}, {"bytes", r.data.bytes}, {"head_crc32c", r.data.head_crc32c}}}};
+  if (r.shuffle_seed) j["run"]["shuffle_seed"] = *r.shuffle_seed;
   return j.dump(2) + "\n";
 }
 
@@ -252,6 +253,12 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
   HCP_RETURN_IF_ERROR(f.Int(*data_id, "bytes", "run.data.bytes", &r.data.bytes));
   HCP_RETURN_IF_ERROR(
       f.String(*data_id, "head_crc32c", "run.data.head_crc32c", &r.data.head_crc32c));
+  // Written since --shuffle-seed: a state without it read the documents as stored.
+  if (run->contains("shuffle_seed")) {
+    uint64_t shuffle = 0;
+    HCP_RETURN_IF_ERROR(f.UInt(*run, "shuffle_seed", "run.shuffle_seed", &shuffle));
+    r.shuffle_seed = shuffle;
+  }
   absl::Status valid = ValidateTrainState(s);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(ToAbsl(what), ": ", valid.message()));

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,6 +88,9 @@ struct RunIdentity {
   int64_t global_batch = 0;  // sequences per step: micro_batch * dp * grad_accum
   std::string dtype;         // "f32" or "bf16"
   DataIdentity data;
+  // --shuffle-seed's: the order the documents were read in; none: as stored. In the JSON as
+  // "run": {..., "shuffle_seed": N} only when set (a file without it read as stored).
+  std::optional<uint64_t> shuffle_seed;
   bool operator==(const RunIdentity&) const = default;
 };
 

@@ -105,6 +105,9 @@ absl::Status Loop::Setup() {
     HCP_RETURN_IF_ERROR(optimizer_->Start());
   }
   if (root()) std::printf("optimizer: %s\n", optimizer_->Describe().c_str());
+  if (root() && data_.run.shuffle_seed) {
+    std::printf("data order: %s\n", DescribeOrder(data_.run.shuffle_seed).c_str());
+  }
   return OpenMetrics(comm_, options_, metrics_);
 }
 
@@ -120,6 +123,11 @@ absl::Status Loop::CreateOptimizer() {
 absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
   HCP_ASSIGN_OR_RETURN(ResumeSources resume,
                        OpenResume(comm_, plan_, checkpoint, data_.run, options_));
+  // The saved position points into the saved run's order, which OpenResume adopted.
+  if (options_.shuffle_seed != data_.run.shuffle_seed) {
+    const data::BatchConfig batch = data_.batcher->config();
+    HCP_RETURN_IF_ERROR(OrderTrainingData(comm_, batch, options_.shuffle_seed, data_));
+  }
   HCP_RETURN_IF_ERROR(CreateOptimizer());
   HCP_RETURN_IF_ERROR(optimizer_->Resume(resume.weights, resume.state));
   const TrainState& saved = resume.state.state();

@@ -62,6 +62,9 @@ struct TrainOptions {
   // --data-dtype: the tokens of a raw --data file (token files and indexed datasets say theirs).
   // It applies to --eval-data too.
   std::optional<data::TokenDType> data_dtype;
+  // --shuffle-seed: the documents of an indexed dataset in this seed's order, a new order each
+  // epoch (DocumentOrder.h); none reads them as stored.
+  std::optional<uint64_t> shuffle_seed;
 
   // The held-out loss (optional): eval_data is opened like `data`; after every eval_every steps
   // (steps that are multiples of it, also in a resumed run) and after the last step, the mean

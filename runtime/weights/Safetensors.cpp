@@ -531,6 +531,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
     bytes.push_back(*size);
   }
   std::map<std::string, std::string> header_metadata = metadata;
+  // transformers' from_pretrained refuses a safetensors file without a "format" it knows.
+  header_metadata.emplace("format", "pt");
   for (const auto& [key, value] : metadata) {
     if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
       return error(absl::StrCat("metadata ", Quote(key), " is not valid UTF-8"));

@@ -117,7 +117,8 @@ absl::StatusOr<int64_t> TensorBytesToWrite(const TensorToWrite& tensor);
 
 // Writes a safetensors file atomically (see AtomicFile.h): header entries and data sorted by
 // name, the header padded with spaces so the data section starts 8-byte aligned, the metadata
-// given plus every tensor's checksum (a key of `metadata` may not start with kCrc32cKeyPrefix).
+// given plus every tensor's checksum (a key of `metadata` may not start with kCrc32cKeyPrefix),
+// and "format": "pt" unless `metadata` says another format (transformers needs one).
 // On any error nothing is left behind and an existing `path` is untouched.
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata = {});

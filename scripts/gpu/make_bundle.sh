@@ -122,6 +122,9 @@ for seq in 8192 65536 131072; do
   "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
     -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"
 done
+# The small demo model in f32 (CPU ranks): scripts/gpu/check_from_pretrained.sh.
+"$HCP" compile "$ROOT/tests/configs/granite-small-demo.json" --seq 64 --micro-batch 2 \
+  -o "$BUNDLE/plans/demo-64-f32.plan"
 "$HCP" tokenize /usr/share/common-licenses -o "$BUNDLE/text.bin"
 mkdir -p "$BUILD/carry"
 tar -C "$BUILD" -czf "$BUILD/carry/bundle.tar.gz" bundle

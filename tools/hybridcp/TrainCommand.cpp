@@ -41,6 +41,14 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
     o.data_dtype = *parsed;
   }
   o.eval_data = args.Get("eval-data").value_or("");
+  if (args.Has("shuffle-seed")) {
+    HCP_ASSIGN_OR_RETURN(int64_t shuffle, args.GetInt("shuffle-seed", std::nullopt));
+    if (shuffle < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--shuffle-seed must not be negative, got %d", shuffle));
+    }
+    o.shuffle_seed = static_cast<uint64_t>(shuffle);
+  }
   if (args.Has("eval-every")) {
     HCP_ASSIGN_OR_RETURN(o.eval_every, args.GetInt("eval-every", std::nullopt));
   }
@@ -87,7 +95,7 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   HCP_ASSIGN_OR_RETURN(o.adamw.weight_decay, args.GetDouble("weight-decay", 0.1));
   HCP_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, args.GetDouble("clip", 1.0));
   for (const char* name : {"lr", "min-lr", "warmup", "schedule", "beta1", "beta2", "eps",
-                           "weight-decay", "clip", "seed"}) {
+                           "weight-decay", "clip", "seed", "shuffle-seed"}) {
     if (args.Has(name)) o.given.insert(name);
   }
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
@@ -160,7 +168,8 @@ Command MakeTrainCommand() {
       "train",
       "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
       "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
-      "train FILE.plan --data PATH [--data-dtype TYPE] --steps N [--grad-accum N] [--init DIR] "
+      "train FILE.plan --data PATH [--data-dtype TYPE] [--shuffle-seed N] --steps N "
+      "[--grad-accum N] [--init DIR] "
       "[--lr X --warmup N --min-lr X --schedule KIND] [--checkpoint-dir DIR [--checkpoint-every N] "
       "[--keep-checkpoints N] "
       "[--resume | --overwrite-checkpoints]] [--eval-data PATH --eval-every N [--eval-tokens M]] "
@@ -170,6 +179,9 @@ Command MakeTrainCommand() {
         "file (hybridcp tokenize makes one from text), or a raw token file with --data-dtype"},
        {"data-dtype", "TYPE",
         "the tokens of a raw (headerless) --data file: uint16, uint32 or int32"},
+       {"shuffle-seed", "N",
+        "read the documents of an indexed --data in a pseudo-random order given by N, a new one "
+        "each epoch (the same for every cp/dp split and across a resume; default: as stored)"},
        {"eval-data", "PATH",
         "held-out data (any format --data takes, the same --data-dtype): its loss is reported "
         "every --eval-every steps, without changing the training"},

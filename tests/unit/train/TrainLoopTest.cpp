@@ -677,6 +677,36 @@ TEST(AdoptSavedRun, TheSavedSettingsAreKeptAndEachGivenDifferenceSaidOnce) {
   EXPECT_EQ(options.seed, 1u);
 }
 
+// The saved position points into the saved run's document order: its shuffle seed (or none) is
+// kept, silently when the command line gives none, with a note when it gives another.
+TEST(AdoptSavedRun, TheSavedShuffleSeedIsKept) {
+  TrainState saved = SavedRun();
+  saved.run.shuffle_seed = 7;
+  TrainOptions options = SameOptions();
+  absl::StatusOr<std::vector<std::string>> notes = AdoptSavedRun("ck", saved, saved.run, options);
+  ASSERT_TRUE(notes.ok()) << notes.status();
+  EXPECT_TRUE(notes->empty());
+  EXPECT_EQ(options.shuffle_seed, std::optional<uint64_t>(7));
+
+  options = SameOptions();
+  options.shuffle_seed = 8;
+  options.given = {"shuffle-seed"};
+  notes = AdoptSavedRun("ck", saved, saved.run, options);
+  ASSERT_TRUE(notes.ok()) << notes.status();
+  EXPECT_EQ(*notes, std::vector<std::string>{"--shuffle-seed 8 differs from the saved run's 7: "
+                                             "the saved run's order is kept"});
+  EXPECT_EQ(options.shuffle_seed, std::optional<uint64_t>(7));
+
+  saved.run.shuffle_seed = std::nullopt;
+  options.shuffle_seed = 8;
+  notes = AdoptSavedRun("ck", saved, saved.run, options);
+  ASSERT_TRUE(notes.ok()) << notes.status();
+  EXPECT_EQ(*notes, std::vector<std::string>{
+                        "--shuffle-seed 8 differs from the saved run's order (the documents as "
+                        "stored): the saved run's order is kept"});
+  EXPECT_EQ(options.shuffle_seed, std::nullopt);
+}
+
 TEST(AdoptSavedRun, StepsSaysWhereThisRunEndsAndTheScheduleStays) {
   const TrainState saved = SavedRun();
   TrainOptions longer = SameOptions();

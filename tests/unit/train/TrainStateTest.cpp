@@ -32,7 +32,8 @@ TrainState SomeState() {
            .micro_batch = 2,
            .global_batch = 8,
            .dtype = "bf16",
-           .data = {.path = "/data/corpus.bin", .bytes = 123456, .head_crc32c = "0b6f3c21"}};
+           .data = {.path = "/data/corpus.bin", .bytes = 123456, .head_crc32c = "0b6f3c21"},
+           .shuffle_seed = std::nullopt};
   return s;
 }
 
@@ -105,6 +106,25 @@ TEST_F(TrainStateTest, JsonRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSameState(*back, s);
   EXPECT_NE(TrainStateJson(s).find("\"format\": \"hybridcp.train_state\""), std::string::npos);
+}
+
+// --shuffle-seed's seed is saved in the run (any uint64); a run without one writes no field, and a
+// state without the field (written before there was one) read the documents as stored.
+TEST_F(TrainStateTest, TheShuffleSeedRoundTripsAndIsAbsentWithoutOne) {
+  TrainState s = SomeState();
+  EXPECT_EQ(TrainStateJson(s).find("shuffle_seed"), std::string::npos);
+  absl::StatusOr<TrainState> back = ParseTrainStateJson(TrainStateJson(s), "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->run.shuffle_seed, std::nullopt);
+  s.run.shuffle_seed = (uint64_t{1} << 63) + 5;  // beyond int64
+  back = ParseTrainStateJson(TrainStateJson(s), "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->run.shuffle_seed, (uint64_t{1} << 63) + 5);
+  std::string negative = TrainStateJson(s);
+  const std::string field = "\"shuffle_seed\": 9223372036854775813";
+  ASSERT_NE(negative.find(field), std::string::npos) << negative;
+  negative.replace(negative.find(field), field.size(), "\"shuffle_seed\": -1");
+  EXPECT_TRUE(FailsWith(ParseTrainStateJson(negative, "x.json").status(), "run.shuffle_seed"));
 }
 
 // The schedule's decay is saved; a state written before there were three reads as cosine, and a

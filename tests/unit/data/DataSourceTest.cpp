@@ -17,16 +17,7 @@ namespace {
 using testing::FailsWith;
 using testing::ScratchDir;
 using testing::WriteFileBytes;
-
-// An indexed dataset at dir/name of `documents`.
-void WriteIndexed(const ScratchDir& dir, const std::string& name,
-                  const std::vector<std::vector<uint32_t>>& documents,
-                  TokenDType dtype = TokenDType::U16) {
-  absl::StatusOr<IndexedDatasetWriter> writer = IndexedDatasetWriter::Create(dir / name, dtype);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (const auto& d : documents) ASSERT_TRUE(writer->AddDocument(d).ok());
-  ASSERT_TRUE(writer->Finish().ok());
-}
+using testing::WriteIndexed;
 
 std::string RawU16(const std::vector<uint16_t>& tokens) {
   return std::string(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());

@@ -19,15 +19,7 @@ namespace hcp::data {
 namespace {
 
 using testing::ScratchDir;
-
-void WriteIndexed(const ScratchDir& dir, const std::string& name,
-                  const std::vector<std::vector<uint32_t>>& documents,
-                  TokenDType dtype = TokenDType::U16) {
-  absl::StatusOr<IndexedDatasetWriter> writer = IndexedDatasetWriter::Create(dir / name, dtype);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (const auto& d : documents) ASSERT_TRUE(writer->AddDocument(d).ok());
-  ASSERT_TRUE(writer->Finish().ok());
-}
+using testing::WriteIndexed;
 
 // Documents of varied lengths (some empty), token t of document d = 1 + (d * 7 + t) % 300, and a
 // mask that counts every other token of the odd documents.

@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/support/IgnoredTarget.h"
 
 namespace hcp::data {
 
@@ -49,10 +50,6 @@ class DocumentOrder;
 
 inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
 inline constexpr int64_t kTokenFileHeaderBytes = 16;
-
-// A target the loss ignores: plan::kIgnoredTarget's value (Hugging Face's -100), written here
-// since the data library does not depend on plans (TokenDataTest checks they agree).
-inline constexpr int32_t kIgnoredTarget = -100;
 
 // I32 is Megatron's int32: a token read from it must not be negative (FindTokenOutside).
 enum class TokenDType { U8, U16, U32, I32 };

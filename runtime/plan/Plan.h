@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "runtime/plan/KernelTable.h"
 #include "runtime/support/DType.h"
+#include "runtime/support/IgnoredTarget.h"
 
 namespace hcp::plan {
 
@@ -151,8 +152,7 @@ Step EncodeStep(const Args& args) {
               std::move(lists.floats)};
 }
 
-// A target the loss ignores (Hugging Face's convention; the compiler's ignore_index).
-inline constexpr int32_t kIgnoredTarget = -100;
+using ::hcp::kIgnoredTarget;  // runtime/support/IgnoredTarget.h
 
 struct Plan {
   std::string producer;      // "hybridcp 0.1.0"

@@ -219,24 +219,20 @@ absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
   absl::StatusOr<int64_t> batches =
       EvalGlobalBatches(batch, options.eval_tokens, tokens.path(), tokens.size());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batches.status()));
+  // From the start; EvalGlobalBatches made sure they fit without wrapping around.
   absl::StatusOr<data::TokenBatcher> batcher =
       data::TokenBatcher::Create(tokens, batch, eval.source->loss_mask());
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(batcher.status(), "--eval-data: ")));
-  eval.batcher = std::move(*batcher);
-  eval.global_batches = *batches;
+  absl::Status read = batcher.status();
+  const int64_t dp_index = comm.has_mesh() ? comm.dp_index() : 0;
+  for (int64_t b = 0; read.ok() && b < *batches; ++b) {
+    absl::StatusOr<data::StepBatch> step = batcher->NextStep(dp_index);
+    read = step.status();
+    if (read.ok()) eval.batches.push_back(*std::move(step));
+  }
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(read, "--eval-data: ")));
+  eval.loss_scale = LossScale(comm, eval.batches);
   eval.tokens = *batches * batch.global_batch() * batch.seq;
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<data::StepBatch>> ReadEvalBatches(EvalData& eval, int64_t dp_index) {
-  // From the start every time; EvalGlobalBatches made sure they fit without wrapping around.
-  HCP_RETURN_IF_ERROR(eval.batcher->Restore(data::DataState{}));
-  std::vector<data::StepBatch> batches;
-  for (int64_t b = 0; b < eval.global_batches; ++b) {
-    HCP_ASSIGN_OR_RETURN(data::StepBatch batch, eval.batcher->NextStep(dp_index));
-    batches.push_back(std::move(batch));
-  }
-  return batches;
 }
 
 bool EvalDue(const TrainOptions& options, int64_t steps_done, int64_t last) {

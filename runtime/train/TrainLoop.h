@@ -71,13 +71,14 @@ std::string DescribeOrder(std::optional<uint64_t> shuffle_seed);
 
 // The held-out data of --eval-data: opened and checked like the training data (the same
 // --data-dtype rule, every token against the vocabulary on rank 0), batched with the training
-// data's BatchConfig, and read from its start at every evaluation (a fixed set: the same windows
-// each time, so that the numbers compare). OpenEvalData does nothing without options.eval_data.
+// data's BatchConfig from its start, once: every evaluation scores the same windows, so that the
+// numbers compare. OpenEvalData does nothing without options.eval_data; collective (the loss
+// scale sums the valid targets over dp).
 struct EvalData {
-  std::unique_ptr<data::DataSource> source;  // where the batcher reads: its address must not move
-  std::optional<data::TokenBatcher> batcher;
-  int64_t global_batches = 0;  // read by one evaluation
-  int64_t tokens = 0;  // the inputs one evaluation scores: global_batches * global_batch * seq
+  std::unique_ptr<data::DataSource> source;
+  std::vector<data::StepBatch> batches;  // this dp rank's share of each global batch
+  float loss_scale = 0;  // 1 / (valid targets of all the batches, over dp): their mean loss
+  int64_t tokens = 0;    // the inputs one evaluation scores: batches * global_batch * seq
 };
 absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
                           const data::BatchConfig& batch, EvalData& eval);
@@ -87,8 +88,6 @@ absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
 absl::StatusOr<int64_t> EvalGlobalBatches(const data::BatchConfig& batch,
                                           std::optional<int64_t> eval_tokens,
                                           const std::string& path, int64_t file_tokens);
-// This dp rank's share of every global batch of one evaluation, from the eval data's start.
-absl::StatusOr<std::vector<data::StepBatch>> ReadEvalBatches(EvalData& eval, int64_t dp_index);
 // Whether an evaluation follows the step that makes steps_done, in a run that stops after `last`:
 // at the multiples of eval_every, and after the last step.
 bool EvalDue(const TrainOptions& options, int64_t steps_done, int64_t last);

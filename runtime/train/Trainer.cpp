@@ -172,23 +172,18 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
 }
 
 // The held-out loss with the weights as they are, combined as Step combines the training loss.
-// Training must go on exactly as without it: the eval data has its own batcher, the optimizer is
+// Training must go on exactly as without it: the eval data was read at the start, the optimizer is
 // not called, and the executors have no forward-only entry, so RunStep writes gradients that
 // nothing reads. That is safe because every RunStep writes every gradient whole (no
 // accumulation into them), the next step's first micro-batch restarts the stash
 // (StashGradients(first=true)), and the loss scale is set again by each SetInputs
 // (eval.test checks the training losses bit for bit).
 absl::Status Loop::Evaluate(MetricsRecord& record) {
-  absl::StatusOr<std::vector<data::StepBatch>> batches =
-      ReadEvalBatches(eval_, comm_.has_mesh() ? comm_.dp_index() : 0);
-  HCP_RETURN_IF_ERROR(Agree(batches.status()));
-  // Over all the evaluation's windows, so that the sum below is their mean per-token loss.
-  const float loss_scale = LossScale(comm_, *batches);
-  double loss = 0;
-  for (const data::StepBatch& batch : *batches) {
+  double loss = 0;  // eval_.loss_scale makes the sum the mean per-token loss
+  for (const data::StepBatch& batch : eval_.batches) {
     for (int64_t a = 0; a < options_.grad_accum; ++a) {
       HCP_RETURN_IF_ERROR(
-          executor().SetInputs(batch.micro_inputs(a), batch.micro_targets(a), loss_scale));
+          executor().SetInputs(batch.micro_inputs(a), batch.micro_targets(a), eval_.loss_scale));
       HCP_RETURN_IF_ERROR(executor().RunStep());
       loss += executor().Loss();  // already summed over the cp group by the plan
     }
@@ -202,7 +197,7 @@ absl::Status Loop::Evaluate(MetricsRecord& record) {
 absl::Status Loop::Run() {
   LoopHooks hooks;
   hooks.step = [this](int64_t step, MetricsRecord& record) { return Step(step, record); };
-  if (eval_.batcher) {
+  if (!eval_.batches.empty()) {
     hooks.evaluate = [this](int64_t, MetricsRecord& record) { return Evaluate(record); };
   }
   hooks.save = [this](int64_t steps_done, const Retention& retention) {

@@ -33,6 +33,7 @@ $hcp compile "$out/config.json" --seq 128 --micro-batch 4 -o "$out/model.plan"
 echo "== 1. a starting checkpoint (config.json + model.safetensors): pre-training on text"
 $hcp tokenize --tokenizer "$tokenizer" /usr/share/common-licenses -o "$out/licences"
 $hcp train "$out/model.plan" --data "$out/licences" --steps 60 --lr 3e-3 --warmup 5 \
+  --tokenizer "$tokenizer" \
   --checkpoint-dir "$out/base" --log-every 20
 
 echo "== 2. chat data: the loss counts the assistant turns only"

@@ -330,20 +330,70 @@ int64_t GlobalSequenceIndex(const BatchConfig& config, int64_t dp_index, int64_t
   return (accum_step * config.dp + dp_index) * config.micro_batch + row;
 }
 
+absl::Status CheckMicroBatch(const BatchConfig& c, int64_t dp_index, int64_t accum_step,
+                             size_t inputs, size_t targets) {
+  if (dp_index < 0 || dp_index >= c.dp || accum_step < 0 || accum_step >= c.grad_accum) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "micro-batch (dp rank %d, accumulation step %d) is outside dp %d, grad_accum %d", dp_index,
+        accum_step, c.dp, c.grad_accum));
+  }
+  const int64_t tokens = c.micro_batch * c.seq;
+  if (static_cast<int64_t>(inputs) != tokens || static_cast<int64_t>(targets) != tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "micro-batch buffers hold %d and %d tokens, expected micro_batch * seq = %d", inputs,
+        targets, tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTokenStream(const TokenStream& stream) {
+  const TokenFile& file = *stream.file;
+  if (stream.mask != nullptr && stream.mask->size() != file.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the loss mask %s has %s values for the %s tokens of %s", stream.mask->path(),
+        FormatCount(stream.mask->size()), FormatCount(file.size()), file.path()));
+  }
+  if (stream.order != nullptr && stream.order->tokens() != file.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the document order has %s tokens for the %s tokens of %s",
+        FormatCount(stream.order->tokens()), FormatCount(file.size()), file.path()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t seq, int64_t vocab,
+                        std::span<int64_t> scratch, std::span<int32_t> inputs,
+                        std::span<int32_t> targets) {
+  const TokenFile& file = *stream.file;
+  // Where each token of the window lies in the file: the next seq + 1 indices, or, with an order,
+  // the pieces of the documents the window covers in this epoch's stream.
+  std::span<int64_t> where = scratch.first(static_cast<size_t>(seq + 1));
+  if (stream.order != nullptr) {
+    stream.order->Map(at.epoch, at.position, where);
+  } else {
+    std::iota(where.begin(), where.end(), at.position);
+  }
+  for (int64_t j = 0; j <= seq; ++j) {
+    const int64_t token = file.value(where[j]);
+    if (token < 0 || token >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: token %d at position %d is %s", file.path(), token, where[j],
+                          token < 0 ? "negative" : absl::StrFormat(">= vocab %d", vocab)));
+    }
+    if (j < seq) inputs[j] = static_cast<int32_t>(token);
+    if (j > 0) {
+      const bool counts = stream.mask == nullptr || stream.mask->at(where[j]) != 0;
+      targets[j - 1] = counts ? static_cast<int32_t>(token) : kIgnoredTarget;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const BatchConfig& config,
                                                   const TokenFile* mask,
                                                   const DocumentOrder* order) {
   HCP_RETURN_IF_ERROR(ValidateBatchConfig(config));
-  if (mask != nullptr && mask->size() != file.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the loss mask %s has %s values for the %s tokens of %s", mask->path(),
-                        FormatCount(mask->size()), FormatCount(file.size()), file.path()));
-  }
-  if (order != nullptr && order->tokens() != file.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the document order has %s tokens for the %s tokens of %s",
-                        FormatCount(order->tokens()), FormatCount(file.size()), file.path()));
-  }
+  HCP_RETURN_IF_ERROR(CheckTokenStream({&file, mask, order}));
   if (file.size() < config.step_tokens()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s has %s tokens; one step needs global_batch * (seq + 1) = %d * (%d + 1) = %s "
@@ -379,60 +429,42 @@ absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_ind
                                           int64_t accum_step, std::span<int32_t> inputs,
                                           std::span<int32_t> targets) const {
   const BatchConfig& c = config_;
-  if (dp_index < 0 || dp_index >= c.dp || accum_step < 0 || accum_step >= c.grad_accum) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "micro-batch (dp rank %d, accumulation step %d) is outside dp %d, grad_accum %d", dp_index,
-        accum_step, c.dp, c.grad_accum));
-  }
-  const int64_t tokens = c.micro_batch * c.seq;
-  if (static_cast<int64_t>(inputs.size()) != tokens ||
-      static_cast<int64_t>(targets.size()) != tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "micro-batch buffers hold %d and %d tokens, expected micro_batch * seq = %d", inputs.size(),
-        targets.size(), tokens));
-  }
+  HCP_RETURN_IF_ERROR(CheckMicroBatch(c, dp_index, accum_step, inputs.size(), targets.size()));
   const DataState start = StepStart(state);
-  // Where each token of a window lies in the file: the next seq + 1 indices, or, with an order,
-  // the pieces of the documents the window covers in this epoch's stream.
-  std::vector<int64_t> at(static_cast<size_t>(c.seq + 1));
+  std::vector<int64_t> scratch(static_cast<size_t>(c.seq + 1));
   for (int64_t row = 0; row < c.micro_batch; ++row) {
     const int64_t window =
         start.position + GlobalSequenceIndex(c, dp_index, accum_step, row) * (c.seq + 1);
-    if (order_ != nullptr) {
-      order_->Map(start.epoch, window, at);
-    } else {
-      std::iota(at.begin(), at.end(), window);
-    }
-    for (int64_t j = 0; j <= c.seq; ++j) {
-      const int64_t token = file_->value(at[j]);
-      if (token < 0 || token >= c.vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: token %d at position %d is %s", file_->path(), token, at[j],
-                            token < 0 ? "negative" : absl::StrFormat(">= vocab %d", c.vocab)));
-      }
-      if (j < c.seq) inputs[row * c.seq + j] = static_cast<int32_t>(token);
-      if (j > 0) {
-        const bool counts = mask_ == nullptr || mask_->at(at[j]) != 0;
-        targets[row * c.seq + j - 1] = counts ? static_cast<int32_t>(token) : kIgnoredTarget;
-      }
-    }
+    HCP_RETURN_IF_ERROR(ReadWindow({file_, mask_, order_}, {start.epoch, window}, c.seq, c.vocab,
+                                   scratch, inputs.subspan(row * c.seq, c.seq),
+                                   targets.subspan(row * c.seq, c.seq)));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepBatch> TokenBatcher::NextStep(int64_t dp_index) {
+absl::StatusOr<StepBatch> StepBatch::Read(
+    const BatchConfig& config,
+    const std::function<absl::Status(int64_t, std::span<int32_t>, std::span<int32_t>)>& read) {
   StepBatch batch;
-  batch.start = StepStart(state_);
-  batch.micro_batch = config_.micro_batch;
-  batch.seq = config_.seq;
+  batch.micro_batch = config.micro_batch;
+  batch.seq = config.seq;
   const int64_t micro = batch.micro_tokens();
-  batch.inputs.resize(config_.grad_accum * micro);
-  batch.targets.resize(config_.grad_accum * micro);
-  for (int64_t a = 0; a < config_.grad_accum; ++a) {
-    HCP_RETURN_IF_ERROR(ReadMicroBatch(
-        state_, dp_index, a, std::span<int32_t>(batch.inputs).subspan(a * micro, micro),
-        std::span<int32_t>(batch.targets).subspan(a * micro, micro)));
+  batch.inputs.resize(config.grad_accum * micro);
+  batch.targets.resize(config.grad_accum * micro);
+  for (int64_t a = 0; a < config.grad_accum; ++a) {
+    HCP_RETURN_IF_ERROR(read(a, std::span<int32_t>(batch.inputs).subspan(a * micro, micro),
+                             std::span<int32_t>(batch.targets).subspan(a * micro, micro)));
   }
+  return batch;
+}
+
+absl::StatusOr<StepBatch> TokenBatcher::NextStep(int64_t dp_index) {
+  HCP_ASSIGN_OR_RETURN(
+      StepBatch batch,
+      StepBatch::Read(config_, [&](int64_t a, std::span<int32_t> in, std::span<int32_t> tg) {
+        return ReadMicroBatch(state_, dp_index, a, in, tg);
+      }));
+  batch.start = StepStart(state_);
   state_ = NextState(state_);
   return batch;
 }

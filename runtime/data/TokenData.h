@@ -32,9 +32,12 @@
 //   file; the rule above is unchanged, the mask following its tokens.
 // Because the data state counts tokens, a run resumed with another dp / grad_accum split (same
 // seq and global batch) reads exactly the same global batches.
+// A blend of several sources (train --data W1 PATH1 W2 PATH2 ...) reads its windows by Blend.h's
+// rule instead, through the same windows (ReadWindow).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -150,11 +153,17 @@ struct DataState {
 // One dp rank's share of one step: grad_accum micro-batches of [micro_batch, seq] int32 tokens,
 // row-major, micro-batch a at offset a * micro_batch * seq.
 struct StepBatch {
-  DataState start;  // where the step read (after any wrap-around)
+  DataState start;  // where the step read (after any wrap-around); {0, 0} for a blend's
   int64_t micro_batch = 0;
   int64_t seq = 0;
   std::vector<int32_t> inputs;
   std::vector<int32_t> targets;
+
+  // Room for `config`'s grad_accum micro-batches, filled by read(accum_step, inputs, targets)
+  // for each in turn (the first error returned).
+  static absl::StatusOr<StepBatch> Read(
+      const BatchConfig& config,
+      const std::function<absl::Status(int64_t, std::span<int32_t>, std::span<int32_t>)>& read);
 
   int64_t micro_tokens() const { return micro_batch * seq; }
   std::span<const int32_t> micro_inputs(int64_t accum_step) const {
@@ -164,6 +173,30 @@ struct StepBatch {
     return std::span<const int32_t>(targets).subspan(accum_step * micro_tokens(), micro_tokens());
   }
 };
+
+// One stream of tokens a batcher reads windows from: the file, and optionally its loss mask (a 0/1
+// value per token) and its documents' order each epoch. None of them is owned.
+struct TokenStream {
+  const TokenFile* file = nullptr;
+  const TokenFile* mask = nullptr;       // nullptr: every target counts
+  const DocumentOrder* order = nullptr;  // nullptr: the file's own order
+};
+
+// Micro-batch `accum_step` of dp rank `dp_index` exists in `config`, and buffers of `inputs` and
+// `targets` tokens hold it (micro_batch * seq each).
+absl::Status CheckMicroBatch(const BatchConfig& config, int64_t dp_index, int64_t accum_step,
+                             size_t inputs, size_t targets);
+
+// The mask and the order, when given, cover exactly the file's tokens.
+absl::Status CheckTokenStream(const TokenStream& stream);
+
+// One window of the batching rule above: tokens [at.position, at.position + seq] of pass
+// at.epoch of `stream` (its virtual stream with an order) as inputs[0, seq) and targets[0, seq),
+// the mask applied to the targets. The window must lie within the pass; `scratch` holds seq + 1
+// values. A token >= vocab, or a negative one, is an error naming its position in the file.
+absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t seq, int64_t vocab,
+                        std::span<int64_t> scratch, std::span<int32_t> inputs,
+                        std::span<int32_t> targets);
 
 // Cuts steps out of a token file. Reads through `file`, which must outlive the batcher.
 class TokenBatcher {

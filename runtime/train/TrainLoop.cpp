@@ -15,6 +15,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -128,37 +129,118 @@ absl::StatusOr<std::unique_ptr<data::DataSource>> OpenCheckedSource(
   return opened;
 }
 
+// --shuffle-seed shuffles documents: refused for a source without them (--data's, or source
+// `blend_index` of a blend), naming it.
+absl::Status CanShuffle(const data::DataSource& source, std::optional<uint64_t> shuffle_seed,
+                        std::optional<int64_t> blend_index) {
+  if (!shuffle_seed || source.indexed() != nullptr) return absl::OkStatus();
+  const char* kind =
+      source.format() == data::DataFormat::kTokenFile ? "token file" : "raw token file";
+  const std::string which = blend_index ? absl::StrFormat("--data's source %d, %s,",
+                                                          *blend_index + 1, source.tokens().path())
+                                        : absl::StrCat("--data ", source.tokens().path());
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--shuffle-seed %d shuffles the documents of %s, but %s is a %s: one stream of tokens "
+      "without document boundaries; write %s as an indexed dataset (hybridcp tokenize "
+      "--tokenizer tokenizer.json ... -o PREFIX), or leave --shuffle-seed out",
+      *shuffle_seed, blend_index ? "Megatron indexed datasets" : "a Megatron indexed dataset",
+      which, kind, blend_index ? "it" : "the data"));
+}
+
+// A blend's sources: each opened and checked like one source, identified by its tokens, and none
+// the same file as another.
+absl::Status OpenBlend(comm::Communicator& comm, const TrainOptions& options, int64_t vocab,
+                       TrainingData& data) {
+  std::vector<double> given;
+  for (const WeightedData& source : options.blend) given.push_back(source.weight);
+  absl::StatusOr<std::vector<double>> weights = data::NormalizeBlendWeights(given);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, Prefixed(weights.status(), "--data: ")));
+  std::vector<std::string> files;  // each source's tokens, as the file system names them
+  for (size_t d = 0; d < options.blend.size(); ++d) {
+    const std::string& path = options.blend[d].path;
+    HCP_ASSIGN_OR_RETURN(std::unique_ptr<data::DataSource> source,
+                         OpenCheckedSource(comm, path, options.data_dtype, vocab, ""));
+    std::error_code error;
+    files.push_back(fs::weakly_canonical(source->tokens().path(), error).string());
+    absl::Status distinct = absl::OkStatus();
+    for (size_t e = 0; e < d; ++e) {
+      if (files[e] != files[d]) continue;
+      distinct = absl::InvalidArgumentError(absl::StrFormat(
+          "--data: %s and %s are the same data (%s); give each source once, with its whole weight",
+          options.blend[e].path, path, files[d]));
+    }
+    HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, distinct));
+    absl::StatusOr<DataIdentity> identity = IdentifyData(source->tokens().path());
+    HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
+    data.run.blend.push_back({(*weights)[d], *std::move(identity)});
+    data.blend_sources.push_back(std::move(source));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data) {
   absl::StatusOr<int64_t> vocab = VocabularyOf(plan);
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, vocab.status()));
-  HCP_ASSIGN_OR_RETURN(data.source,
-                       OpenCheckedSource(comm, options.data, options.data_dtype, *vocab, ""));
-  // The tokens identify the data (an indexed dataset's .bin): they are what the run trains on.
-  absl::StatusOr<DataIdentity> identity = IdentifyData(data.source->tokens().path());
-  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
-  data.run = IdentifyRun(plan, options.grad_accum, *std::move(identity));
+  if (options.blend.empty()) {
+    HCP_ASSIGN_OR_RETURN(data.source,
+                         OpenCheckedSource(comm, options.data, options.data_dtype, *vocab, ""));
+    // The tokens identify the data (an indexed dataset's .bin): they are what the run trains on.
+    absl::StatusOr<DataIdentity> identity = IdentifyData(data.source->tokens().path());
+    HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, identity.status()));
+    data.run = IdentifyRun(plan, options.grad_accum, *std::move(identity));
+  } else {
+    data.run = IdentifyRun(plan, options.grad_accum, {});
+    HCP_RETURN_IF_ERROR(OpenBlend(comm, options, *vocab, data));
+  }
   const data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum,
                                 *vocab};
   return OrderTrainingData(comm, batch, options.shuffle_seed, data);
 }
 
-absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig& batch,
-                               std::optional<uint64_t> shuffle_seed, TrainingData& data) {
-  const data::DataSource& source = *data.source;
+namespace {
+
+// OrderTrainingData for a blend: source d's documents in BlendSourceSeed(seed, d)'s order.
+absl::Status OrderBlend(comm::Communicator& comm, const data::BatchConfig& batch,
+                        std::optional<uint64_t> shuffle_seed, TrainingData& data) {
   absl::Status can_shuffle = absl::OkStatus();
-  if (shuffle_seed && source.indexed() == nullptr) {
-    can_shuffle = absl::InvalidArgumentError(absl::StrFormat(
-        "--shuffle-seed %d shuffles the documents of a Megatron indexed dataset, but --data %s is "
-        "a %s: one stream of tokens without document boundaries; write the data as an indexed "
-        "dataset (hybridcp tokenize --tokenizer tokenizer.json ... -o PREFIX), or leave "
-        "--shuffle-seed out",
-        *shuffle_seed, source.tokens().path(),
-        source.format() == data::DataFormat::kTokenFile ? "token file" : "raw token file"));
+  for (size_t d = 0; d < data.blend_sources.size() && can_shuffle.ok(); ++d) {
+    can_shuffle = CanShuffle(*data.blend_sources[d], shuffle_seed, static_cast<int64_t>(d));
   }
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, can_shuffle));
+  // The batcher points at the orders: the old batcher goes before the orders it reads.
+  data.blend.reset();
+  data.blend_orders.clear();
+  std::vector<data::TokenStream> streams;
+  std::vector<double> weights;
+  for (size_t d = 0; d < data.blend_sources.size(); ++d) {
+    const data::DataSource& source = *data.blend_sources[d];
+    const data::DocumentOrder* order = nullptr;
+    if (shuffle_seed) {
+      data.blend_orders.push_back(std::make_unique<data::DocumentOrder>(
+          *source.indexed(), data::BlendSourceSeed(*shuffle_seed, static_cast<int64_t>(d))));
+      order = data.blend_orders.back().get();
+    }
+    streams.push_back({&source.tokens(), source.loss_mask(), order});
+    weights.push_back(data.run.blend.at(d).weight);
+  }
+  absl::StatusOr<data::BlendBatcher> batcher =
+      data::BlendBatcher::Create(std::move(streams), std::move(weights), batch);
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
+  data.blend = std::move(*batcher);
+  data.run.shuffle_seed = shuffle_seed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig& batch,
+                               std::optional<uint64_t> shuffle_seed, TrainingData& data) {
+  if (!data.blend_sources.empty()) return OrderBlend(comm, batch, shuffle_seed, data);
+  const data::DataSource& source = *data.source;
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, CanShuffle(source, shuffle_seed, std::nullopt)));
   // The batcher points at the order: the old batcher goes before the order it reads.
   data.batcher.reset();
   data.order = shuffle_seed
@@ -170,6 +252,24 @@ absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig
   data.batcher = std::move(*batcher);
   data.run.shuffle_seed = shuffle_seed;
   return absl::OkStatus();
+}
+
+absl::Status TrainingData::Restore(const TrainState& saved) {
+  if (blend) return blend->Restore(saved.blend_data);
+  return batcher->Restore(saved.data);
+}
+
+std::vector<std::string> TrainingData::Describe() const {
+  if (!blend) return {absl::StrCat("data: ", source->Describe())};
+  std::vector<std::string> lines = {absl::StrFormat(
+      "data: a blend of %d sources, by weight (each window from the source furthest below its "
+      "share):",
+      blend_sources.size())};
+  for (size_t d = 0; d < blend_sources.size(); ++d) {
+    lines.push_back(
+        absl::StrFormat("  %g%% %s", 100 * run.blend.at(d).weight, blend_sources[d]->Describe()));
+  }
+  return lines;
 }
 
 std::string DescribeOrder(std::optional<uint64_t> shuffle_seed) {
@@ -307,7 +407,11 @@ TrainState StateAfter(int64_t steps_done, const TrainingData& data, const TrainO
                       int64_t optimizer_updates) {
   TrainState state;
   state.step = steps_done;
-  state.data = data.batcher->state();
+  if (data.blend) {
+    state.blend_data = data.blend->state();
+  } else {
+    state.data = data.batcher->state();
+  }
   state.rng = {options.seed, 0};
   state.optimizer_updates = optimizer_updates;
   state.optimizer = options.adamw;
@@ -315,6 +419,73 @@ TrainState StateAfter(int64_t steps_done, const TrainingData& data, const TrainO
   state.run = data.run;
   return state;
 }
+
+namespace {
+
+bool SameFile(const DataIdentity& a, const DataIdentity& b) {
+  return a.bytes == b.bytes && a.head_crc32c == b.head_crc32c;
+}
+
+// Two weights of a blend, in percent, with the digits that tell them apart.
+std::pair<std::string, std::string> Shares(double a, double b) {
+  std::string x = absl::StrFormat("%g%%", 100 * a), y = absl::StrFormat("%g%%", 100 * b);
+  if (x == y) x = absl::StrFormat("%.17g", a), y = absl::StrFormat("%.17g", b);
+  return {x, y};
+}
+
+// The run's data is `now`'s: the same file, or a blend of the same files with the same weights in
+// the same order (moved or renamed files are the same).
+absl::Status CheckSameData(const std::string& checkpoint, const RunIdentity& was,
+                           const RunIdentity& now) {
+  if (was.blend.empty() && now.blend.empty()) {
+    if (SameFile(was.data, now.data)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot resume from %s: --data %s (%d bytes, crc32c of its first MiB %s) is not the data "
+        "the run trained on (%s: %d bytes, %s); give --data that file (moved or renamed is "
+        "fine), or start a new run in another --checkpoint-dir",
+        checkpoint, now.data.path, now.data.bytes, now.data.head_crc32c, was.data.path,
+        was.data.bytes, was.data.head_crc32c));
+  }
+  std::vector<std::string> differ;
+  if (was.blend.empty()) {
+    differ.push_back(absl::StrFormat("the run trained on one source, %s; --data now blends %d",
+                                     was.data.path, now.blend.size()));
+  } else if (now.blend.empty()) {
+    differ.push_back(
+        absl::StrFormat("the run trained on a blend of %d sources; --data now names "
+                        "one, %s",
+                        was.blend.size(), now.data.path));
+  } else {
+    if (was.blend.size() != now.blend.size()) {
+      differ.push_back(
+          absl::StrFormat("%d sources saved, %d now", was.blend.size(), now.blend.size()));
+    }
+    for (size_t d = 0; d < std::min(was.blend.size(), now.blend.size()); ++d) {
+      const BlendPart& a = was.blend[d];
+      const BlendPart& b = now.blend[d];
+      if (!SameFile(a.data, b.data)) {
+        differ.push_back(absl::StrFormat(
+            "source %d is %s (%d bytes, crc32c of its first MiB %s), not the run's %s (%d bytes, "
+            "%s)",
+            d + 1, b.data.path, b.data.bytes, b.data.head_crc32c, a.data.path, a.data.bytes,
+            a.data.head_crc32c));
+      }
+      if (a.weight != b.weight) {
+        const auto [saved_share, now_share] = Shares(a.weight, b.weight);
+        differ.push_back(absl::StrFormat("source %d (%s) has weight %s saved, %s now", d + 1,
+                                         b.data.path, saved_share, now_share));
+      }
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "cannot resume from %s: --data is not the data the run trained on: %s; give --data the "
+      "run's weights and files in its order (moved or renamed files are fine), or start a new run "
+      "in another --checkpoint-dir",
+      checkpoint, absl::StrJoin(differ, "; ")));
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkpoint,
                                                        const TrainState& saved,
@@ -343,14 +514,7 @@ absl::StatusOr<std::vector<std::string>> AdoptSavedRun(const std::string& checkp
         "start a new run in another --checkpoint-dir",
         checkpoint, absl::StrJoin(differ, "; ")));
   }
-  if (was.data.bytes != now.data.bytes || was.data.head_crc32c != now.data.head_crc32c) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "cannot resume from %s: --data %s (%d bytes, crc32c of its first MiB %s) is not the data "
-        "the run trained on (%s: %d bytes, %s); give --data that file (moved or renamed is "
-        "fine), or start a new run in another --checkpoint-dir",
-        checkpoint, now.data.path, now.data.bytes, now.data.head_crc32c, was.data.path,
-        was.data.bytes, was.data.head_crc32c));
-  }
+  HCP_RETURN_IF_ERROR(CheckSameData(checkpoint, was, now));
 
   std::vector<std::string> notes;
   auto note = [&](const char* option, const auto& given, const auto& kept) {
@@ -403,15 +567,20 @@ absl::StatusOr<ResumeSources> OpenResume(comm::Communicator& comm, const plan::P
   absl::StatusOr<std::vector<std::string>> notes =
       saved_run.ok() ? AdoptSavedRun(checkpoint, *saved_run, now, options) : saved_run.status();
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, notes.status()));
-  absl::StatusOr<CheckpointReader> weights = CheckpointReader::OpenVerified(checkpoint);
   // The checkpoint holds every parameter's whole tensor (an expert parameter's all shards).
   std::vector<ParamSpec> full;
   for (const plan::Parameter& p : plan.parameters) {
     full.push_back(ParamSpec::WithDefaultDecay(p.name, plan.FullShape(p)));
   }
-  absl::StatusOr<TrainStateReader> state =
-      weights.ok() ? TrainStateReader::Open(checkpoint, full) : weights.status();
-  absl::Status opened = state.status();
+  absl::StatusOr<TrainStateReader> state = TrainStateReader::Open(checkpoint, full);
+  // Weights saved in bf16 have their fp32 masters in the optimizer directory (verified by
+  // TrainStateReader::Open): the run continues from those, exactly.
+  absl::StatusOr<CheckpointReader> weights =
+      !state.ok() ? state.status()
+      : state->has_masters()
+          ? CheckpointReader::Open((fs::path(checkpoint) / kOptimizerDirName).string())
+          : CheckpointReader::OpenVerified(checkpoint);
+  absl::Status opened = weights.status();
   if (opened.ok() && state->state().step >= options.steps) {
     opened = absl::InvalidArgumentError(
         absl::StrFormat("%s is after step %d: nothing left of a %d-step run", checkpoint,
@@ -767,14 +936,18 @@ absl::Status WriteCheckpointFiles(const std::string& dir, const plan::Plan& plan
   for (size_t i = 0; i < plan.parameters.size(); ++i) {
     const std::string& name = plan.parameters[i].name;
     const std::vector<int64_t> shape = plan.FullShape(plan.parameters[i]);
-    weights.push_back({name, DType::F32, shape, c.values[i], {}});
-    moments.push_back({name, shape, c.exp_avg[i], c.exp_avg_sq[i]});
+    weights.push_back({name, c.weights_dtype, shape, c.values[i], {}});
+    // Rounded weights cannot continue the run exactly: the fp32 masters go with the moments.
+    const std::span<const float> master =
+        c.weights_dtype == DType::F32 ? std::span<const float>() : c.values[i];
+    moments.push_back({name, shape, c.exp_avg[i], c.exp_avg_sq[i], master});
   }
   HCP_RETURN_IF_ERROR(WriteCheckpoint(dir, weights));
   if (!c.model_config.empty()) {
     HCP_RETURN_IF_ERROR(
         WriteFileAtomically((fs::path(dir) / "config.json").string(), c.model_config));
   }
+  if (c.tokenizer != nullptr) HCP_RETURN_IF_ERROR(WriteTokenizerFiles(*c.tokenizer, dir));
   return SaveTrainState(dir, c.state, moments);
 }
 

@@ -18,12 +18,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/data/Blend.h"
 #include "runtime/data/DataSource.h"
 #include "runtime/data/DocumentOrder.h"
 #include "runtime/data/TokenData.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/support/DType.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Metrics.h"
+#include "runtime/train/TokenizerFiles.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/train/Trainer.h"
 
@@ -46,23 +49,44 @@ int64_t CountValid(std::span<const int32_t> targets);
 //   - rank 0's metrics file.
 // PrepareOptions refuses contradictory or senseless options, naming the option.
 absl::Status PrepareOptions(TrainOptions& options);
+// One source (--data PATH) is read by a TokenBatcher (TokenData.h's rule), a blend (--data W1
+// PATH1 W2 PATH2 ...) by a BlendBatcher (Blend.h's rule); the loop reads either through
+// config(), NextStep, Restore and Describe.
 struct TrainingData {
   std::unique_ptr<data::DataSource> source;    // where the batcher reads: its address must not move
   std::unique_ptr<data::DocumentOrder> order;  // --shuffle-seed's, read by the batcher; or none
   std::optional<data::TokenBatcher> batcher;
+  // A blend's sources (in --data's order), their orders (one each with --shuffle-seed), and the
+  // batcher over them; empty for one source.
+  std::vector<std::unique_ptr<data::DataSource>> blend_sources;
+  std::vector<std::unique_ptr<data::DocumentOrder>> blend_orders;
+  std::optional<data::BlendBatcher> blend;
   RunIdentity run;  // this run, as its checkpoints record it
+
+  const data::BatchConfig& config() const { return blend ? blend->config() : batcher->config(); }
+  absl::StatusOr<data::StepBatch> NextStep(int64_t dp_index) {
+    return blend ? blend->NextStep(dp_index) : batcher->NextStep(dp_index);
+  }
+  // Continues from `saved`'s data state (its blend state for a blend).
+  absl::Status Restore(const TrainState& saved);
+  // The progress output's lines: "data: DESCRIPTION", or for a blend "data: a blend of 2
+  // sources, by weight:" and "  30% DESCRIPTION" for each.
+  std::vector<std::string> Describe() const;
 };
 // The run a plan trains with grad_accum micro-batches per rank on `data`: the model is the
 // CRC32C of the plan's parameters (names and full shapes, in name order), which is the same for
 // every cp, dp and ep split of one model.
 RunIdentity IdentifyRun(const plan::Plan& plan, int64_t grad_accum, DataIdentity data);
+// options.data, or each source of options.blend (every one opened and checked alike; the same
+// file twice is refused), identified in data.run (a blend's weights normalised), then ordered.
 absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
                               const TrainOptions& options, TrainingData& data);
-// (Re)makes data's batcher with `batch`, reading data.source in the order of `shuffle_seed`
-// (DocumentOrder.h) or, without one, as stored, and records the seed in data.run. OpenTrainingData
-// calls it with the command line's seed; a resume whose saved run had another calls it again
-// with the saved one (AdoptSavedRun). A seed for data without documents (a token file, a raw
-// file) is refused.
+// (Re)makes data's batcher with `batch`, reading data.source (or each of a blend's sources, with
+// data.run.blend's weights) in the order of `shuffle_seed` (DocumentOrder.h; a blend's source d
+// in BlendSourceSeed(seed, d)'s, Blend.h) or, without one, as stored, and records the seed in
+// data.run. OpenTrainingData calls it with the command line's seed; a resume whose saved run had
+// another calls it again with the saved one (AdoptSavedRun). A seed for data without documents (a
+// token file, a raw file; any of a blend's sources) is refused.
 absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig& batch,
                                std::optional<uint64_t> shuffle_seed, TrainingData& data);
 // "the documents in --shuffle-seed 7's order, a new order each epoch", or "the documents as
@@ -151,7 +175,8 @@ struct Retention {
 
 // Resuming from `checkpoint`, whose train state is `saved`, before any of its tensors is read:
 // refuses (FailedPrecondition, naming each difference as saved vs now and what to do) a
-// checkpoint of another model, seq, micro-batch, global batch, dtype or data than `now`; then
+// checkpoint of another model, seq, micro-batch, global batch, dtype or data than `now` (a blend:
+// the same files with the same weights in the same order); then
 // sets options' AdamW settings, schedule, seed and shuffle seed to the saved run's, so that it
 // continues exactly, and returns one line for each option the command line gave (options.given)
 // with another value ("--lr 0.01 differs from the saved run's 0.003: the saved run's value is
@@ -187,15 +212,19 @@ absl::Status PublishCheckpoint(const std::string& checkpoint_dir, int64_t steps_
                                const Retention& retention,
                                const std::function<absl::Status(const std::string&)>& write);
 
-// A checkpoint's files in `dir`: model.safetensors (every parameter's whole fp32 tensor, Hugging
-// Face names), config.json when model_config is not empty, and the train state with the AdamW
-// moments. values, exp_avg and exp_avg_sq hold one whole tensor per plan parameter, in order.
+// A checkpoint's files in `dir`: model.safetensors (every parameter's whole tensor in
+// weights_dtype, Hugging Face names; shards and an index above 5 GB), config.json when
+// model_config is not empty, the tokenizer's files, and the train state with the AdamW moments
+// (and, when weights_dtype is not F32, the fp32 masters: TrainState.h). values, exp_avg and
+// exp_avg_sq hold one whole tensor per plan parameter, in order.
 struct CheckpointContents {
   const std::vector<std::vector<float>>& values;
   const std::vector<std::vector<float>>& exp_avg;
   const std::vector<std::vector<float>>& exp_avg_sq;
   TrainState state;
   std::string model_config;
+  DType weights_dtype = DType::F32;
+  const TokenizerFiles* tokenizer = nullptr;  // none: no tokenizer files
 };
 absl::Status WriteCheckpointFiles(const std::string& dir, const plan::Plan& plan,
                                   const CheckpointContents& contents);

@@ -1,6 +1,7 @@
 #include "runtime/train/TrainState.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -41,6 +42,17 @@ class Fields {
     auto it = parent.find(key);
     if (it == parent.end() || !it->is_object()) return Bad(path, "an object");
     return &*it;
+  }
+  absl::StatusOr<const json*> Array(const json& parent, const char* key,
+                                    const std::string& path) const {
+    auto it = parent.find(key);
+    if (it == parent.end() || !it->is_array() || it->empty()) return Bad(path, "a non-empty array");
+    return &*it;
+  }
+  // Element i of an array, an object ("data.sources[1]").
+  absl::StatusOr<const json*> Element(const json& array, size_t i, const std::string& path) const {
+    if (!array.at(i).is_object()) return Bad(path, "an object");
+    return &array.at(i);
   }
   absl::Status Int(const json& parent, const char* key, const std::string& path,
                    int64_t* out) const {
@@ -101,6 +113,50 @@ absl::Status ReadRange(const CheckpointReader& tensors, std::string_view name, i
 
 }  // namespace
 
+namespace {
+
+// A blend's data state fits its sources: one state per source, none negative; the weights are
+// positive and add up to 1. One source's run has no blend state.
+absl::Status ValidateBlend(const TrainState& s) {
+  const std::vector<BlendPart>& parts = s.run.blend;
+  const data::BlendState& state = s.blend_data;
+  if (parts.size() != state.sources.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("train state: the data state has %d sources, the run's blend %d",
+                        state.sources.size(), parts.size()));
+  }
+  if (parts.empty()) {
+    if (state.windows == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError("train state: a blend's windows without its sources");
+  }
+  if (state.windows < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train state: the blend's windows done, %d, must not be negative", state.windows));
+  }
+  double sum = 0;
+  for (size_t d = 0; d < parts.size(); ++d) {
+    const data::DataState& at = state.sources[d];
+    if (at.epoch < 0 || at.position < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "train state: blend source %d's epoch %d and position %d must not be negative", d,
+          at.epoch, at.position));
+    }
+    if (!std::isfinite(parts[d].weight) || !(parts[d].weight > 0) || parts[d].data.bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("train state: blend source %d's weight %g and size %d must be positive",
+                          d, parts[d].weight, parts[d].data.bytes));
+    }
+    sum += parts[d].weight;
+  }
+  if (std::abs(sum - 1) > 1e-9) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("train state: the blend's weights add up to %.17g, not 1", sum));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateTrainState(const TrainState& s) {
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -111,6 +167,7 @@ absl::Status ValidateTrainState(const TrainState& s) {
         absl::StrFormat("train state: data epoch %d and position %d must not be negative",
                         s.data.epoch, s.data.position));
   }
+  HCP_RETURN_IF_ERROR(ValidateBlend(s));
   HCP_RETURN_IF_ERROR(ValidateAdamWConfig(s.optimizer));
   HCP_RETURN_IF_ERROR(ValidateSchedule(s.schedule));
   const RunIdentity& r = s.run;
@@ -148,7 +205,15 @@ std::string TrainStateJson(const TrainState& s) {
   j["format"] = kTrainStateFormat;
   j["version"] = kTrainStateVersion;
   j["step"] = s.step;
-  j["data"] = {{"epoch", s.data.epoch}, {"position", s.data.position}};
+  if (s.run.blend.empty()) {
+    j["data"] = {{"epoch", s.data.epoch}, {"position", s.data.position}};
+  } else {
+    ordered_json sources = ordered_json::array();
+    for (const data::DataState& at : s.blend_data.sources) {
+      sources.push_back({{"epoch", at.epoch}, {"position", at.position}});
+    }
+    j["data"] = {{"windows", s.blend_data.windows}, {"sources", sources}};
+  }
   j["rng"] = {{"seed", s.rng.seed}, {"counter", s.rng.counter}};
   j["optimizer"] = {{"name", "adamw"},
                     {"updates", s.optimizer_updates},
@@ -172,6 +237,16 @@ std::string TrainStateJson(const TrainState& s) {
       {"dtype", r.dtype},
       {"data",
        {{"path", r.data.path}, {"bytes", r.data.bytes}, {"head_crc32c", r.data.head_crc32c}}}};
+  if (!r.blend.empty()) {
+    ordered_json parts = ordered_json::array();
+    for (const BlendPart& p : r.blend) {
+      parts.push_back({{"weight", p.weight},
+                       {"path", p.data.path},
+                       {"bytes", p.data.bytes},
+                       {"head_crc32c", p.data.head_crc32c}});
+    }
+    j["run"]["data"] = parts;
+  }
   if (r.shuffle_seed) j["run"]["shuffle_seed"] = *r.shuffle_seed;
   return j.dump(2) + "\n";
 }
@@ -205,8 +280,22 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
   TrainState s;
   HCP_RETURN_IF_ERROR(f.Int(j, "step", "step", &s.step));
   HCP_ASSIGN_OR_RETURN(const json* data, f.Object(j, "data", "data"));
-  HCP_RETURN_IF_ERROR(f.Int(*data, "epoch", "data.epoch", &s.data.epoch));
-  HCP_RETURN_IF_ERROR(f.Int(*data, "position", "data.position", &s.data.position));
+  // A blend's state counts windows (TrainState.h); one source's is an epoch and a position.
+  const bool blend = data->contains("windows");
+  if (blend) {
+    HCP_RETURN_IF_ERROR(f.Int(*data, "windows", "data.windows", &s.blend_data.windows));
+    HCP_ASSIGN_OR_RETURN(const json* sources, f.Array(*data, "sources", "data.sources"));
+    for (size_t d = 0; d < sources->size(); ++d) {
+      const std::string path = absl::StrFormat("data.sources[%d]", d);
+      HCP_ASSIGN_OR_RETURN(const json* source, f.Element(*sources, d, path));
+      data::DataState& at = s.blend_data.sources.emplace_back();
+      HCP_RETURN_IF_ERROR(f.Int(*source, "epoch", path + ".epoch", &at.epoch));
+      HCP_RETURN_IF_ERROR(f.Int(*source, "position", path + ".position", &at.position));
+    }
+  } else {
+    HCP_RETURN_IF_ERROR(f.Int(*data, "epoch", "data.epoch", &s.data.epoch));
+    HCP_RETURN_IF_ERROR(f.Int(*data, "position", "data.position", &s.data.position));
+  }
   HCP_ASSIGN_OR_RETURN(const json* rng, f.Object(j, "rng", "rng"));
   HCP_RETURN_IF_ERROR(f.UInt(*rng, "seed", "rng.seed", &s.rng.seed));
   HCP_RETURN_IF_ERROR(f.UInt(*rng, "counter", "rng.counter", &s.rng.counter));
@@ -248,11 +337,30 @@ absl::StatusOr<TrainState> ParseTrainStateJson(std::string_view text, std::strin
   HCP_RETURN_IF_ERROR(f.Int(*run, "micro_batch", "run.micro_batch", &r.micro_batch));
   HCP_RETURN_IF_ERROR(f.Int(*run, "global_batch", "run.global_batch", &r.global_batch));
   HCP_RETURN_IF_ERROR(f.String(*run, "dtype", "run.dtype", &r.dtype));
-  HCP_ASSIGN_OR_RETURN(const json* data_id, f.Object(*run, "data", "run.data"));
-  HCP_RETURN_IF_ERROR(f.String(*data_id, "path", "run.data.path", &r.data.path));
-  HCP_RETURN_IF_ERROR(f.Int(*data_id, "bytes", "run.data.bytes", &r.data.bytes));
-  HCP_RETURN_IF_ERROR(
-      f.String(*data_id, "head_crc32c", "run.data.head_crc32c", &r.data.head_crc32c));
+  if (blend) {
+    // One part per source of the data state.
+    auto parts = run->find("data");
+    if (parts == run->end() || !parts->is_array() || parts->size() != s.blend_data.sources.size()) {
+      return f.Bad("run.data", absl::StrFormat("an array of the %d sources \"data.sources\" has",
+                                               s.blend_data.sources.size()));
+    }
+    for (size_t d = 0; d < parts->size(); ++d) {
+      const std::string path = absl::StrFormat("run.data[%d]", d);
+      HCP_ASSIGN_OR_RETURN(const json* part, f.Element(*parts, d, path));
+      BlendPart& p = r.blend.emplace_back();
+      HCP_RETURN_IF_ERROR(f.Double(*part, "weight", path + ".weight", &p.weight));
+      HCP_RETURN_IF_ERROR(f.String(*part, "path", path + ".path", &p.data.path));
+      HCP_RETURN_IF_ERROR(f.Int(*part, "bytes", path + ".bytes", &p.data.bytes));
+      HCP_RETURN_IF_ERROR(
+          f.String(*part, "head_crc32c", path + ".head_crc32c", &p.data.head_crc32c));
+    }
+  } else {
+    HCP_ASSIGN_OR_RETURN(const json* data_id, f.Object(*run, "data", "run.data"));
+    HCP_RETURN_IF_ERROR(f.String(*data_id, "path", "run.data.path", &r.data.path));
+    HCP_RETURN_IF_ERROR(f.Int(*data_id, "bytes", "run.data.bytes", &r.data.bytes));
+    HCP_RETURN_IF_ERROR(
+        f.String(*data_id, "head_crc32c", "run.data.head_crc32c", &r.data.head_crc32c));
+  }
   // Written since --shuffle-seed: a state without it read the documents as stored.
   if (run->contains("shuffle_seed")) {
     uint64_t shuffle = 0;
@@ -292,10 +400,17 @@ absl::Status SaveTrainState(const std::string& dir, const TrainState& state,
                             const std::vector<MomentsToWrite>& moments, int64_t max_shard_bytes) {
   HCP_RETURN_IF_ERROR(ValidateTrainState(state));
   std::vector<TensorToWrite> tensors;
-  tensors.reserve(2 * moments.size());
+  tensors.reserve(3 * moments.size());
+  const bool masters = !moments.empty() && !moments.front().master.empty();
   for (const MomentsToWrite& p : moments) {
+    if (p.master.empty() == masters) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SaveTrainState: parameter %s %s a master weight where the first parameter %s", p.name,
+          masters ? "lacks" : "has", masters ? "has one" : "has none"));
+    }
     tensors.push_back({ExpAvgName(p.name), DType::F32, p.shape, p.exp_avg, {}});
     tensors.push_back({ExpAvgSqName(p.name), DType::F32, p.shape, p.exp_avg_sq, {}});
+    if (masters) tensors.push_back({p.name, DType::F32, p.shape, p.master, {}});
   }
   const std::string text = TrainStateJson(state);
   HCP_RETURN_IF_ERROR(
@@ -364,11 +479,14 @@ absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
   HCP_ASSIGN_OR_RETURN(CheckedState checked, ReadCheckedState(dir));
   TrainState& state = checked.state;
   CheckpointReader& tensors = checked.tensors;
-  // Every moment the model needs, with its shape; nothing else.
+  // Every moment the model needs, with its shape, and every master or none; nothing else.
+  const bool has_masters = !expected.empty() && tensors.Has(expected.front().name);
   std::vector<std::string> problems;
   std::set<std::string> wanted;
   for (const ParamSpec& p : expected) {
-    for (const std::string& name : {ExpAvgName(p.name), ExpAvgSqName(p.name)}) {
+    std::vector<std::string> names = {ExpAvgName(p.name), ExpAvgSqName(p.name)};
+    if (has_masters) names.push_back(p.name);
+    for (const std::string& name : names) {
       wanted.insert(name);
       if (!tensors.Has(name)) {
         problems.push_back(absl::StrCat("missing ", Quote(name)));
@@ -400,7 +518,7 @@ absl::StatusOr<TrainStateReader> TrainStateReader::Open(const std::string& dir,
         absl::StrCat("optimizer state in ", dir, " does not match the model: ", listed));
   }
   HCP_RETURN_IF_ERROR(tensors.Verify());
-  return TrainStateReader(dir, std::move(tensors), std::move(state));
+  return TrainStateReader(dir, std::move(tensors), std::move(state), has_masters);
 }
 
 absl::Status TrainStateReader::ReadMoments(std::string_view name, std::span<float> exp_avg,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "runtime/support/Status.h"
 #include "runtime/train/Metrics.h"
 #include "runtime/train/Optimizer.h"
+#include "runtime/train/TokenizerFiles.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/TrainState.h"
 #include "runtime/weights/Checkpoint.h"
@@ -57,6 +59,8 @@ class Loop {
 
   absl::Status CreateOptimizer();
   absl::Status ResumeFrom(const std::string& checkpoint);
+  absl::Status OpenTokenizer(const std::string& resumed_from);
+  DType SaveDType() const;
   absl::Status Step(int64_t step, MetricsRecord& record);
   absl::Status Evaluate(MetricsRecord& record);
   absl::Status SaveCheckpoint(int64_t steps_done, const Retention& retention);
@@ -69,7 +73,8 @@ class Loop {
   TrainingData data_;
   EvalData eval_;  // --eval-data's, when given
   std::optional<MetricsWriter> metrics_;
-  int64_t first_step_ = 0;  // 0, or the step a resumed run continues from
+  std::optional<TokenizerFiles> tokenizer_;  // on the root rank, when the checkpoints carry one
+  int64_t first_step_ = 0;                   // 0, or the step a resumed run continues from
 };
 
 absl::Status Loop::Setup() {
@@ -81,16 +86,19 @@ absl::Status Loop::Setup() {
   where.shard_optimizer = options_.shard_optimizer;
   HCP_ASSIGN_OR_RETURN(rank_, RankExecutor::Create(plan_, comm_, where));
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
-  if (root()) std::printf("data: %s\n", data_.source->Describe().c_str());
-  HCP_RETURN_IF_ERROR(OpenEvalData(comm_, options_, data_.batcher->config(), eval_));
+  if (root()) {
+    for (const std::string& line : data_.Describe()) std::printf("%s\n", line.c_str());
+  }
+  HCP_RETURN_IF_ERROR(OpenEvalData(comm_, options_, data_.config(), eval_));
   if (root() && eval_.source) {
     std::printf("eval data: %s; %lld tokens every %lld steps\n", eval_.source->Describe().c_str(),
                 static_cast<long long>(eval_.tokens), static_cast<long long>(*options_.eval_every));
   }
 
+  std::string resumed_from;
   if (options_.resume) {
-    HCP_ASSIGN_OR_RETURN(std::string checkpoint, CheckpointToResume(comm_, options_));
-    HCP_RETURN_IF_ERROR(ResumeFrom(checkpoint));
+    HCP_ASSIGN_OR_RETURN(resumed_from, CheckpointToResume(comm_, options_));
+    HCP_RETURN_IF_ERROR(ResumeFrom(resumed_from));
   } else {
     if (!options_.init_weights.empty()) {
       absl::StatusOr<CheckpointReader> weights =
@@ -105,10 +113,43 @@ absl::Status Loop::Setup() {
     HCP_RETURN_IF_ERROR(optimizer_->Start());
   }
   if (root()) std::printf("optimizer: %s\n", optimizer_->Describe().c_str());
+  HCP_RETURN_IF_ERROR(OpenTokenizer(resumed_from));
+  if (root() && !options_.checkpoint_dir.empty()) {
+    std::printf("checkpoints: %s weights%s, config.json%s\n",
+                std::string(DTypeName(SaveDType())).c_str(),
+                SaveDType() == DType::F32 ? "" : " (their fp32 masters with the optimizer state)",
+                tokenizer_ ? ", the tokenizer" : "");
+  }
   if (root() && data_.run.shuffle_seed) {
     std::printf("data order: %s\n", DescribeOrder(data_.run.shuffle_seed).c_str());
   }
   return OpenMetrics(comm_, options_, metrics_);
+}
+
+absl::Status Loop::OpenTokenizer(const std::string& resumed_from) {
+  std::string path = options_.tokenizer;
+  for (const std::string* dir : {&std::as_const(options_.init_weights), &resumed_from}) {
+    if (path.empty() && !dir->empty() && HasTokenizer(*dir)) path = *dir;
+  }
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<int64_t> vocab = VocabularyOf(plan_);
+  absl::StatusOr<TokenizerFiles> files = TokenizerFiles{};
+  if (!vocab.ok()) {
+    files = vocab.status();
+  } else if (root()) {
+    files = ReadTokenizerFiles(path, *vocab);
+  }
+  HCP_RETURN_IF_ERROR(Agree(files.status()));
+  if (!root()) return absl::OkStatus();
+  tokenizer_ = *std::move(files);
+  std::printf("tokenizer: %s, copied into every checkpoint\n",
+              DescribeTokenizerFiles(*tokenizer_).c_str());
+  return absl::OkStatus();
+}
+
+// --save-dtype's, else the plan's: a bf16 model is exported as bf16.
+DType Loop::SaveDType() const {
+  return options_.save_dtype.value_or(plan_.StoresBf16() ? DType::BF16 : DType::F32);
 }
 
 // With options_.adamw: a resumed run's, once OpenResume has adopted the saved run's settings.
@@ -125,21 +166,23 @@ absl::Status Loop::ResumeFrom(const std::string& checkpoint) {
                        OpenResume(comm_, plan_, checkpoint, data_.run, options_));
   // The saved position points into the saved run's order, which OpenResume adopted.
   if (options_.shuffle_seed != data_.run.shuffle_seed) {
-    const data::BatchConfig batch = data_.batcher->config();
+    const data::BatchConfig batch = data_.config();
     HCP_RETURN_IF_ERROR(OrderTrainingData(comm_, batch, options_.shuffle_seed, data_));
   }
   HCP_RETURN_IF_ERROR(CreateOptimizer());
   HCP_RETURN_IF_ERROR(optimizer_->Resume(resume.weights, resume.state));
   const TrainState& saved = resume.state.state();
-  HCP_RETURN_IF_ERROR(Agree(data_.batcher->Restore(saved.data)));
+  HCP_RETURN_IF_ERROR(Agree(data_.Restore(saved)));
   first_step_ = saved.step;
+  // Without --save-dtype the run goes on saving as it did: bf16 weights if their fp32 masters
+  // were kept beside them.
+  if (!options_.save_dtype && resume.state.has_masters()) options_.save_dtype = DType::BF16;
   if (root()) PrintResumed(resume, checkpoint);
   return absl::OkStatus();
 }
 
 absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
-  absl::StatusOr<data::StepBatch> batch =
-      data_.batcher->NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
+  absl::StatusOr<data::StepBatch> batch = data_.NextStep(comm_.has_mesh() ? comm_.dp_index() : 0);
   HCP_RETURN_IF_ERROR(Agree(batch.status()));
   const float loss_scale = StepLossScale(comm_, *batch);
 
@@ -203,8 +246,7 @@ absl::Status Loop::Run() {
   hooks.save = [this](int64_t steps_done, const Retention& retention) {
     return SaveCheckpoint(steps_done, retention);
   };
-  return RunTrainingSteps(options_, root(), first_step_,
-                          data_.batcher->config().global_batch() * plan_.seq,
+  return RunTrainingSteps(options_, root(), first_step_, data_.config().global_batch() * plan_.seq,
                           metrics_ ? &*metrics_ : nullptr, hooks);
 }
 
@@ -218,7 +260,8 @@ absl::Status Loop::SaveCheckpoint(int64_t steps_done, const Retention& retention
         tensors.values, tensors.exp_avg, tensors.exp_avg_sq,
         StateAfter(steps_done, data_, options_, optimizer_->updates()),
         // --config's text, else the config the plan was compiled from.
-        options_.model_config.empty() ? plan_.model_config : options_.model_config};
+        options_.model_config.empty() ? plan_.model_config : options_.model_config, SaveDType(),
+        tokenizer_ ? &*tokenizer_ : nullptr};
     written = PublishCheckpoint(
         options_.checkpoint_dir, steps_done, retention,
         [&](const std::string& dir) { return WriteCheckpointFiles(dir, plan_, contents); });

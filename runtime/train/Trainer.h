@@ -33,17 +33,29 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/data/TokenData.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/support/DType.h"
 #include "runtime/train/AdamW.h"
 
 namespace hcp::train {
 
+// One source of a blend on the command line (--data W1 PATH1 W2 PATH2 ...): its weight as given
+// (positive; OpenTrainingData normalises them) and its path (any form --data PATH takes).
+struct WeightedData {
+  double weight = 0;
+  std::string path;
+};
+
 struct TrainOptions {
-  std::string data;              // --data: indexed dataset, token file or raw (DataSource.h)
+  std::string data;  // --data: indexed dataset, token file or raw (DataSource.h)
+  // --data W1 PATH1 W2 PATH2 ...: the sources of a blend (runtime/data/Blend.h), in order; when
+  // set, `data` is empty (--data with one pair is --data PATH).
+  std::vector<WeightedData> blend;
   int64_t steps = 0;             // steps of the whole run (the schedule's length)
   int64_t grad_accum = 1;        // micro-batches per rank per step
   uint64_t seed = 0;             // parameter initialisation, when not loading weights
@@ -54,6 +66,13 @@ struct TrainOptions {
   int64_t stop_after = 0;        // stop after this step as if interrupted (0: run all steps)
   std::string metrics;           // JSON-lines file to append to (optional)
   std::string model_config;      // --config: config.json for checkpoints (default: the plan's)
+  // --save-dtype: the checkpoints' weights (default: the plan's dtype, or resumed, the saved
+  // run's); below F32 the fp32 masters are kept with the optimizer state, so that a resume is
+  // exact.
+  std::optional<DType> save_dtype;
+  // --tokenizer: a tokenizer.json or its directory, copied into every checkpoint (default: the
+  // tokenizer of --init's directory, or of the checkpoint resumed from; TokenizerFiles.h).
+  std::string tokenizer;
   bool shard_optimizer = false;  // AdamW moments of replicated parameters sliced over the ranks
   int64_t log_every = 1;         // progress line every N steps (and the first and last)
   LrSchedule schedule;           // total_steps is set from `steps`

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace hcp {
 namespace {
@@ -43,14 +44,21 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv,
     if (spec->value_name.empty()) {
       if (inline_value) return absl::InvalidArgumentError("option --" + name + " takes no value");
       args.values_[name] = "";
-    } else if (inline_value) {
-      args.values_[name] = *inline_value;
+      continue;
+    }
+    std::vector<std::string>& all = args.all_[name];
+    if (inline_value) {
+      all.push_back(*inline_value);
+    } else if (spec->multi) {
+      while (i + 1 < argv.size() && !argv[i + 1].starts_with("--")) all.push_back(argv[++i]);
     } else if (i + 1 < argv.size()) {
-      args.values_[name] = argv[++i];
-    } else {
+      all.push_back(argv[++i]);
+    }
+    if (all.empty()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("option --%s needs a value (%s)", name, spec->value_name));
     }
+    args.values_[name] = absl::StrJoin(all, " ");
   }
   return args;
 }
@@ -59,6 +67,11 @@ std::optional<std::string> Args::Get(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::GetAll(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>() : it->second;
 }
 
 absl::StatusOr<int64_t> Args::GetInt(const std::string& name,

@@ -1,6 +1,8 @@
 // `hybridcp train`: the training loop on every rank (mpirun -np N hybridcp train ...), and
 // `plot` (metrics -> SVG). `tokenize` is in TokenizeCommand.cpp.
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,14 +27,60 @@ namespace {
 constexpr double kPretrainingLr = 3e-3;
 constexpr double kFineTuningLr = 2e-5;
 
+// `path` as the file system names it (another spelling of one file is the same), or as given.
+std::filesystem::path Canonical(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path canonical = std::filesystem::weakly_canonical(path, error);
+  return error ? std::filesystem::path(path).lexically_normal() : canonical;
+}
+
+// --data W1 PATH1 W2 PATH2 ...: weight/path pairs, each weight a positive number, no path twice.
+absl::StatusOr<std::vector<train::WeightedData>> ReadBlend(const std::vector<std::string>& values) {
+  constexpr char kForms[] =
+      "--data PATH, or weight/path pairs --data W1 PATH1 W2 PATH2 ...: the words after --data up "
+      "to the next option";
+  if (values.size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--data: %d values are not weight/path pairs (%s)", values.size(), kForms));
+  }
+  std::vector<train::WeightedData> blend;
+  for (size_t i = 0; i < values.size(); i += 2) {
+    const std::string& text = values[i];
+    const std::string& path = values[i + 1];
+    char* end = nullptr;
+    const double weight = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(weight) ||
+        !(weight > 0)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--data: weight '%s' before %s is not a positive number (%s)", text, path, kForms));
+    }
+    for (const train::WeightedData& earlier : blend) {
+      if (Canonical(earlier.path) == Canonical(path)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--data: %s is given twice (as %s and %s); give each source once, with its whole "
+            "weight",
+            path, earlier.path, path));
+      }
+    }
+    blend.push_back({weight, path});
+  }
+  return blend;
+}
+
 absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   train::TrainOptions o;
-  std::optional<std::string> data = args.Get("data");
-  if (!data)
+  const std::vector<std::string> data = args.GetAll("data");
+  if (data.empty())
     return absl::InvalidArgumentError(
         "--data PATH (a Megatron indexed dataset, a token file: see `hybridcp tokenize`, or a raw "
         "token file with --data-dtype) is required");
-  o.data = *data;
+  if (data.size() == 1) {
+    o.data = data[0];
+  } else {
+    HCP_ASSIGN_OR_RETURN(o.blend, ReadBlend(data));
+    // One pair is one source: today's rule.
+    if (o.blend.size() == 1) o.data = o.blend[0].path, o.blend.clear();
+  }
   if (std::optional<std::string> dtype = args.Get("data-dtype")) {
     absl::StatusOr<data::TokenDType> parsed = data::ParseTokenDType(*dtype);
     if (!parsed.ok()) {
@@ -100,6 +148,17 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
   }
   if (o.grad_accum < 1) return absl::InvalidArgumentError("--grad-accum must be at least 1");
   if (o.stop_after < 0) return absl::InvalidArgumentError("--stop-after must not be negative");
+  if (std::optional<std::string> dtype = args.Get("save-dtype")) {
+    if (*dtype == "f32" || *dtype == "fp32") {
+      o.save_dtype = DType::F32;
+    } else if (*dtype == "bf16") {
+      o.save_dtype = DType::BF16;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--save-dtype %s: the checkpoints' weights are f32 or bf16", *dtype));
+    }
+  }
+  o.tokenizer = args.Get("tokenizer").value_or("");
   if (std::optional<std::string> config = args.Get("config")) {
     // What goes into every checkpoint must be a Granite config transformers can load: read
     // through the importer's checks (bounded, every field), then kept as written.
@@ -114,14 +173,16 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
     o.model_config = text.str();
   }
   if (!o.metrics.empty()) {
-    std::vector<std::string> inputs = {args.positionals().at(0), o.data};
-    if (!o.eval_data.empty()) inputs.push_back(o.eval_data);
+    std::vector<std::string> inputs = {args.positionals().at(0)};
+    std::vector<std::string> data_paths = {o.data, o.eval_data};
+    for (const train::WeightedData& source : o.blend) data_paths.push_back(source.path);
     // An indexed dataset's files too, when --data or --eval-data names their prefix.
-    for (const std::string* data : {&o.data, &o.eval_data}) {
-      if (data->empty()) continue;
+    for (const std::string& path : data_paths) {
+      if (path.empty()) continue;
+      inputs.push_back(path);
       for (const char* extension : {".bin", ".idx"}) {
         std::error_code error;
-        if (std::filesystem::exists(*data + extension, error)) inputs.push_back(*data + extension);
+        if (std::filesystem::exists(path + extension, error)) inputs.push_back(path + extension);
       }
     }
     if (std::optional<std::string> config = args.Get("config")) inputs.push_back(*config);
@@ -168,15 +229,20 @@ Command MakeTrainCommand() {
       "train",
       "train on token data: every rank of the plan's mesh (start them with mpirun -np N); an f32 "
       "plan on CPU ranks, a bf16 plan on GPUs (one per rank)",
-      "train FILE.plan --data PATH [--data-dtype TYPE] [--shuffle-seed N] --steps N "
-      "[--grad-accum N] [--init DIR] "
+      "train FILE.plan --data PATH|W1 PATH1 W2 PATH2 ... [--data-dtype TYPE] [--shuffle-seed N] "
+      "--steps N "
+      "[--grad-accum N] [--init DIR] [--tokenizer PATH] [--save-dtype f32|bf16] "
       "[--lr X --warmup N --min-lr X --schedule KIND] [--checkpoint-dir DIR [--checkpoint-every N] "
       "[--keep-checkpoints N] "
       "[--resume | --overwrite-checkpoints]] [--eval-data PATH --eval-every N [--eval-tokens M]] "
       "[--metrics FILE.jsonl]",
-      {{"data", "PATH",
+      {{"data", "PATH | W1 PATH1 W2 PATH2 ...",
         "training data: a Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), a token "
-        "file (hybridcp tokenize makes one from text), or a raw token file with --data-dtype"},
+        "file (hybridcp tokenize makes one from text), or a raw token file with --data-dtype; or "
+        "a blend of several, by weight (positive numbers, normalised to sum 1): each window of "
+        "the run comes from the source furthest below its share, the same for every cp/dp split "
+        "and across a resume",
+        /*multi=*/true},
        {"data-dtype", "TYPE",
         "the tokens of a raw (headerless) --data file: uint16, uint32 or int32"},
        {"shuffle-seed", "N",
@@ -212,6 +278,13 @@ Command MakeTrainCommand() {
         "or fp32) instead of random weights"},
        {"config", "FILE",
         "config.json to write into each checkpoint instead of the one the plan was compiled from"},
+       {"save-dtype", "TYPE",
+        "the checkpoints' weights: f32 or bf16 (default: the plan's dtype, or on --resume the "
+        "saved run's; bf16 weights keep their fp32 masters with the optimizer state, so a "
+        "resume is exact)"},
+       {"tokenizer", "PATH",
+        "a tokenizer.json (or its directory) to copy into every checkpoint with the Hugging Face "
+        "files beside it (default: --init's tokenizer, or the resumed checkpoint's)"},
        {"checkpoint-dir", "DIR",
         "write checkpoints here (checked before step 1; a new run refuses one that holds "
         "checkpoints)"},

@@ -40,6 +40,7 @@ TrainState SomeState() {
 void ExpectSameState(const TrainState& a, const TrainState& b) {
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.blend_data, b.blend_data);
   EXPECT_EQ(a.rng, b.rng);
   EXPECT_EQ(a.optimizer_updates, b.optimizer_updates);
   EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
@@ -369,6 +370,71 @@ TEST_F(TrainStateTest, DamagedOrNonFiniteMomentsAreRefused) {
   EXPECT_TRUE(FailsWith(TrainStateReader::Open(dir_.path(), specs_).status(),
                         "tensor 'model.norm.weight.exp_avg_sq' holds NaN at element 1 (of 3): "
                         "refusing to train from it"));
+}
+
+// A blend's run saves each source's weight and identity, and its data state each source's
+// position and the windows done; a state whose parts do not fit together is refused.
+TEST_F(TrainStateTest, ABlendsStateRoundTripsAndMustFitItsSources) {
+  TrainState s = SomeState();
+  s.data = {};
+  s.run.data = {};
+  s.run.blend = {{0.25, {.path = "/data/a.bin", .bytes = 4096, .head_crc32c = "00000001"}},
+                 {0.75, {.path = "/data/b.bin", .bytes = 8192, .head_crc32c = "00000002"}}};
+  s.blend_data = {.windows = 24, .sources = {{0, 520}, {1, 65}}};
+  const std::string text = TrainStateJson(s);
+  EXPECT_NE(text.find("\"windows\": 24"), std::string::npos) << text;
+  absl::StatusOr<TrainState> back = ParseTrainStateJson(text, "x.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameState(*back, s);
+
+  TrainState bad = s;
+  bad.run.blend[1].weight = 0.5;
+  EXPECT_TRUE(FailsWith(ValidateTrainState(bad), "the blend's weights add up to 0.75"));
+  bad = s;
+  bad.blend_data.sources.pop_back();
+  EXPECT_TRUE(
+      FailsWith(ValidateTrainState(bad), "the data state has 1 sources, the run's blend 2"));
+  bad = s;
+  bad.blend_data.sources[0].position = -1;
+  EXPECT_TRUE(FailsWith(ValidateTrainState(bad), "blend source 0's epoch 0 and position -1"));
+  bad = s;
+  bad.run.blend[0].weight = -0.25;
+  bad.run.blend[1].weight = 1.25;
+  EXPECT_TRUE(FailsWith(ValidateTrainState(bad), "weight -0.25 and size 4096 must be positive"));
+  // The JSON's parts must be one per source of the data state.
+  std::string fewer = text;
+  const size_t second = fewer.find(",\n      {\n        \"weight\": 0.75");
+  ASSERT_NE(second, std::string::npos) << text;
+  fewer.erase(second, fewer.find('}', second) + 1 - second);
+  EXPECT_TRUE(FailsWith(ParseTrainStateJson(fewer, "x.json").status(),
+                        "\"run.data\" is missing or not an array of the 2 sources"));
+}
+
+// Weights saved in a lower precision keep their fp32 masters with the moments: every parameter's
+// or none, read back exactly, and a resume can tell (has_masters).
+TEST_F(TrainStateTest, MastersAreKeptWithTheMomentsAllOrNone) {
+  std::vector<MomentsToWrite> moments = *MomentsOf(*opt_);
+  for (size_t i = 0; i < moments.size(); ++i) {
+    moments[i].master =
+        std::span<const float>(params_).subspan(layout_.offset(i), layout_.numel(i));
+  }
+  ASSERT_TRUE(SaveTrainState(dir_.path(), state_, moments).ok());
+  absl::StatusOr<TrainStateReader> reader = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE(reader->has_masters());
+  absl::StatusOr<CheckpointReader> masters = CheckpointReader::Open(dir_ / "optimizer");
+  ASSERT_TRUE(masters.ok()) << masters.status();
+  absl::StatusOr<std::vector<float>> head = masters->ReadF32("lm_head.weight");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(*head, std::vector<float>(params_.begin() + layout_.offset(2), params_.end()));
+
+  moments[1].master = {};
+  EXPECT_TRUE(FailsWith(SaveTrainState(dir_.path(), state_, moments),
+                        "parameter model.norm.weight lacks a master weight"));
+  ASSERT_TRUE(Save(state_).ok());
+  reader = TrainStateReader::Open(dir_.path(), specs_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE(reader->has_masters());
 }
 
 TEST(DataIdentity, SizeAndTheStartIdentifyTheFileWhereverItIs) {

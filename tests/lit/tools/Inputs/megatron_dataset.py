@@ -9,6 +9,7 @@ preprocess_data.py does with sentence splitting, so the document index is not si
 Options:
   --dtype uint16|int32   the token type (Megatron's codes 8 and 4)
   --documents N          how many documents (default 20)
+  --first K              start at document K of the pattern (another dataset of the same kind)
   --bad-token DOC        token 1000 (beyond the demo model's vocab of 320) at position 3 of
                          document DOC
   --raw FILE             also write the same token stream as a headerless uint16 file
@@ -24,6 +25,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("prefix")
 parser.add_argument("--dtype", default="uint16", choices=sorted(CODES))
 parser.add_argument("--documents", type=int, default=20)
+parser.add_argument("--first", type=int, default=0)
 parser.add_argument("--bad-token", type=int, default=-1)
 parser.add_argument("--raw")
 parser.add_argument("--short-bin", action="store_true")
@@ -32,7 +34,7 @@ code, fmt = CODES[args.dtype]
 width = struct.calcsize(fmt)
 
 documents = []
-for k in range(args.documents):
+for k in range(args.first, args.first + args.documents):
     length = 40 + (k * 17) % 50
     tokens = [(k * 7 + i * 13 + (i * i) % 11) % 256 for i in range(length)] + [EOS]
     if k == args.bad_token:

@@ -256,6 +256,14 @@ absl::Status ReadFeedForward(const FieldReader& in, GraniteConfig& c) {
     HCP_ASSIGN_OR_RETURN(c.expert_width, in.Positive("intermediate_size"));
   }
   HCP_ASSIGN_OR_RETURN(c.shared_width, in.Positive("shared_intermediate_size"));
+  // The load-balancing loss: transformers adds it when output_router_logits is true (default
+  // coefficient 0.001, as there).
+  HCP_ASSIGN_OR_RETURN(c.output_router_logits, in.Bool("output_router_logits", false));
+  HCP_ASSIGN_OR_RETURN(c.router_aux_loss_coef, in.Number("router_aux_loss_coef", 0.001));
+  if (!(c.router_aux_loss_coef >= 0)) {
+    return in.Error("router_aux_loss_coef",
+                    absl::StrFormat("must not be negative, got %g", c.router_aux_loss_coef));
+  }
   HCP_ASSIGN_OR_RETURN(std::string act, in.String("hidden_act", "silu"));
   if (act != "silu")
     return in.Error("hidden_act", "\"" + act + "\" is not supported; only \"silu\"");

@@ -50,6 +50,10 @@ struct GraniteConfig {
   int64_t experts_per_token = 0;
   int64_t expert_width = 0;
   int64_t shared_width = 0;
+  // The MoE load-balancing loss as transformers takes it from the config: added with
+  // router_aux_loss_coef when output_router_logits is true.
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
 
   double embedding_multiplier = 1.0;
   double residual_multiplier = 1.0;

@@ -1,6 +1,7 @@
 #include "compiler/import/ModelImporter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,7 +22,11 @@ using namespace mlir;
 class ModelBuilder {
  public:
   ModelBuilder(MLIRContext& context, const GraniteConfig& config, const ImportOptions& options)
-      : b_(&context), config_(config), batch_(options.micro_batch), seq_(options.seq) {
+      : b_(&context),
+        config_(config),
+        batch_(options.micro_batch),
+        seq_(options.seq),
+        aux_coefficient_(config.has_experts() ? options.router_aux_loss : 0) {
     act_ = options.dtype == ActivationType::kBF16 ? Type(b_.getBF16Type()) : b_.getF32Type();
   }
 
@@ -31,13 +36,17 @@ class ModelBuilder {
     b_.setInsertionPointToEnd(module->getBody());
     auto tokens = RankedTensorType::get({batch_, seq_}, b_.getI32Type());
     auto scalar = RankedTensorType::get({}, b_.getF32Type());
-    auto func = func::FuncOp::create(b_, loc, kTrainStepFunction,
-                                     b_.getFunctionType({tokens, tokens, scalar}, {scalar}));
+    SmallVector<Type> inputs = {tokens, tokens, scalar};
+    if (aux_coefficient_ > 0) inputs.push_back(scalar);
+    auto func =
+        func::FuncOp::create(b_, loc, kTrainStepFunction, b_.getFunctionType(inputs, {scalar}));
     func.setArgAttr(0, "model.input", b_.getStringAttr("input_ids"));
     func.setArgAttr(1, "model.input", b_.getStringAttr("targets"));
     func.setArgAttr(2, "model.input", b_.getStringAttr("loss_scale"));
+    if (aux_coefficient_ > 0) func.setArgAttr(3, "model.input", b_.getStringAttr("aux_loss_scale"));
     b_.setInsertionPointToStart(func.addEntryBlock());
     Value loss = Loss(func.getArgument(0), func.getArgument(1), func.getArgument(2));
+    if (aux_coefficient_ > 0) loss = WithRouterAuxLoss(loss, func.getArgument(3));
     func::ReturnOp::create(b_, loc, loss);
     return module;
   }
@@ -120,6 +129,27 @@ class ModelBuilder {
     return model::MulOp::create(b_, loc_, F32({}), loss.getLossSum(), loss_scale);
   }
 
+  // The objective loss + coefficient * aux_loss_scale * aux, where aux is transformers'
+  // load-balancing loss of this micro-batch: every MoE layer's routing statistics summed
+  // (router_load, one per layer) and combined with scale experts / rows^2 over the layers' rows.
+  // The runtime sets aux_loss_scale to 1 / (micro-batches of the optimizer step, over every dp
+  // rank): the step's aux is the mean of its micro-batches'. Both parts are reported by name.
+  Value WithRouterAuxLoss(Value lm_loss, Value aux_loss_scale) {
+    loc_ = Loc("router_aux_loss");
+    Value probs = router_probs_.front(), picks = router_picks_.front();
+    for (size_t i = 1; i < router_probs_.size(); ++i) {
+      probs = Add(probs, router_probs_[i]);
+      picks = Add(picks, router_picks_[i]);
+    }
+    const double rows = static_cast<double>(router_probs_.size()) * batch_ * seq_;
+    Value aux = model::RouterAuxLossOp::create(
+        b_, loc_, F32({}), probs, picks, b_.getF64FloatAttr(config_.num_experts / (rows * rows)));
+    aux = model::MulOp::create(b_, loc_, F32({}), aux, aux_loss_scale);
+    model::ReportOp::create(b_, loc_, b_.getStringAttr("loss"), lm_loss);
+    model::ReportOp::create(b_, loc_, b_.getStringAttr("router_aux_loss"), aux);
+    return Add(lm_loss, Scale(aux, aux_coefficient_));
+  }
+
   // r = h; h = r + m * Mixer(norm(h)); r = h; h = r + m * FFN(norm(h))
   Value Layer(Value hidden, int64_t index) {
     std::string prefix = absl::StrCat("model.layers.", index, ".");
@@ -135,6 +165,13 @@ class ModelBuilder {
     // they exist, and the shared MLP keeps the GPU busy while the experts wait for them.
     model::MoeRouteOp route;
     if (config_.has_experts()) route = Route(x, prefix + "block_sparse_moe.");
+    if (route && aux_coefficient_ > 0) {
+      const int64_t e = config_.num_experts;
+      auto load = model::RouterLoadOp::create(b_, loc_, F32({e}), F32({e}), route.getLogits(),
+                                              route.getExperts());
+      router_probs_.push_back(load.getProbs());
+      router_picks_.push_back(load.getPicks());
+    }
     Value ffn = SharedMlp(x, prefix + "shared_mlp.");
     if (config_.has_experts()) ffn = Add(Experts(x, route, prefix + "block_sparse_moe."), ffn);
     return Add(hidden, Scale(ffn, config_.residual_multiplier));
@@ -228,11 +265,33 @@ class ModelBuilder {
   OpBuilder b_;
   const GraniteConfig& config_;
   int64_t batch_, seq_;
+  double aux_coefficient_;                          // 0: no load-balancing loss
+  SmallVector<Value> router_probs_, router_picks_;  // each MoE layer's router_load
   Type act_;
   Location loc_ = UnknownLoc::get(b_.getContext());
 };
 
 }  // namespace
+
+absl::StatusOr<double> RouterAuxLossCoefficient(const GraniteConfig& config,
+                                                std::optional<double> given) {
+  if (given) {
+    if (!(*given >= 0) || !std::isfinite(*given)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--router-aux-loss %g: the load-balancing loss's coefficient is a number >= 0 (0 "
+          "turns it off)",
+          *given));
+    }
+    if (*given > 0 && !config.has_experts()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--router-aux-loss %g balances the experts of a mixture-of-experts model, but %s has "
+          "none (it is dense)",
+          *given, config.source));
+    }
+    return *given;
+  }
+  return config.has_experts() && config.output_router_logits ? config.router_aux_loss_coef : 0.0;
+}
 
 absl::StatusOr<OwningOpRef<ModuleOp>> ImportModel(MLIRContext& context, const GraniteConfig& config,
                                                   const ImportOptions& options) {

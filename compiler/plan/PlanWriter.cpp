@@ -50,6 +50,7 @@ class Writer {
     builder_.set_producer("hybridcp " HYBRIDCP_VERSION).set_model(info.model);
     builder_.set_model_config(info.model_config);
     builder_.set_shape(info.micro_batch, info.seq).set_flops_per_step(info.flops_per_step);
+    routerAuxCoefficient_ = info.router_aux_loss;
   }
 
   absl::StatusOr<std::string> Write(ModuleOp module) {
@@ -102,6 +103,17 @@ class Writer {
       return absl::FailedPreconditionError("the step has no 'loss_scale' input");
     builder_.set_input_ids(inputs_["input_ids"]).set_targets(inputs_["targets"]);
     builder_.set_loss_scale(inputs_["loss_scale"]);
+    // The load-balancing loss: its scale input and its result come with it, or neither does.
+    const bool has_scale = inputs_.count("aux_loss_scale") > 0;
+    if (has_scale != routerAuxLoss_.has_value() || has_scale != (routerAuxCoefficient_ > 0))
+      return absl::FailedPreconditionError(
+          "the load-balancing loss needs its coefficient, its aux_loss_scale input and its "
+          "router_aux_loss result together");
+    if (has_scale) {
+      builder_.set_router_aux_loss(plan::Plan::RouterAuxLoss{.coefficient = routerAuxCoefficient_,
+                                                             .scale = inputs_["aux_loss_scale"],
+                                                             .loss = *routerAuxLoss_});
+    }
     return builder_.Finish();
   }
 
@@ -139,10 +151,14 @@ class Writer {
       return absl::OkStatus();
     }
     if (auto result = dyn_cast<exec::ResultOp>(op)) {
-      if (result.getName() != "loss")
+      if (result.getName() == "loss") {
+        builder_.set_loss(indexOf_[result.getValue()]);
+      } else if (result.getName() == "router_aux_loss") {
+        routerAuxLoss_ = indexOf_[result.getValue()];
+      } else {
         return absl::UnimplementedError(
             absl::StrCat("unknown step result '", result.getName().str(), "'"));
-      builder_.set_loss(indexOf_[result.getValue()]);
+      }
       return absl::OkStatus();
     }
     if (isa<func::ReturnOp>(op)) return absl::OkStatus();
@@ -182,6 +198,8 @@ class Writer {
   llvm::StringMap<uint32_t> gradients_;
   llvm::StringMap<int64_t> shardsOf_;  // expert-parallel parameters
   std::map<std::string, uint32_t> inputs_;
+  double routerAuxCoefficient_ = 0.0;
+  std::optional<uint32_t> routerAuxLoss_;  // the "router_aux_loss" result's buffer
 };
 
 }  // namespace

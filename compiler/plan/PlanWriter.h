@@ -15,6 +15,7 @@ struct PlanInfo {
   int64_t seq = 0;
   int64_t micro_batch = 0;
   double flops_per_step = 0.0;
+  double router_aux_loss = 0.0;  // the load-balancing loss's coefficient; 0: none
 };
 
 // The plan file's bytes (header + FlatBuffer), validated by loading them back exactly as the

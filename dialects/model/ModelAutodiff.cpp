@@ -272,6 +272,22 @@ LogicalResult backward(CrossEntropyOp op, OpBuilder& b, ArrayRef<Value> dy, Grad
   return success();
 }
 
+// --- the load-balancing loss -----------------------------------------------------------------
+
+// Only probs carries gradient: picks is a count of the top-k choices.
+LogicalResult backward(RouterLoadOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  if (!dy[0]) return success();
+  grads[0] =
+      RouterLoadGradOp::create(b, op.getLoc(), op.getLogits().getType(), dy[0], op.getLogits());
+  return success();
+}
+
+LogicalResult backward(RouterAuxLossOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
+  grads[0] = RouterAuxLossGradOp::create(b, op.getLoc(), op.getProbs().getType(), dy[0],
+                                         op.getPicks(), op.getScaleAttr());
+  return success();
+}
+
 // Adapts the per-op `backward` functions above to the interface.
 template <typename OpT>
 struct Differentiable : DifferentiableOpInterface::ExternalModel<Differentiable<OpT>, OpT> {
@@ -293,7 +309,7 @@ void registerDifferentiableOpInterfaces(DialectRegistry& registry) {
     attach<ParamOp, FillOp, EmbeddingOp, LinearOp, RmsNormOp, SiluOp, SoftplusOp, NegExpOp, CastOp,
            SwigluOp, ScaleOp, AddOp, MulOp, DivOp, SplitOp, ReshapeOp, CausalConv1dOp, SsdScanOp,
            SsdFinalStateOp, SsdAddInitialStateOp, SsdLogDecayOp, GatedRmsNormOp, AttentionOp,
-           MoeRouteOp, MoeExpertsOp, CrossEntropyOp>(context);
+           MoeRouteOp, MoeExpertsOp, CrossEntropyOp, RouterLoadOp, RouterAuxLossOp>(context);
   });
 }
 

@@ -318,6 +318,23 @@ LogicalResult MoeExpertsGradOp::verify() {
   return success();
 }
 
+LogicalResult RouterLoadGradOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.empty()) return emitOpError() << "router logits need an experts dim";
+  if (failed(expectShape(*this, getDprobs(), {logits.back()}, "summed probabilities gradient")))
+    return failure();
+  return expectTypeOf(*this, getDlogits(), getLogits(), "router logits gradient",
+                      "the router logits");
+}
+
+LogicalResult RouterAuxLossGradOp::verify() {
+  if (failed(expectShape(*this, getDprobs(), shapeOf(getPicks()), "summed probabilities gradient")))
+    return failure();
+  if (!(getScale().convertToDouble() > 0))
+    return emitOpError() << "scale must be positive, got " << getScale().convertToDouble();
+  return success();
+}
+
 LogicalResult CrossEntropyGradOp::verify() {
   if (failed(expectRank(*this, getLogits(), 3, "logits [batch, seq, vocab]")) ||
       failed(expectRank(*this, getTargets(), 2, "targets [batch, seq]")))

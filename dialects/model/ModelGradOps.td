@@ -303,6 +303,27 @@ def Model_MoeExpertsGradOp : Model_Op<"moe_experts_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Model_RouterLoadGradOp : Model_Op<"router_load_grad", [Pure]> {
+  let summary = "gradient of the router logits through the summed softmax";
+  let description = [{
+    dprobs [experts], logits [tokens..., experts] -> dlogits [tokens..., experts]:
+    `dlogits[t] = s * (dprobs - sum_e s_e dprobs_e)` with `s = softmax(logits[t])`.
+  }];
+  let arguments = (ins Model_Vector:$dprobs, Model_FloatTensor:$logits);
+  let results = (outs Model_FloatTensor:$dlogits);
+  let assemblyFormat = "$dprobs `,` $logits attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_RouterAuxLossGradOp : Model_Op<"router_aux_loss_grad", [Pure]> {
+  let summary = "gradient of the load-balancing loss with respect to the summed probabilities";
+  let description = [{ `dprobs[e] = dloss * scale * picks[e]` (picks, a count, has none). }];
+  let arguments = (ins Model_Scalar:$dloss, Model_Vector:$picks, F64Attr:$scale);
+  let results = (outs Model_Vector:$dprobs);
+  let assemblyFormat = "$dloss `,` $picks attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===------------------------------------------------------------------------------------------===//
 // Loss gradient and parameter gradients
 //===------------------------------------------------------------------------------------------===//

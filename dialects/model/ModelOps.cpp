@@ -1,5 +1,7 @@
 #include "dialects/model/ModelOps.h"
 
+#include <cmath>
+
 #include "dialects/model/VerifyHelpers.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -255,7 +257,37 @@ LogicalResult CrossEntropyOp::verify() {
   return expectShape(*this, getTargets(), logits.drop_back(), "targets");
 }
 
+LogicalResult RouterLoadOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits()), experts = shapeOf(getExperts());
+  if (logits.empty() || experts.size() != logits.size() ||
+      experts.drop_back() != logits.drop_back())
+    return emitOpError() << "expert indices " << formatShape(experts)
+                         << " must be [tokens..., k] for router logits " << formatShape(logits);
+  if (experts.back() > logits.back())
+    return emitOpError() << "each token picks " << experts.back() << " experts but there are only "
+                         << logits.back();
+  if (failed(expectShape(*this, getProbs(), {logits.back()}, "summed probabilities")) ||
+      failed(expectShape(*this, getPicks(), {logits.back()}, "expert picks")))
+    return failure();
+  return success();
+}
+
+LogicalResult RouterAuxLossOp::verify() {
+  if (failed(expectShape(*this, getPicks(), shapeOf(getProbs()), "expert picks"))) return failure();
+  if (!(getScale().convertToDouble() > 0) || !std::isfinite(getScale().convertToDouble()))
+    return emitOpError() << "scale (experts / rows^2) must be a positive number, got "
+                         << getScale().convertToDouble();
+  return success();
+}
+
+LogicalResult ReportOp::verify() {
+  if (getName().empty()) return emitOpError() << "a reported value needs a name";
+  return success();
+}
+
 }  // namespace hcp::model
+
+#define GET_OP_CLASSES }  // namespace hcp::model
 
 #define GET_OP_CLASSES
 #include "dialects/model/ModelOps.cpp.inc"

@@ -323,6 +323,54 @@ def Model_CrossEntropyOp : Model_Op<"cross_entropy", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===------------------------------------------------------------------------------------------===//
+// The MoE load-balancing loss (transformers' load_balancing_loss_func)
+//===------------------------------------------------------------------------------------------===//
+
+def Model_Vector : 1DTensorOf<[F32]>;
+
+def Model_RouterLoadOp : Model_Op<"router_load", [Pure]> {
+  let summary = "one MoE layer's routing statistics for the load-balancing loss";
+  let description = [{
+    logits [tokens..., experts], experts [tokens..., k] (model.moe_route's) -> probs [experts],
+    the sum over the tokens of softmax(logits[t]) over all experts, and picks [experts], how many
+    of the tokens' k slots chose each expert. Both are sums, so the layers' add up and split
+    runs all-reduce them; picks, a count, carries no gradient.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$experts);
+  let results = (outs Model_Vector:$probs, Model_Vector:$picks);
+  let assemblyFormat = "$logits `,` $experts attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_RouterAuxLossOp : Model_Op<"router_aux_loss", [Pure]> {
+  let summary = "the load-balancing loss of every MoE layer's summed routing statistics";
+  let description = [{
+    `loss = scale * sum_e probs[e] * picks[e]` with `scale = experts / rows^2`, rows being every
+    MoE layer's tokens of the micro-batch (all ranks' under context parallelism): transformers'
+    `experts * sum_e (picks_e / rows) * (probs_e / rows)`.
+  }];
+  let arguments = (ins Model_Vector:$probs, Model_Vector:$picks, F64Attr:$scale);
+  let results = (outs Model_Scalar:$loss);
+  let assemblyFormat = [{
+    $probs `,` $picks attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_ReportOp : Model_Op<"report", [MemoryEffects<[MemWrite]>]> {
+  let summary = "a value of the step the runtime reads by name (a sink)";
+  let description = [{
+    `model.report "router_aux_loss", %aux : tensor<f32>`: the step's result of that name
+    (exec.result). `"loss"` names the language-model loss when the function returns more than it
+    (the objective with the load-balancing loss added). It writes memory so that no cleanup
+    removes it; nothing differentiates through it.
+  }];
+  let arguments = (ins StrAttr:$name, Model_Scalar:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
 include "dialects/model/ModelGradOps.td"
 
 #endif  // HYBRIDCP_MODEL_OPS_TD

@@ -121,7 +121,9 @@ def ReduceLoss : Pass<"hcp-reduce-loss", "mlir::ModuleOp"> {
     it) over the cp group with dist.all_reduce, so every rank of a sequence computes the same
     loss: the sum of the sequence's per-token losses, scaled by the runtime's 1 / (valid tokens
     of the whole step). Labels were shifted on the full sequence before sharding, so no label
-    is lost at shard edges.
+    is lost at shard edges. The MoE load-balancing loss's routing statistics (the operands of
+    model.router_aux_loss: each rank's sums over its layers and tokens) are summed over the cp
+    group the same way, so the loss is the whole micro-batch's.
   }];
   let dependentDialects = ["::hcp::dist::DistDialect"];
 }

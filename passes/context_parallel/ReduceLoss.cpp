@@ -1,4 +1,5 @@
-// hcp-reduce-loss: every rank computes the global loss of the sequence.
+// hcp-reduce-loss: every rank computes the global loss of the sequence (and the global routing
+// statistics of the load-balancing loss).
 #include "dialects/dist/DistOps.h"
 #include "dialects/model/ModelOps.h"
 #include "passes/context_parallel/Passes.h"
@@ -30,6 +31,16 @@ struct ReduceLossPass : impl::ReduceLossBase<ReduceLossPass> {
         auto global =
             dist::AllReduceOp::create(b, loss.getLoc(), partial.getType(), partial, group);
         partial.replaceAllUsesExcept(global.getResult(), global);
+      }
+    });
+    // The load-balancing loss combines the routing statistics of the whole micro-batch: the
+    // rank's sums (over its layers and tokens) are summed over the ranks before it.
+    getOperation().walk([&](model::RouterAuxLossOp aux) {
+      OpBuilder b(aux);
+      for (OpOperand& operand : aux->getOpOperands()) {
+        if (operand.get().getDefiningOp<dist::AllReduceOp>()) continue;  // already global
+        operand.set(dist::AllReduceOp::create(b, aux.getLoc(), operand.get().getType(),
+                                              operand.get(), group));
       }
     });
   }

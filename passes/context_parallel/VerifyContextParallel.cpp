@@ -45,6 +45,13 @@ LogicalResult check(Operation* op) {
       }
     }
   }
+  if (isa<model::RouterAuxLossOp>(op)) {
+    for (Value stats : op->getOperands()) {
+      if (!stats.getDefiningOp<dist::AllReduceOp>())
+        return op->emitError() << "the load-balancing loss reads a rank's routing statistics "
+                                  "without summing them over the ranks (run hcp-reduce-loss)";
+    }
+  }
   return success();
 }
 

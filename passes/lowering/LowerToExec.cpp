@@ -185,24 +185,34 @@ class Lowering {
                   model::SsdAddInitialStateGradOp, model::AttentionOp, model::AttentionGradOp,
                   model::MoeRouteOp, model::MoeRouteGradOp, model::MoeExpertsOp,
                   model::MoeExpertsGradOp, model::CrossEntropyOp, model::CrossEntropyGradOp,
-                  dist::MoeExpertsOp, dist::MoeExpertsGradOp, dist::HaloExchangeOp,
-                  dist::HaloExchangeGradOp, dist::StateScanOp, dist::StateScanGradOp,
-                  dist::RingAttentionOp, dist::RingAttentionGradOp, dist::AllReduceOp>(
-                [&](auto typed) {
-                  lowerOp(typed);
-                  return true;
-                })
+                  model::RouterLoadOp, model::RouterLoadGradOp, model::RouterAuxLossOp,
+                  model::RouterAuxLossGradOp, model::ReportOp, dist::MoeExpertsOp,
+                  dist::MoeExpertsGradOp, dist::HaloExchangeOp, dist::HaloExchangeGradOp,
+                  dist::StateScanOp, dist::StateScanGradOp, dist::RingAttentionOp,
+                  dist::RingAttentionGradOp, dist::AllReduceOp>([&](auto typed) {
+              lowerOp(typed);
+              return true;
+            })
             .Default([](Operation*) { return false; });
     if (!lowered)
       return op->emitError() << "hcp-lower-to-exec has no kernel for '" << op->getName() << "'";
     return success();
   }
 
+  // The returned value is the loss the runtime reads, unless a model.report names another
+  // ("loss" reported beside the load-balancing loss: the return is then their sum, the objective).
+  // Results come last: a buffer is kept (hcp-plan-memory) until the last op that reads it.
   LogicalResult lowerReturn(func::ReturnOp ret) {
     if (ret.getNumOperands() != 1)
       return ret.emitError() << "the training step must return exactly the loss";
-    exec::ResultOp::create(b_, loc_, b_.getStringAttr("loss"), in(ret.getOperands().front()));
+    if (!llvm::any_of(reported_, [](const auto& r) { return r.first.getValue() == "loss"; }))
+      exec::ResultOp::create(b_, loc_, b_.getStringAttr("loss"), in(ret.getOperands().front()));
+    for (auto [name, buffer] : reported_) exec::ResultOp::create(b_, loc_, name, buffer);
     return success();
+  }
+
+  void lowerOp(model::ReportOp report) {
+    reported_.emplace_back(report.getNameAttr(), in(report.getValue()));
   }
 
   // --- buffers without a launch -----------------------------------------------------------------
@@ -811,6 +821,51 @@ class Lowering {
     emit(loss);
   }
 
+  // --- the load-balancing loss ---------------------------------------------------------------
+  void lowerOp(model::RouterLoadOp op) {
+    Value logits = op.getLogits();
+    plan::RouterLoadForwardArgs<Value> load;
+    load.tokens = rowsOf(logits);
+    load.experts = lastDim(logits);
+    load.k = lastDim(op.getExperts());
+    load.logits = in(logits);
+    load.expert_ids = in(op.getExperts());
+    load.probs = output(op.getProbs());
+    load.picks = output(op.getPicks());
+    emit(load);
+  }
+
+  void lowerOp(model::RouterLoadGradOp op) {
+    Value logits = op.getLogits();
+    plan::RouterLoadBackwardArgs<Value> load;
+    load.tokens = rowsOf(logits);
+    load.experts = lastDim(logits);
+    load.dprobs = in(op.getDprobs());
+    load.logits = in(logits);
+    load.dlogits = output(op.getDlogits());
+    emit(load);
+  }
+
+  void lowerOp(model::RouterAuxLossOp op) {
+    plan::RouterAuxLossForwardArgs<Value> aux;
+    aux.experts = elementsOf(op.getProbs());
+    aux.scale = op.getScale().convertToDouble();
+    aux.probs = in(op.getProbs());
+    aux.picks = in(op.getPicks());
+    aux.loss = output(op.getLoss());
+    emit(aux);
+  }
+
+  void lowerOp(model::RouterAuxLossGradOp op) {
+    plan::RouterAuxLossBackwardArgs<Value> aux;
+    aux.experts = elementsOf(op.getPicks());
+    aux.scale = op.getScale().convertToDouble();
+    aux.dloss = in(op.getDloss());
+    aux.picks = in(op.getPicks());
+    aux.dprobs = output(op.getDprobs());
+    emit(aux);
+  }
+
   // --- collectives: the mesh and the rank come from the plan at run time ------------------------
   void lowerOp(dist::HaloExchangeOp op) {
     plan::HaloExchangeForwardArgs<Value> exchange;
@@ -859,6 +914,7 @@ class Lowering {
 
   func::FuncOp source_;
   OpBuilder b_;
+  SmallVector<std::pair<StringAttr, Value>> reported_;  // model.report's, for the end
   Location loc_ = UnknownLoc::get(b_.getContext());
   DenseMap<Value, Value> buffers_;
   DenseMap<Value, std::string> gradientOf_;

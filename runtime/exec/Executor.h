@@ -36,10 +36,13 @@ class Executor {
   // One GLOBAL micro-batch: ids and targets [micro_batch, seq], the whole sequences (targets
   // already shifted; -100 = ignored); each rank keeps its cp shard. `loss_scale` multiplies the
   // summed token loss (1 / the valid targets of the whole optimizer step); without it, 1 / the
-  // valid targets of this micro-batch.
+  // valid targets of this micro-batch. `aux_scale` multiplies a plan's load-balancing loss
+  // (1 / the micro-batches of the whole optimizer step, over every dp rank); without it, 1 / dp
+  // (one micro-batch per dp rank). A plan without that loss ignores it.
   virtual absl::Status SetInputs(std::span<const int32_t> input_ids,
                                  std::span<const int32_t> targets,
-                                 std::optional<float> loss_scale = std::nullopt) = 0;
+                                 std::optional<float> loss_scale = std::nullopt,
+                                 std::optional<float> aux_scale = std::nullopt) = 0;
   // The plan's steps in order: the loss and every gradient of this rank's tokens.
   virtual absl::Status RunStep() = 0;
   // Sums the gradients over the ranks that hold a copy (replicated parameters over the world,
@@ -57,6 +60,9 @@ class Executor {
   virtual absl::Status AddStashedGradients() = 0;
   // The plan's loss buffer as the last step left it (this rank's micro-batch's share).
   virtual float Loss() const = 0;
+  // The plan's load-balancing loss as the last step left it (times its aux_scale; summed over
+  // the cp group), or nullopt for a plan without it.
+  virtual std::optional<float> RouterAuxLoss() const = 0;
   // The squared L2 norm of the whole model's gradient, after SumGradientsOverRanks, in double;
   // the same on every rank.
   virtual absl::StatusOr<double> GradientSquaredNorm() = 0;

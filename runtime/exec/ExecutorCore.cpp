@@ -135,20 +135,33 @@ absl::Status ExecutorCore::LoadParameters(const CheckpointReader& checkpoint) {
 
 absl::Status ExecutorCore::SetInputs(std::span<const int32_t> input_ids,
                                      std::span<const int32_t> targets,
-                                     std::optional<float> loss_scale) {
+                                     std::optional<float> loss_scale,
+                                     std::optional<float> aux_scale) {
   absl::StatusOr<RankInputs> local =
       CutRankInputs(plan_, comm_->cp_index(), input_ids, targets, loss_scale);
   absl::Status status = local.status();
   if (status.ok()) status = WriteInts(plan_.input_ids, local->input_ids);
   if (status.ok()) status = WriteInts(plan_.targets, local->targets);
   if (status.ok()) status = WriteFloats(plan_.loss_scale, std::span(&local->loss_scale, 1));
+  if (status.ok() && plan_.router_aux_loss) {
+    const float scale = aux_scale.value_or(1.0f / static_cast<float>(plan_.mesh.dp));
+    status = WriteFloats(plan_.router_aux_loss->scale, std::span(&scale, 1));
+  }
   return comm::AgreeOnStatus(*comm_, status);
 }
 
-float ExecutorCore::Loss() const {
-  absl::StatusOr<std::vector<float>> loss = ReadFloats(plan_.loss);
-  if (!loss.ok() || loss->empty()) return std::numeric_limits<float>::quiet_NaN();
-  return loss->front();
+namespace {
+float FirstOrNaN(const absl::StatusOr<std::vector<float>>& values) {
+  if (!values.ok() || values->empty()) return std::numeric_limits<float>::quiet_NaN();
+  return values->front();
+}
+}  // namespace
+
+float ExecutorCore::Loss() const { return FirstOrNaN(ReadFloats(plan_.loss)); }
+
+std::optional<float> ExecutorCore::RouterAuxLoss() const {
+  if (!plan_.router_aux_loss) return std::nullopt;
+  return FirstOrNaN(ReadFloats(plan_.router_aux_loss->loss));
 }
 
 absl::StatusOr<double> ExecutorCore::GradientSquaredNorm() {

@@ -63,9 +63,11 @@ class ExecutorCore : public Executor {
   // RankInputs.h's CutRankInputs of the global micro-batch (this rank's cp shard, the loss
   // scale), written into the plan's input buffers.
   absl::Status SetInputs(std::span<const int32_t> input_ids, std::span<const int32_t> targets,
-                         std::optional<float> loss_scale = std::nullopt) override;
+                         std::optional<float> loss_scale = std::nullopt,
+                         std::optional<float> aux_scale = std::nullopt) override;
   // The plan's loss buffer (NaN if it cannot be read).
   float Loss() const override;
+  std::optional<float> RouterAuxLoss() const override;
   // Per parameter the backend's GradientSquares, summed in double in plan order: replicated
   // gradients are the same on every rank and count as they are, expert shards' squares add up
   // over the ep group, split optimizer slices' over the world.

@@ -81,6 +81,10 @@ CudaDTypes CudaDTypesOf(KernelId kernel) {
       return CudaDTypes{.step_type = {"logits"}, .step_type_from = "logits"};
     case KernelId::MoeRouteBackward:
       return CudaDTypes{.step_type = {"dlogits"}, .step_type_from = "dlogits"};
+    case KernelId::RouterLoadForward:
+      return CudaDTypes{.step_type = {"logits"}, .step_type_from = "logits"};
+    case KernelId::RouterLoadBackward:
+      return CudaDTypes{.step_type = {"logits", "dlogits"}, .step_type_from = "logits"};
     case KernelId::CrossEntropyForward:
       return CudaDTypes{.step_type = {"logits"}, .step_type_from = "logits"};
     case KernelId::CrossEntropyBackward:
@@ -302,6 +306,14 @@ Problems RouteProblems(const RouteArgs& k) {
   return problems;
 }
 
+Problems RouterLoadProblems(int64_t experts) {
+  Problems problems;
+  Require(problems, experts <= 256,
+          absl::StrFormat("%d experts: the CUDA load-balancing loss kernels take at most 256",
+                          experts));
+  return problems;
+}
+
 // moe_experts on one GPU (ranks 1) and moe_experts_ep, where a rank runs experts / ep experts on
 // up to ep * tokens * k arriving rows.
 template <typename ExpertsArgs>
@@ -365,6 +377,10 @@ Problems ShapeProblems(const plan::Step& step) {
       return RouteProblems(DecodeStep<plan::MoeRouteForwardArgs>(step));
     case KernelId::MoeRouteBackward:
       return RouteProblems(DecodeStep<plan::MoeRouteBackwardArgs>(step));
+    case KernelId::RouterLoadForward:
+      return RouterLoadProblems(DecodeStep<plan::RouterLoadForwardArgs>(step).experts);
+    case KernelId::RouterLoadBackward:
+      return RouterLoadProblems(DecodeStep<plan::RouterLoadBackwardArgs>(step).experts);
     case KernelId::MoeExpertsForward:
       return ExpertsProblems(DecodeStep<plan::MoeExpertsForwardArgs>(step), /*ranks=*/1);
     case KernelId::MoeExpertsBackward:

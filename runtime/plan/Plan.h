@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -170,6 +171,16 @@ struct Plan {
   std::vector<Step> steps;
   double flops_per_step = 0.0;  // one micro-batch (the cp ranks of one dp replica together)
   Mesh mesh;                    // absent in the file: one rank
+  // The MoE load-balancing loss, when the plan was compiled with it: the step differentiates
+  // loss + coefficient * buffers[aux.loss], where the runtime sets buffers[aux.scale] (F32 [1],
+  // Inputs) to 1 / (micro-batches of the optimizer step over every dp rank) and aux.loss (F32
+  // [1]) is the micro-batch's load-balancing loss times it, summed over its cp group.
+  struct RouterAuxLoss {
+    double coefficient = 0;
+    uint32_t scale = 0;
+    uint32_t loss = 0;
+  };
+  std::optional<RouterAuxLoss> router_aux_loss;
 
   uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }
   // A parameter's checkpoint shape (its full_shape, or its buffer's).

@@ -76,6 +76,10 @@ PlanBuilder& PlanBuilder::set_loss(uint32_t buffer) {
   loss_ = buffer;
   return *this;
 }
+PlanBuilder& PlanBuilder::set_router_aux_loss(Plan::RouterAuxLoss aux) {
+  router_aux_loss_ = aux;
+  return *this;
+}
 PlanBuilder& PlanBuilder::SetArenaBytes(Arena arena, uint64_t bytes) {
   arena_bytes_[static_cast<int>(arena)] = bytes;
   return *this;
@@ -210,11 +214,16 @@ std::string PlanBuilder::FinishUnchecked() const {
     mesh = fb::CreateMesh(fbb, mesh_->cp, mesh_->dp, static_cast<fb::SequenceLayout>(mesh_->layout),
                           mesh_->ep);
   }
+  flatbuffers::Offset<fb::RouterAuxLoss> aux = 0;
+  if (router_aux_loss_) {
+    aux = fb::CreateRouterAuxLoss(fbb, router_aux_loss_->coefficient, router_aux_loss_->scale,
+                                  router_aux_loss_->loss);
+  }
   auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
                              micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),
                              fbb.CreateVector(parameters), input_ids_, targets_, loss_,
                              fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_,
-                             StringOrAbsent(fbb, model_config_));
+                             StringOrAbsent(fbb, model_config_), aux);
   fb::FinishPlanBuffer(fbb, root);
 
   return EncodePlanFile(

@@ -96,6 +96,8 @@ class PlanBuilder {
   PlanBuilder& set_targets(uint32_t buffer);
   PlanBuilder& set_loss(uint32_t buffer);
   PlanBuilder& set_loss_scale(uint32_t buffer);
+  // The MoE load-balancing loss's coefficient, scale input and result (Plan::RouterAuxLoss).
+  PlanBuilder& set_router_aux_loss(Plan::RouterAuxLoss aux);
 
   // Arenas are sized to end at their last buffer unless set here (then exactly as given).
   PlanBuilder& SetArenaBytes(Arena arena, uint64_t bytes);
@@ -140,6 +142,7 @@ class PlanBuilder {
   uint32_t targets_ = 0;
   uint32_t loss_ = 0;
   uint32_t loss_scale_ = 0;
+  std::optional<Plan::RouterAuxLoss> router_aux_loss_;
   std::vector<StepSpec> steps_;
 };
 

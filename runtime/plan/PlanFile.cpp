@@ -76,6 +76,10 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   plan.targets = root.targets();
   plan.loss = root.loss();
   plan.loss_scale = root.loss_scale();
+  if (const fb::RouterAuxLoss* aux = root.router_aux_loss()) {
+    plan.router_aux_loss = Plan::RouterAuxLoss{
+        .coefficient = aux->coefficient(), .scale = aux->scale(), .loss = aux->loss()};
+  }
   if (const fb::Mesh* mesh = root.mesh()) {
     if (mesh->layout() < fb::SequenceLayout_MIN || mesh->layout() > fb::SequenceLayout_MAX) {
       return absl::InvalidArgumentError(

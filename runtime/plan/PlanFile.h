@@ -43,7 +43,9 @@ namespace hcp::plan {
 // 10: the CRC32C trailer (a checksum of the whole file).
 // 11: the schedule: Step.stream and Step.join_before (hcp-overlap-collectives).
 // 12: Plan.model_config, the config.json text (checkpoints carry it).
-inline constexpr uint32_t kPlanSchemaVersion = 12;
+// 13: the MoE load-balancing loss: Plan.router_aux_loss, the router_load and router_aux_loss
+//     kernels.
+inline constexpr uint32_t kPlanSchemaVersion = 13;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 inline constexpr size_t kPlanChecksumBytes = 4;

@@ -271,6 +271,42 @@ absl::Status CheckMesh(const Plan& plan) {
   return absl::OkStatus();
 }
 
+// The load-balancing loss's coefficient is a positive number, its scale an f32 [1] input apart
+// from the others, its result an f32 [1] buffer.
+absl::Status CheckRouterAuxLoss(const Plan& plan, const Plan::RouterAuxLoss& aux) {
+  if (!(aux.coefficient > 0) || !std::isfinite(aux.coefficient)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the load-balancing loss's coefficient is %g, expected a positive number",
+                        aux.coefficient));
+  }
+  for (auto [index, role] : {std::pair{aux.scale, "its scale"}, std::pair{aux.loss, "its loss"}}) {
+    if (index >= plan.buffers.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the load-balancing loss: %s is buffer %d, but the plan has %d buffers",
+                          role, index, plan.buffers.size()));
+    }
+    const Buffer& b = plan.buffers[index];
+    if (b.dtype != DType::F32 || b.elements != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the load-balancing loss: %s %s is %s [%d elements], expected f32 [1]",
+                          role, BufferLabel(plan, index), DTypeName(b.dtype), b.elements));
+    }
+  }
+  const Buffer& scale = plan.buffers[aux.scale];
+  if (scale.arena != Arena::Inputs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the load-balancing loss's scale %s is in the %s arena, not the inputs",
+                        BufferLabel(plan, aux.scale), ArenaName(scale.arena)));
+  }
+  for (uint32_t input : {plan.input_ids, plan.targets, plan.loss_scale}) {
+    if (scale.Overlaps(plan.buffers[input])) {
+      return absl::InvalidArgumentError(
+          "the load-balancing loss's scale overlaps the other inputs");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckInputsAndLoss(const Plan& plan) {
   if (plan.seq <= 0 || plan.micro_batch <= 0) {
     return absl::InvalidArgumentError(
@@ -334,6 +370,7 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
       return absl::InvalidArgumentError("loss_scale overlaps the token inputs");
     }
   }
+  if (plan.router_aux_loss) return CheckRouterAuxLoss(plan, *plan.router_aux_loss);
   return absl::OkStatus();
 }
 

@@ -183,6 +183,7 @@ std::string MetricsJsonLine(const MetricsRecord& r) {
   line["tokens_per_s"] = Number(r.tokens_per_s);
   line["elapsed_s"] = Number(r.elapsed_s);
   line["skipped"] = r.skipped;
+  if (!std::isnan(r.router_aux_loss)) line["router_aux_loss"] = Number(r.router_aux_loss);
   if (r.evaluated()) {
     line["eval_loss"] = Number(r.eval_loss);
     line["eval_tokens"] = r.eval_tokens;
@@ -210,6 +211,7 @@ absl::StatusOr<MetricsRecord> ParseMetricsLine(std::string_view line, std::strin
     }
     r.skipped = it->get<bool>();
   }
+  HCP_RETURN_IF_ERROR(ReadNumber(object, "router_aux_loss", false, &r.router_aux_loss, what));
   HCP_RETURN_IF_ERROR(ReadNumber(object, "eval_loss", false, &r.eval_loss, what));
   HCP_RETURN_IF_ERROR(ReadInteger(object, "eval_tokens", false, &r.eval_tokens, what));
   if (r.eval_tokens < 0) {
@@ -334,6 +336,7 @@ std::string FormatProgress(const MetricsRecord& r, int64_t total_steps, double e
   std::string line =
       absl::StrFormat("step %d/%d  loss %s  lr %s  |g| %s  %s tok/s  ETA %s", r.step, total_steps,
                       Fixed4(r.loss), Sci1(r.lr), Fixed2(r.grad_norm), rate, FormatDuration(eta_s));
+  if (!std::isnan(r.router_aux_loss)) line += absl::StrCat("  aux ", Fixed4(r.router_aux_loss));
   if (r.evaluated()) line += absl::StrCat("  eval loss ", Fixed4(r.eval_loss));
   if (r.skipped) line += "  skipped";
   return line;

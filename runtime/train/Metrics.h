@@ -47,6 +47,10 @@ struct MetricsRecord {
   bool skipped = false;
   double eval_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t eval_tokens = 0;  // 0: no evaluation after this step
+  // The MoE load-balancing loss (the mean of the step's micro-batches'), for a plan with it; NaN
+  // (and not written) for one without. `loss` stays the language-model loss: the step's
+  // objective is loss + coefficient * router_aux_loss.
+  double router_aux_loss = std::numeric_limits<double>::quiet_NaN();
   bool evaluated() const { return eval_tokens > 0; }
 };
 

@@ -113,6 +113,12 @@ absl::Status Loop::Setup() {
     HCP_RETURN_IF_ERROR(optimizer_->Start());
   }
   if (root()) std::printf("optimizer: %s\n", optimizer_->Describe().c_str());
+  if (root() && plan_.router_aux_loss) {
+    std::printf(
+        "objective: the loss + %g x the MoE load-balancing loss (\"aux\" in the progress, "
+        "router_aux_loss in the metrics)\n",
+        plan_.router_aux_loss->coefficient);
+  }
   HCP_RETURN_IF_ERROR(OpenTokenizer(resumed_from));
   if (root() && !options_.checkpoint_dir.empty()) {
     std::printf("checkpoints: %s weights%s, config.json%s\n",
@@ -186,11 +192,13 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   HCP_RETURN_IF_ERROR(Agree(batch.status()));
   const float loss_scale = StepLossScale(comm_, *batch);
 
-  double loss = 0;
+  // A load-balancing loss is the mean of the step's micro-batches' (every dp rank's).
+  const float aux_scale = 1.0f / static_cast<float>(options_.grad_accum * plan_.mesh.dp);
+  double loss = 0, aux = 0;
   const int64_t micro_batches = options_.grad_accum;
   for (int64_t a = 0; a < micro_batches; ++a) {
-    HCP_RETURN_IF_ERROR(
-        executor().SetInputs(batch->micro_inputs(a), batch->micro_targets(a), loss_scale));
+    HCP_RETURN_IF_ERROR(executor().SetInputs(batch->micro_inputs(a), batch->micro_targets(a),
+                                             loss_scale, aux_scale));
     if (micro_batches == 1) {  // a backend may overlap the gradient sums with the backward
       HCP_RETURN_IF_ERROR(executor().RunStepAndSumGradients());
     } else {
@@ -200,9 +208,13 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
                                                       : executor().AddStashedGradients()));
     }
     loss += executor().Loss();  // already summed over the cp group by the plan
+    aux += executor().RouterAuxLoss().value_or(0.0f);
   }
   if (micro_batches > 1) HCP_RETURN_IF_ERROR(executor().SumGradientsOverRanks());
-  comm_.AllReduceSum(&loss, 1, comm::Group::kDp);
+  double sums[2] = {loss, aux};
+  comm_.AllReduceSum(sums, 2, comm::Group::kDp);
+  loss = sums[0];
+  if (plan_.router_aux_loss) record.router_aux_loss = sums[1];
 
   // The gradients are the same on every rank now: so are the norm and the decision.
   HCP_ASSIGN_OR_RETURN(const double squared_norm, executor().GradientSquaredNorm());

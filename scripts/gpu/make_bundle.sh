@@ -92,6 +92,13 @@ done
   --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-chain.plan"
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --ep 2 --layout zigzag \
   -o "$BUNDLE/plans/gpu-shapes-bf16-cp2-ep2.plan"
+# The MoE load-balancing loss (compile --router-aux-loss) on the same shapes, and on 2 GPUs.
+for dtype in bf16 f32; do
+  "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype $dtype --router-aux-loss 0.5 \
+    -o "$BUNDLE/plans/gpu-shapes-aux-$dtype.plan"
+done
+"$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
+  --router-aux-loss 0.5 -o "$BUNDLE/plans/gpu-shapes-aux-bf16-cp2-zigzag.plan"
 # On 4 GPUs: contiguous only (300 tokens do not split into zigzag's 8 pieces), and with ep=4.
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 4 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp4-chain.plan"
@@ -126,6 +133,45 @@ done
 "$HCP" compile "$ROOT/tests/configs/granite-small-demo.json" --seq 64 --micro-batch 2 \
   -o "$BUNDLE/plans/demo-64-f32.plan"
 "$HCP" tokenize /usr/share/common-licenses -o "$BUNDLE/text.bin"
+# Real data on the GPU (scripts/gpu/run_data_checks.sh): the small GPU model with the vocabulary
+# of the committed Granite-style tokenizer, chat data with its loss mask and a held-out set, the
+# same chats with their masked window-end targets changed, and the licence texts as a second
+# source for a blend.
+data=$BUNDLE/data
+tokenizer=$ROOT/tests/fixtures/tokenizer/granite-style.json
+mkdir -p "$data"
+python3 - "$config" "$data/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(vocab_size=1536, bos_token_id=0, eos_token_id=0, pad_token_id=0)  # <|end_of_text|>
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+for dtype in bf16 f32; do
+  "$HCP" compile "$data/config.json" --seq 512 --micro-batch 2 --dtype $dtype \
+    -o "$BUNDLE/plans/data-512-$dtype.plan"
+done
+python3 - "$data" <<'PY'
+import json, random, sys
+random.seed(1)
+def chat():
+    a, b = random.randrange(1000), random.randrange(1000)
+    question = f"Please add {a} and {b}, then tell me the sum in words and in digits, briefly."
+    return {"messages": [{"role": "system", "content": "You are a careful calculator."},
+                         {"role": "user", "content": question},
+                         {"role": "assistant", "content": f"{a} + {b} = {a + b}."}]}
+for name, count in (("chat", 600), ("chat-eval", 60)):
+    with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
+        for _ in range(count):
+            f.write(json.dumps(chat()) + "\n")
+PY
+for name in chat chat-eval; do
+  "$HCP" tokenize --tokenizer "$tokenizer" "$data/$name.jsonl" -o "$data/$name"
+  rm "$data/$name.jsonl"
+done
+python3 "$ROOT/tests/lit/tools/Inputs/loss_mask.py" retarget "$data/chat" "$data/chat-retargeted" \
+  512 1500
+"$HCP" tokenize --tokenizer "$tokenizer" /usr/share/common-licenses -o "$data/licences"
+cp "$tokenizer" "$data/tokenizer.json"
 mkdir -p "$BUILD/carry"
 tar -C "$BUILD" -czf "$BUILD/carry/bundle.tar.gz" bundle
 du -sh "$BUNDLE" "$BUILD/carry/bundle.tar.gz"

@@ -94,6 +94,91 @@ void route_case(Context& ctx, int64_t tokens, int64_t experts, int64_t k, bool b
              big ? tbps(tokens * (experts * sizeof(T) + 12.0 * k), ms_b) : "");
 }
 
+// The load-balancing loss's statistics, combination and backwards. probs sums `tokens` softmax
+// values in fp32 blocks (expf, fp32 partial sums) against the oracle's double: ~1e-6 relative;
+// picks are counts (exact); dlogits as moe_route's.
+constexpr double kTolLoad = 1e-5;
+template <typename T>
+void router_load_case(Context& ctx, int64_t tokens, int64_t experts, int64_t k, bool big) {
+  if (!ctx.wants("router_load")) return;
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  const std::string type = kBf16 ? ".bf16" : ".f32";
+  const std::string shape = shape_str({tokens, experts}) + " top" + std::to_string(k);
+  const std::vector<float> logits = randn(tokens * experts, ctx.seed(), 1.f, kBf16);
+  std::vector<float> gates(tokens * k);
+  std::vector<int32_t> indices(tokens * k);
+  cpu::topk_softmax_forward<float>(gates.data(), indices.data(), logits.data(), tokens, experts, k);
+  Dev<T> d_logits = to_device<T>(logits);
+  Dev<int32_t> d_indices = to_device_i32(indices);
+  Dev<float> probs(experts), picks(experts);
+  probs.poison();
+  picks.poison();
+  Dev<uint8_t> ws = scratch(router_load_forward_workspace_bytes(tokens, experts));
+  auto forward = [&] {
+    check(router_load_forward(ctx.stream(), probs.get(), picks.get(), d_logits.get(),
+                              d_indices.get(), tokens, experts, k, ws.workspace()));
+  };
+  forward();
+  ctx.sync();
+  std::vector<float> probs_ref(experts), picks_ref(experts);
+  if (!cpu::router_load_forward<float>(probs_ref.data(), picks_ref.data(), logits.data(),
+                                       indices.data(), tokens, experts, k)
+           .ok()) {
+    die("router_load oracle refused valid indices");
+  }
+  const std::vector<float> first = probs.download();
+  forward();  // a second run: the same bits (the sums run in a fixed order)
+  ctx.sync();
+  const double ms_f = big ? ctx.time_ms(forward) : -1;
+  ctx.report("router_load.forward" + type, shape,
+             {{"probs", rel_rms(first, probs_ref), kTolLoad},
+              {"picks", rel_rms(picks.download(), picks_ref), 0.0},
+              {"repeat", rel_rms(probs.download(), first), 0.0}},
+             ms_f, big ? tbps(tokens * (experts * sizeof(T) + 4.0 * k), ms_f) : "");
+
+  const std::vector<float> dprobs = randn(experts, ctx.seed(), 1.f, false);
+  Dev<float> d_dprobs = to_device<float>(dprobs);
+  Dev<T> dlogits(tokens * experts);
+  dlogits.poison();
+  auto backward = [&] {
+    check(router_load_backward(ctx.stream(), dlogits.get(), d_dprobs.get(), d_logits.get(), tokens,
+                               experts));
+  };
+  backward();
+  ctx.sync();
+  std::vector<float> dlogits_ref(tokens * experts);
+  cpu::router_load_backward<float>(dlogits_ref.data(), dprobs.data(), logits.data(), tokens,
+                                   experts);
+  if (kBf16) dlogits_ref = rounded(dlogits_ref);
+  const double ms_b = big ? ctx.time_ms(backward) : -1;
+  ctx.report("router_load.backward" + type, shape,
+             {{"dlogits", rel_rms(dlogits.download(), dlogits_ref), kTolDlogits<T>}}, ms_b,
+             big ? tbps(tokens * experts * 2.0 * sizeof(T), ms_b) : "");
+
+  // The combination and its gradient, from the oracle's statistics.
+  const float scale = static_cast<float>(experts) / static_cast<float>(tokens * tokens);
+  Dev<float> d_probs = to_device<float>(probs_ref), d_picks = to_device<float>(picks_ref);
+  Dev<float> loss(1), dloss = to_device<float>({0.75f}), grad(experts);
+  loss.poison();
+  grad.poison();
+  check(router_aux_loss_forward(ctx.stream(), loss.get(), d_probs.get(), d_picks.get(), experts,
+                                scale));
+  check(router_aux_loss_backward(ctx.stream(), grad.get(), dloss.get(), d_picks.get(), experts,
+                                 scale));
+  ctx.sync();
+  float loss_ref = 0;
+  std::vector<float> grad_ref(experts);
+  const float dloss_host = 0.75f;
+  cpu::router_aux_loss_forward<float>(&loss_ref, probs_ref.data(), picks_ref.data(), experts,
+                                      scale);
+  cpu::router_aux_loss_backward<float>(grad_ref.data(), &dloss_host, picks_ref.data(), experts,
+                                       scale);
+  ctx.report("router_aux_loss" + type, shape,
+             {{"loss", rel_rms(loss.download(), {loss_ref}), 1e-6},
+              {"dprobs", rel_rms(grad.download(), grad_ref), 1e-6}},
+             -1, "");
+}
+
 struct Problem {
   int64_t tokens, hidden, inner, experts, k;
   std::vector<float> x, w_in, w_out, gates, dout;
@@ -592,6 +677,10 @@ void test_moe(Context& ctx) {
   route_case<bf16>(ctx, 300, 64, 6, false);    // ties
   route_case<float>(ctx, 20, 256, 16, false);  // the largest supported
   route_case<float>(ctx, 37, 40, 12, false);   // k above experts % 32 (the backward's last pass)
+  router_load_case<float>(ctx, 37, 5, 3, false);
+  router_load_case<bf16>(ctx, 300, 64, 6, false);
+  router_load_case<float>(ctx, 20, 256, 16, false);   // the largest supported
+  router_load_case<float>(ctx, 70000, 40, 4, false);  // every block of the cut, the last short
   experts_case(ctx, 37, 40, 24, 5, 2, false);
   experts_case(ctx, 3, 16, 8, 9, 2, false);  // most experts get no token: zero weight gradients
   experts_case(ctx, 64, 72, 40, 8, 3, false);
@@ -613,6 +702,7 @@ void test_moe(Context& ctx) {
   route_case<float>(ctx, 8192, 64, 6, true);
   route_case<bf16>(ctx, 8192, 64, 6, true);
   route_case<float>(ctx, 8192, 72, 10, true);
+  router_load_case<bf16>(ctx, 8192, 64, 6, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true);
   experts_case(ctx, 8192, 1536, 512, 64, 6, true, Routing::kCrowded);
   experts_case(ctx, 2 * kExpertTokenChunk, 1536, 512, 64, 6, true);  // 2 chunks

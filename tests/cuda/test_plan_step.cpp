@@ -52,6 +52,12 @@ namespace {
 // The loss: worst 1.04e-5 against the CPU and 1.69e-5 against transformers; 5e-5 allows three
 // times that and still catches a wrong valid-target count (one target of the 600 is 1.7e-3).
 constexpr double kLossTolerance = 5e-5;
+// The MoE load-balancing loss (a plan compiled with it): every MoE layer's softmax of its bf16
+// router logits summed over the tokens, against the f32 reference's. With the same routing (the
+// reference takes the GPU's) the picks are equal and only the probabilities differ, each by the
+// logits' bf16 error (2^-9 relative, ~2e-3 on a logit of size ~1) averaged over the tokens: 1e-3
+// bounds it by one logit's rounding; a missing layer or a wrong scale is off by ~1e-1 or more.
+constexpr double kAuxLossTolerance = 1e-3;
 
 struct GradientFamily {
   const char* name;
@@ -452,6 +458,17 @@ int Main(int argc, char** argv) {
   std::printf("%s loss: gpu %.6f, cpu %.6f, relative difference %.2e (tolerance %.0e)\n",
               loss_error <= kLossTolerance ? "PASS" : "FAIL", gpu_loss, cpu_loss, loss_error,
               kLossTolerance);
+  if (const std::optional<float> gpu_aux = gpu->RouterAuxLoss()) {
+    const double cpu_aux = cpu->RouterAuxLoss().value_or(NAN);
+    const double aux_error = std::isfinite(*gpu_aux) && std::isfinite(cpu_aux)
+                                 ? std::abs(*gpu_aux - cpu_aux) / std::abs(cpu_aux)
+                                 : INFINITY;
+    ok &= aux_error <= kAuxLossTolerance;
+    std::printf(
+        "%s load-balancing loss: gpu %.6f, cpu %.6f, relative difference %.2e (tolerance %.0e)\n",
+        aux_error <= kAuxLossTolerance ? "PASS" : "FAIL", *gpu_aux, cpu_aux, aux_error,
+        kAuxLossTolerance);
+  }
 
   // Gradients, parameter by parameter in the bf16 plan's order.
   const bool has_experts = !routing.gpu_experts.empty();

@@ -15,9 +15,9 @@
 #include "mlir/Pass/PassManager.h"
 #include "runtime/plan/CudaRules.h"
 #include "runtime/plan/PlanFile.h"
+#include "runtime/support/AtomicFile.h"
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
-#include "runtime/support/AtomicFile.h"
 #include "tools/hybridcp/Commands.h"
 
 namespace hcp {
@@ -81,6 +81,11 @@ absl::Status Compile(const Args& args) {
   auto start = std::chrono::steady_clock::now();
   HCP_ASSIGN_OR_RETURN(GraniteConfig config, ResolveModelConfig(args));
   HCP_ASSIGN_OR_RETURN(ImportOptions options, ReadImportOptions(args));
+  std::optional<double> aux;
+  if (args.Has("router-aux-loss")) {
+    HCP_ASSIGN_OR_RETURN(aux, args.GetDouble("router-aux-loss", 0));
+  }
+  HCP_ASSIGN_OR_RETURN(options.router_aux_loss, RouterAuxLossCoefficient(config, aux));
   HCP_ASSIGN_OR_RETURN(int64_t cp, args.GetInt("cp", 1));
   if (cp < 1) return absl::InvalidArgumentError("--cp must be at least 1");
   HCP_ASSIGN_OR_RETURN(int64_t dp, args.GetInt("dp", 1));
@@ -154,6 +159,7 @@ absl::Status Compile(const Args& args) {
   info.model_config = config.text;
   info.seq = options.seq;
   info.micro_batch = options.micro_batch;
+  info.router_aux_loss = options.router_aux_loss;
   info.flops_per_step =
       TrainingFlopsPerToken(config, options.seq) * options.seq * options.micro_batch;
   HCP_ASSIGN_OR_RETURN(std::string bytes, WritePlan(*module, info));
@@ -169,9 +175,14 @@ absl::Status Compile(const Args& args) {
     }
   }
   HCP_RETURN_IF_ERROR(WriteFileAtomically(*output, bytes));
-  std::fprintf(stderr, "wrote %s: %s, micro-batch %lld x seq %lld, %.1f MiB, in %.2f s\n",
+  const std::string aux_note =
+      options.router_aux_loss > 0
+          ? absl::StrFormat(", the load-balancing loss x %g", options.router_aux_loss)
+          : "";
+  std::fprintf(stderr, "wrote %s: %s, micro-batch %lld x seq %lld%s, %.1f MiB, in %.2f s\n",
                output->c_str(), config.source.c_str(), static_cast<long long>(options.micro_batch),
-               static_cast<long long>(options.seq), bytes.size() / 1048576.0, SecondsSince(start));
+               static_cast<long long>(options.seq), aux_note.c_str(), bytes.size() / 1048576.0,
+               SecondsSince(start));
   return absl::OkStatus();
 }
 
@@ -185,7 +196,8 @@ Command MakeCompileCommand() {
       "f32|bf16] "
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
-      "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] (-o FILE.plan | "
+      "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] [--router-aux-loss COEF] "
+      "(-o FILE.plan | "
       "--emit=model|dist|exec [-o FILE])",
       {kModelOption,
        {"seq", "N", "tokens per sequence (required)"},
@@ -215,6 +227,10 @@ Command MakeCompileCommand() {
         "recompute the MoE experts' first product (W_in x, per token and expert) in the "
         "backward instead of keeping it from the forward: k * 2 * moe_inner values per token "
         "and MoE layer less (tiny: 100 MiB per layer per 8192 tokens), one more expert GEMM"},
+       {"router-aux-loss", "COEF",
+        "add the MoE load-balancing loss (transformers' load_balancing_loss_func over every MoE "
+        "layer's routing of a micro-batch) times COEF to the objective; 0 turns it off. Default: "
+        "the config's router_aux_loss_coef when its output_router_logits is true, else off"},
        {"emit", "STAGE",
         "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},

@@ -10,8 +10,8 @@
 #include "runtime/exec/ParameterValues.h"
 #include "runtime/plan/CommVolume.h"
 #include "runtime/plan/PlanFile.h"
-#include "runtime/support/Status.h"
 #include "runtime/support/Format.h"
+#include "runtime/support/Status.h"
 #include "tools/hybridcp/Commands.h"
 #ifdef HYBRIDCP_HAVE_CUDA
 #include "runtime/backends/cuda/CudaBackend.h"
@@ -153,6 +153,10 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
   std::printf("model: %s, micro-batch %lld x seq %lld\n", plan.model.c_str(),
               static_cast<long long>(plan.micro_batch), static_cast<long long>(plan.seq));
   std::printf("runs on: %s\n", RunsOn(plan).c_str());
+  if (plan.router_aux_loss) {
+    std::printf("objective: the loss + %g x the MoE load-balancing loss\n",
+                plan.router_aux_loss->coefficient);
+  }
   uint64_t parameters = 0;
   for (const plan::Parameter& p : plan.parameters) parameters += plan.buffers[p.buffer].elements;
   std::printf("parameters: %zu tensors, %llu values\n", plan.parameters.size(),

@@ -12,13 +12,13 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/comm/World.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/RankExecutor.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Paths.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
 #include "runtime/weights/Safetensors.h"
 #include "tools/hybridcp/Commands.h"
-#include "runtime/exec/RankExecutor.h"
 #include "tools/hybridcp/Ranks.h"
 #include "tools/hybridcp/StepResult.h"
 
@@ -65,9 +65,11 @@ absl::StatusOr<Tolerances> ReadTolerances(const Args& args) {
 // group). Collective over the world; every rank gets the same.
 absl::StatusOr<StepResult> GatherStepResult(Executor& executor, comm::Communicator& comm) {
   StepResult result;
-  double loss = executor.Loss();
-  comm.AllReduceSum(&loss, 1, comm::Group::kDp);
-  result.loss = static_cast<float>(loss);
+  const std::optional<float> aux = executor.RouterAuxLoss();
+  double sums[2] = {executor.Loss(), aux.value_or(0.0f)};
+  comm.AllReduceSum(sums, 2, comm::Group::kDp);
+  result.loss = static_cast<float>(sums[0]);
+  if (aux) result.router_aux_loss = static_cast<float>(sums[1]);
   for (const plan::Parameter& parameter : executor.plan().parameters) {
     HCP_ASSIGN_OR_RETURN(std::vector<float> gradient, executor.FullGradient(parameter.name));
     result.gradients.emplace_back(parameter.name, std::move(gradient));
@@ -140,6 +142,7 @@ absl::Status ReportTraffic(const plan::CommVolume& predicted, const plan::CommVo
 // Rank 0's report: the loss, then --save and --compare.
 absl::Status Report(const StepResult& step, const Args& args) {
   std::printf("loss %.7f\n", step.loss);
+  if (step.router_aux_loss) std::printf("load-balancing loss %.7f\n", *step.router_aux_loss);
   if (std::optional<std::string> save = args.Get("save")) {
     HCP_RETURN_IF_ERROR(WriteStepResult(step, *save));
   }

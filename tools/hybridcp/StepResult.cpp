@@ -73,6 +73,7 @@ absl::Status CheckSameGradientNames(const StepResult& actual, const StepResult& 
 StepResult StepResultOf(CpuExecutor& executor) {
   StepResult result;
   result.loss = executor.Loss();
+  result.router_aux_loss = executor.RouterAuxLoss();
   for (const plan::Parameter& parameter : executor.parameters()) {
     std::span<float> gradient = *executor.Gradient(parameter.name);  // the plan's own names
     result.gradients.emplace_back(parameter.name,
@@ -90,6 +91,14 @@ absl::StatusOr<StepResult> ReadStepResult(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: 'loss' must hold one value", file));
   }
   result.loss = loss[0];
+  if (tensors.Find("router_aux_loss") != nullptr) {
+    HCP_ASSIGN_OR_RETURN(std::vector<float> aux, tensors.ReadF32("router_aux_loss"));
+    if (aux.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: 'router_aux_loss' must hold one value", file));
+    }
+    result.router_aux_loss = aux[0];
+  }
   for (const std::string& name : tensors.names()) {
     if (name.rfind(kGradPrefix, 0) != 0) continue;
     HCP_ASSIGN_OR_RETURN(std::vector<float> values, tensors.ReadF32(name));
@@ -101,6 +110,13 @@ absl::StatusOr<StepResult> ReadStepResult(const std::string& path) {
 absl::Status WriteStepResult(const StepResult& result, const std::string& path) {
   std::vector<TensorToWrite> tensors = {
       {"loss", DType::F32, {1}, std::span<const float>(&result.loss, 1), {}}};
+  if (result.router_aux_loss) {
+    tensors.push_back({"router_aux_loss",
+                       DType::F32,
+                       {1},
+                       std::span<const float>(&*result.router_aux_loss, 1),
+                       {}});
+  }
   for (const auto& [name, values] : result.gradients) {
     tensors.push_back(
         {kGradPrefix + name, DType::F32, {static_cast<int64_t>(values.size())}, values, {}});
@@ -115,6 +131,21 @@ absl::Status CompareStepResults(const StepResult& actual, const StepResult& refe
       std::abs(double(actual.loss) - reference.loss) / std::abs(double(reference.loss));
   std::printf("reference loss %.7f, relative error %.3e (tolerance %.0e)\n", reference.loss,
               loss_error, tolerances.loss);
+  // The load-balancing loss is held to the loss's tolerance; both sides have it, or neither.
+  if (actual.router_aux_loss.has_value() != reference.router_aux_loss.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the step does not match %s: %s has the MoE load-balancing loss, %s not",
+                        reference_name, actual.router_aux_loss ? "the step" : "the reference",
+                        actual.router_aux_loss ? "the reference" : "the step"));
+  }
+  if (reference.router_aux_loss) {
+    const double aux_error =
+        std::abs(double(*actual.router_aux_loss) - *reference.router_aux_loss) /
+        std::abs(double(*reference.router_aux_loss));
+    std::printf("reference load-balancing loss %.7f, relative error %.3e (tolerance %.0e)\n",
+                *reference.router_aux_loss, aux_error, tolerances.loss);
+    loss_error = std::max(loss_error, aux_error);
+  }
   std::map<std::string, const std::vector<float>*> expected;
   for (const auto& [name, values] : reference.gradients) expected[name] = &values;
   HCP_RETURN_IF_ERROR(CheckSameGradientNames(actual, reference, reference_name));

@@ -3,6 +3,7 @@
 // layout: "loss" [1] and "grad.<name>".
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,9 @@ namespace hcp {
 
 struct StepResult {
   float loss = 0;
+  // The MoE load-balancing loss (transformers' aux_loss) of a plan with it; the gradients are
+  // those of loss + coefficient * it.
+  std::optional<float> router_aux_loss;
   std::vector<std::pair<std::string, std::vector<float>>> gradients;  // in the plan's order
 };
 

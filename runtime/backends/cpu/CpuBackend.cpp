@@ -436,6 +436,32 @@ absl::Status RunCrossEntropyBackward(const Args& a) {
   return absl::OkStatus();
 }
 
+absl::Status RunRouterLoadForward(const Args& a) {
+  const auto k = a.Get<plan::RouterLoadForwardArgs>();
+  return router_load_forward<float>(k.probs.f32(), k.picks.f32(), k.logits.f32(),
+                                    k.expert_ids.i32(), k.tokens, k.experts, k.k);
+}
+
+absl::Status RunRouterLoadBackward(const Args& a) {
+  const auto k = a.Get<plan::RouterLoadBackwardArgs>();
+  router_load_backward<float>(k.dlogits.f32(), k.dprobs.f32(), k.logits.f32(), k.tokens, k.experts);
+  return absl::OkStatus();
+}
+
+absl::Status RunRouterAuxLossForward(const Args& a) {
+  const auto k = a.Get<plan::RouterAuxLossForwardArgs>();
+  router_aux_loss_forward<float>(k.loss.f32(), k.probs.f32(), k.picks.f32(), k.experts,
+                                 static_cast<float>(k.scale));
+  return absl::OkStatus();
+}
+
+absl::Status RunRouterAuxLossBackward(const Args& a) {
+  const auto k = a.Get<plan::RouterAuxLossBackwardArgs>();
+  router_aux_loss_backward<float>(k.dprobs.f32(), k.dloss.f32(), k.picks.f32(), k.experts,
+                                  static_cast<float>(k.scale));
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Collectives (Collectives.h): every rank of the group runs them.
 

@@ -256,6 +256,44 @@ absl::Status RunMoeRouteBackward(const Args& a, const plan::MoeRouteBackwardArgs
   });
 }
 
+// The load-balancing loss's statistics: logits in the step's type T.
+absl::Status RunRouterLoadForward(const Args& a,
+                                  const plan::RouterLoadForwardArgs<DeviceBuffer>& k) {
+  return WithType(k.logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::router_load_forward<T>(a.stream(), k.probs.as<float>(), k.picks.as<float>(),
+                                             k.logits.as<T>(), k.expert_ids.as<int32_t>(), k.tokens,
+                                             k.experts, k.k, a.workspace()));
+  });
+}
+
+size_t WorkspaceBytes(const plan::RouterLoadForwardArgs<DeviceBuffer>& k) {
+  return cuda::router_load_forward_workspace_bytes(k.tokens, k.experts);
+}
+
+absl::Status RunRouterLoadBackward(const Args& a,
+                                   const plan::RouterLoadBackwardArgs<DeviceBuffer>& k) {
+  return WithType(k.logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    return Done(cuda::router_load_backward<T>(a.stream(), k.dlogits.as<T>(), k.dprobs.as<float>(),
+                                              k.logits.as<T>(), k.tokens, k.experts));
+  });
+}
+
+absl::Status RunRouterAuxLossForward(const Args& a,
+                                     const plan::RouterAuxLossForwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::router_aux_loss_forward(a.stream(), k.loss.as<float>(), k.probs.as<float>(),
+                                            k.picks.as<float>(), k.experts,
+                                            static_cast<float>(k.scale)));
+}
+
+absl::Status RunRouterAuxLossBackward(const Args& a,
+                                      const plan::RouterAuxLossBackwardArgs<DeviceBuffer>& k) {
+  return Done(cuda::router_aux_loss_backward(a.stream(), k.dprobs.as<float>(), k.dloss.as<float>(),
+                                             k.picks.as<float>(), k.experts,
+                                             static_cast<float>(k.scale)));
+}
+
 // The routing on the host (cuBLASLt takes the experts' row counts there): the host copy of the
 // expert ids, tokens * k of them.
 template <typename ExpertsArgs>

@@ -260,4 +260,26 @@ void cross_entropy_backward(T* dlogits, const T* dloss_sum, const T* logits, con
                             const int32_t* targets, int64_t tokens, int64_t vocab,
                             int64_t ignore_index);
 
+// ---------------------------------------------------------------------------------------------
+// The MoE load-balancing loss (transformers' load_balancing_loss_func, Switch Transformer's):
+// over every MoE layer's tokens, aux = experts * sum_e (picks_e / rows) * (probs_e / rows), with
+// probs_e the summed softmax(logits[t])[e] over all experts and picks_e how many top-k slots
+// chose e. router_load gives one layer's sums (the compiler adds the layers' and, split over
+// ranks, all-reduces them); router_aux_loss combines them.
+// probs, picks [experts]; logits [tokens, experts]; indices [tokens, k]. Returns
+// InvalidArgument naming the slot if an index is outside [0, experts).
+template <typename T>
+absl::Status router_load_forward(T* probs, T* picks, const T* logits, const int32_t* indices,
+                                 int64_t tokens, int64_t experts, int64_t k);
+// dlogits [tokens, experts] = s * (dprobs - sum_e s_e dprobs_e), s = softmax(logits[t]).
+template <typename T>
+void router_load_backward(T* dlogits, const T* dprobs, const T* logits, int64_t tokens,
+                          int64_t experts);
+// loss[0] = scale * sum_e probs[e] * picks[e] (scale = experts / rows^2).
+template <typename T>
+void router_aux_loss_forward(T* loss, const T* probs, const T* picks, int64_t experts, T scale);
+// dprobs[e] = dloss[0] * scale * picks[e] (picks, counts, have no gradient).
+template <typename T>
+void router_aux_loss_backward(T* dprobs, const T* dloss, const T* picks, int64_t experts, T scale);
+
 }  // namespace hcp::cpu

@@ -251,6 +251,24 @@ Status moe_route_forward(cudaStream_t stream, float* gates, int32_t* indices, co
 template <typename T>
 Status moe_route_backward(cudaStream_t stream, T* dlogits, const float* dgates, const float* gates,
                           const int32_t* indices, int64_t tokens, int64_t experts, int64_t k);
+// The MoE load-balancing loss (RouterLoad.cu; the CPU oracle's router_load_* and
+// router_aux_loss_*). probs, picks [experts] fp32: one layer's summed softmax(logits[t]) and count
+// of top-k picks per expert; logits [tokens, experts] (T = float or bf16); experts <= 256. The
+// sums run in a fixed order (the same bits on every run).
+size_t router_load_forward_workspace_bytes(int64_t tokens, int64_t experts);
+template <typename T>
+Status router_load_forward(cudaStream_t stream, float* probs, float* picks, const T* logits,
+                           const int32_t* indices, int64_t tokens, int64_t experts, int64_t k,
+                           Workspace workspace);
+// dlogits [tokens, experts] = s * (dprobs - sum_e s_e dprobs_e), s = softmax(logits[t]).
+template <typename T>
+Status router_load_backward(cudaStream_t stream, T* dlogits, const float* dprobs, const T* logits,
+                            int64_t tokens, int64_t experts);
+// loss[0] = scale * sum_e probs[e] picks[e]; dprobs[e] = dloss[0] * scale * picks[e].
+Status router_aux_loss_forward(cudaStream_t stream, float* loss, const float* probs,
+                               const float* picks, int64_t experts, float scale);
+Status router_aux_loss_backward(cudaStream_t stream, float* dprobs, const float* dloss,
+                                const float* picks, int64_t experts, float scale);
 // Experts: out[t] = sum_j gates[t, j] * W_out[e] (silu(a) * b), [a | b] = W_in[e] x[t],
 // e = indices[t, j]. x, out [tokens, hidden]; w_in [E, 2*inner, hidden]; w_out [E, hidden, inner].
 // The (token, slot) pairs are sorted by expert (stably), gathered, and each expert runs two

@@ -296,6 +296,12 @@ PlanBuilder EveryKernelPlan() {
             {T, H, 2, 3, 2, 1});
   b.AddStep("moe_experts_ep.backward", {dy, x, gates, experts, w_in, w_out},
             {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 1});
+  // The load-balancing loss (3 experts, top 2).
+  const uint32_t probs = A({3}), picks = A({3});
+  b.AddStep("router_load.forward", {P({T, 3}), experts}, {probs, picks}, {T, 3, 2});
+  b.AddStep("router_load.backward", {A({3}), P({T, 3})}, {A({T, 3})}, {T, 3});
+  b.AddStep("router_aux_loss.forward", {probs, picks}, {A({1})}, {3}, {0.25});
+  b.AddStep("router_aux_loss.backward", {P({1}), picks}, {A({3})}, {3}, {0.25});
   // The loss.
   const uint32_t logits = P({T, V}), loss_sum = A({1}), count = A({1}), loss = A({1});
   b.AddStep("cross_entropy.forward", {logits, targets}, {loss_sum, count}, {T, V, -100});

@@ -45,7 +45,7 @@ TEST(PlanFile, Layout) {
   const std::string file = EncodePlanFile("123456789");
   ASSERT_EQ(file.size(), kPlanHeaderBytes + 9 + kPlanChecksumBytes);
   EXPECT_EQ(file.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(file.substr(8, 4), std::string("\x0C\x00\x00\x00", 4));  // version 12, LE
+  EXPECT_EQ(file.substr(8, 4), std::string("\x0D\x00\x00\x00", 4));  // version 13, LE
   EXPECT_EQ(file.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(file.substr(16, 8), std::string("\x09\0\0\0\0\0\0\0", 8));
   EXPECT_EQ(file.substr(24, 9), "123456789");
@@ -190,13 +190,13 @@ TEST(PlanFile, OtherVersion) {
   old.resize(old.size() - kPlanChecksumBytes);
   old[8] = 9;
   EXPECT_EQ(ErrorOf(old),
-            "test.plan: plan schema version 9, this runtime reads version 12: recompile the plan "
+            "test.plan: plan schema version 9, this runtime reads version 13: recompile the plan "
             "with this hybridcp");
   // A later version, with a checksum of its own.
   std::string later = TinyLm().Bytes();
-  later[8] = 13;
+  later[8] = 14;
   Reseal(later);
-  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 13, this runtime reads version 12"));
+  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 14, this runtime reads version 13"));
 }
 
 // The config.json a plan carries comes back as written; one that is not a JSON object is refused
@@ -212,6 +212,36 @@ TEST(PlanFile, CarriesTheModelConfig) {
   EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("the plan's config.json is not a JSON object"));
   bad.builder.set_model_config("{\"a\": ");
   EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("the plan's config.json: not valid JSON"));
+}
+
+// The load-balancing loss's coefficient, scale input and result come back as written; a scale
+// outside the inputs, overlapping another input, or a coefficient that is not positive is refused.
+TEST(PlanFile, CarriesTheLoadBalancingLoss) {
+  TinyLm with_aux;
+  const uint32_t scale = with_aux.builder.Allocate("aux_loss_scale", Arena::Inputs, {1});
+  with_aux.builder.set_router_aux_loss({.coefficient = 0.01, .scale = scale, .loss = with_aux.loss});
+  absl::StatusOr<Plan> plan = ParsePlan(with_aux.Bytes(), "test.plan");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->router_aux_loss.has_value());
+  EXPECT_EQ(plan->router_aux_loss->coefficient, 0.01);
+  EXPECT_EQ(plan->router_aux_loss->scale, scale);
+  EXPECT_EQ(plan->router_aux_loss->loss, with_aux.loss);
+  EXPECT_FALSE(ParsePlan(TinyLm().Bytes(), "test.plan")->router_aux_loss.has_value());
+
+  TinyLm bad;
+  bad.builder.set_router_aux_loss({.coefficient = 0.01, .scale = bad.loss, .loss = bad.loss});
+  EXPECT_THAT(ErrorOf(bad.Bytes()),
+              HasSubstr("the load-balancing loss's scale buffer"));
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("is in the activations arena, not the inputs"));
+  bad.builder.set_router_aux_loss({.coefficient = 0.01, .scale = bad.ids, .loss = bad.loss});
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("its scale buffer"));
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("'input_ids' is i32"));
+  const uint32_t other = bad.builder.Allocate("aux_loss_scale", Arena::Inputs, {1});
+  bad.builder.set_router_aux_loss({.coefficient = 0, .scale = other, .loss = bad.loss});
+  EXPECT_THAT(ErrorOf(bad.Bytes()),
+              HasSubstr("the load-balancing loss's coefficient is 0, expected a positive number"));
+  bad.builder.set_router_aux_loss({.coefficient = 1, .scale = other, .loss = 9999});
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("its loss is buffer 9999, but the plan has"));
 }
 
 TEST(PlanFile, DamageIsNamedSo) {
@@ -231,7 +261,7 @@ TEST(PlanFile, DamageIsNamedSo) {
   version[8] ^= 0x04;
   EXPECT_EQ(ErrorOf(version),
             "test.plan: checksum mismatch: the plan is damaged (its header's schema version reads "
-            "8, not 12); compile it again");
+            "9, not 13); compile it again");
   std::string payload_size = bytes;
   payload_size[16 + 7] ^= 0x80;  // near 2^64: must not wrap around
   EXPECT_EQ(ErrorOf(payload_size),

@@ -1133,3 +1133,21 @@ func.func @param_grad_dynamic(%a0: tensor<?xf32>) {
   model.param_grad "w", %a0 : tensor<?xf32>
   return
 }
+
+// -----
+
+// The logits' gradient has the logits' type.
+func.func @router_load_grad_type(%a0: tensor<6xf32>, %a1: tensor<1x5x6xf32>) {
+  // expected-error @+1 {{router logits gradient}}
+  %r = model.router_load_grad %a0, %a1 : (tensor<6xf32>, tensor<1x5x6xf32>) -> tensor<1x5x6xbf16>
+  return
+}
+
+// -----
+
+// One probability gradient per expert.
+func.func @router_load_grad_experts(%a0: tensor<4xf32>, %a1: tensor<1x5x6xf32>) {
+  // expected-error @+1 {{summed probabilities gradient must have shape [6], got [4]}}
+  %r = model.router_load_grad %a0, %a1 : (tensor<4xf32>, tensor<1x5x6xf32>) -> tensor<1x5x6xf32>
+  return
+}

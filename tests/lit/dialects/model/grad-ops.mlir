@@ -194,3 +194,16 @@ func.func @param_grad(%g: tensor<6x4xf32>) {
   model.param_grad "model.layers.0.mamba.in_proj.weight", %g : tensor<6x4xf32>
   return
 }
+
+// -----
+
+// The load-balancing loss's gradients: to the summed probabilities, then to the router logits.
+// CHECK-LABEL: func.func @router_aux_loss_grad
+func.func @router_aux_loss_grad(%d: tensor<f32>, %c: tensor<6xf32>, %logits: tensor<1x5x6xf32>)
+    -> tensor<1x5x6xf32> {
+  // CHECK: %[[DP:.+]] = model.router_aux_loss_grad %{{.+}}, %{{.+}} {scale = 5.000000e-01 : f64} : (tensor<f32>, tensor<6xf32>) -> tensor<6xf32>
+  %dp = model.router_aux_loss_grad %d, %c {scale = 0.5 : f64} : (tensor<f32>, tensor<6xf32>) -> tensor<6xf32>
+  // CHECK: model.router_load_grad %[[DP]], %{{.+}} : (tensor<6xf32>, tensor<1x5x6xf32>) -> tensor<1x5x6xf32>
+  %dl = model.router_load_grad %dp, %logits : (tensor<6xf32>, tensor<1x5x6xf32>) -> tensor<1x5x6xf32>
+  return %dl : tensor<1x5x6xf32>
+}

@@ -493,3 +493,48 @@ func.func @cast_reshapes(%x: tensor<2x8xbf16>) -> tensor<16xf32> {
   %0 = model.cast %x : tensor<2x8xbf16> to tensor<16xf32>
   return %0 : tensor<16xf32>
 }
+
+// -----
+
+// The picks are one per token and slot.
+func.func @router_load_picks(%l: tensor<1x5x6xf32>, %i: tensor<1x4x2xi32>) -> tensor<6xf32> {
+  // expected-error @+1 {{expert indices [1, 4, 2] must be [tokens..., k] for router logits [1, 5, 6]}}
+  %p, %c = model.router_load %l, %i : (tensor<1x5x6xf32>, tensor<1x4x2xi32>) -> (tensor<6xf32>, tensor<6xf32>)
+  return %p : tensor<6xf32>
+}
+
+// -----
+
+// The statistics have one value per expert.
+func.func @router_load_experts(%l: tensor<1x5x6xf32>, %i: tensor<1x5x2xi32>) -> tensor<4xf32> {
+  // expected-error @+1 {{summed probabilities must have shape [6], got [4]}}
+  %p, %c = model.router_load %l, %i : (tensor<1x5x6xf32>, tensor<1x5x2xi32>) -> (tensor<4xf32>, tensor<6xf32>)
+  return %p : tensor<4xf32>
+}
+
+// -----
+
+// The load-balancing loss's scale, experts / rows^2, is positive.
+func.func @router_aux_loss_scale(%p: tensor<6xf32>, %c: tensor<6xf32>) -> tensor<f32> {
+  // expected-error @+1 {{scale (experts / rows^2) must be a positive number, got 0}}
+  %aux = model.router_aux_loss %p, %c {scale = 0.0 : f64} : (tensor<6xf32>, tensor<6xf32>) -> tensor<f32>
+  return %aux : tensor<f32>
+}
+
+// -----
+
+// Probabilities and picks cover the same experts.
+func.func @router_aux_loss_sizes(%p: tensor<6xf32>, %c: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+1 {{expert picks must have shape [6], got [4]}}
+  %aux = model.router_aux_loss %p, %c {scale = 1.0 : f64} : (tensor<6xf32>, tensor<4xf32>) -> tensor<f32>
+  return %aux : tensor<f32>
+}
+
+// -----
+
+// A reported value has a name.
+func.func @report_unnamed(%x: tensor<f32>) {
+  // expected-error @+1 {{a reported value needs a name}}
+  model.report "", %x : tensor<f32>
+  return
+}

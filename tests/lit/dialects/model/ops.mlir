@@ -133,3 +133,15 @@ func.func @loss(%logits: tensor<2x5x8xf32>, %targets: tensor<2x5xi32>) -> tensor
   %loss = model.div %sum, %count : tensor<f32>, tensor<f32>
   return %loss : tensor<f32>
 }
+
+// The MoE load-balancing loss: a layer's statistics (summed softmax, picks), combined, reported.
+// CHECK-LABEL: func.func @router_aux_loss
+func.func @router_aux_loss(%router: tensor<1x5x6xf32>, %i: tensor<1x5x2xi32>) -> tensor<f32> {
+  // CHECK: %[[P:.+]], %[[C:.+]] = model.router_load %{{.+}}, %{{.+}} : (tensor<1x5x6xf32>, tensor<1x5x2xi32>) -> (tensor<6xf32>, tensor<6xf32>)
+  %p, %c = model.router_load %router, %i : (tensor<1x5x6xf32>, tensor<1x5x2xi32>) -> (tensor<6xf32>, tensor<6xf32>)
+  // CHECK: %[[AUX:.+]] = model.router_aux_loss %[[P]], %[[C]] {scale = 2.400000e-01 : f64} : (tensor<6xf32>, tensor<6xf32>) -> tensor<f32>
+  %aux = model.router_aux_loss %p, %c {scale = 0.24 : f64} : (tensor<6xf32>, tensor<6xf32>) -> tensor<f32>
+  // CHECK: model.report "router_aux_loss", %[[AUX]] : tensor<f32>
+  model.report "router_aux_loss", %aux : tensor<f32>
+  return %aux : tensor<f32>
+}

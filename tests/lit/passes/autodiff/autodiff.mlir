@@ -351,6 +351,35 @@ func.func @train_step(%x: tensor<2x5x4xbf16>, %t: tensor<2x5xi32>) -> tensor<f32
 
 // -----
 
+// The load-balancing loss: its gradient reaches the summed probabilities (not the picks, a
+// count), then the router logits through their softmax, added to what the routing's gates give
+// them; the reported values are not differentiated.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[R:.+]] = model.linear %{{.+}}, %[[W:.+]] :
+// CHECK: %[[G:.+]], %[[I:.+]] = model.moe_route %[[R]]
+// CHECK: %[[P:.+]], %[[C:.+]] = model.router_load %[[R]], %[[I]]
+// CHECK: model.report "router_aux_loss"
+// CHECK: %[[SEED:.+]] = model.fill 1.000000e+00
+// CHECK: %[[DP:.+]] = model.router_aux_loss_grad %{{.+}}, %[[C]] {scale = 2.500000e-01 : f64}
+// CHECK: %[[DLA:.+]] = model.router_load_grad %[[DP]], %[[R]]
+// CHECK: %[[DLB:.+]] = model.moe_route_grad
+// CHECK: %[[DL:.+]] = model.add %[[DLA]], %[[DLB]]
+// CHECK: model.linear_grad_weight %[[DL]]
+// CHECK-NOT: model.router_load_grad
+func.func @train_step(%x: tensor<1x4x3xf32>, %t: tensor<1x4xi32>) -> tensor<f32> {
+  %w = model.param "router" normal(0.02) : tensor<4x3xf32>
+  %r = model.linear %x, %w : (tensor<1x4x3xf32>, tensor<4x3xf32>) -> tensor<1x4x4xf32>
+  %g, %i = model.moe_route %r {top_k = 2 : i64} : tensor<1x4x4xf32> -> tensor<1x4x2xf32>, tensor<1x4x2xi32>
+  %p, %c = model.router_load %r, %i : (tensor<1x4x4xf32>, tensor<1x4x2xi32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %aux = model.router_aux_loss %p, %c {scale = 0.25 : f64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  model.report "router_aux_loss", %aux : tensor<f32>
+  %s, %n = model.cross_entropy %g, %t {ignore_index = -100 : i64} : (tensor<1x4x2xf32>, tensor<1x4xi32>) -> (tensor<f32>, tensor<f32>)
+  %loss = model.add %s, %aux : tensor<f32>, tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // Only the function named by the `function` option (train_step by default) is differentiated.
 // CHECK-LABEL: func.func @eval_step
 // CHECK-NOT: model.param_grad

@@ -84,3 +84,15 @@ func.func @loss(%logits: tensor<1x4x8xf32>, %targets: tensor<1x4xi32>) -> tensor
   return %loss : tensor<f32>
 }
 }
+
+// -----
+
+// A rank's routing statistics used by the load-balancing loss as if they were global.
+module attributes {dist.sequence = #dist.sequence<contiguous, cp = 2, seq = 8>} {
+func.func @router_aux_loss(%logits: tensor<1x4x4xf32>, %i: tensor<1x4x2xi32>) -> tensor<f32> {
+  %p, %c = model.router_load %logits, %i : (tensor<1x4x4xf32>, tensor<1x4x2xi32>) -> (tensor<4xf32>, tensor<4xf32>)
+  // expected-error @+1 {{the load-balancing loss reads a rank's routing statistics without summing them over the ranks (run hcp-reduce-loss)}}
+  %aux = model.router_aux_loss %p, %c {scale = 0.0625 : f64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  return %aux : tensor<f32>
+}
+}

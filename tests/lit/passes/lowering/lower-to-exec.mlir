@@ -160,3 +160,41 @@ func.func @train_step(%x: tensor<1x8x4xf32> {model.input = "x"}, %g: tensor<1x8x
   return %y : tensor<1x8x4xf32>
 }
 }
+
+// -----
+
+// The load-balancing loss: its kernels, and the reported values as the step's results, after
+// every launch (their buffers stay live to the end); the returned objective is no result when a
+// "loss" is reported.
+// CHECK-LABEL: func.func @train_step()
+// CHECK-DAG: %[[AUXSCALE:.+]] = exec.buffer inputs "aux_loss_scale" : memref<f32>
+// CHECK: exec.launch "moe_route.forward"
+// CHECK: exec.launch "router_load.forward" ins(%[[R:.+]], %[[I:.+]] : {{.+}}) outs(%[[P:.+]], %[[C:.+]] : memref<4xf32>, memref<4xf32>) {floats = array<f64>, ints = array<i64: 4, 4, 2>}
+// CHECK: exec.launch "router_aux_loss.forward" ins(%[[P]], %[[C]] : {{.+}}) outs(%[[AUX:.+]] : memref<f32>) {floats = array<f64: 2.500000e-01>, ints = array<i64: 4>}
+// CHECK: exec.launch "mul" ins(%[[AUX]], %[[AUXSCALE]] : {{.+}}) outs(%[[SCALED:.+]] : memref<f32>)
+// CHECK: exec.launch "router_aux_loss.backward" ins(%{{.+}}, %[[C]] : {{.+}}) outs(%[[DP:.+]] : memref<4xf32>) {floats = array<f64: 2.500000e-01>, ints = array<i64: 4>}
+// CHECK: exec.launch "router_load.backward" ins(%[[DP]], %[[R]] : {{.+}}) {{.+}} {floats = array<f64>, ints = array<i64: 4, 4>}
+// CHECK: exec.launch "gemm"
+// CHECK-NOT: exec.launch
+// CHECK: exec.result "loss", %[[LM:.+]] : memref<f32>
+// CHECK-NEXT: exec.result "router_aux_loss", %[[SCALED]] : memref<f32>
+// CHECK-NOT: exec.result
+func.func @train_step(%ids: tensor<1x4xi32> {model.input = "input_ids"}, %targets: tensor<1x4xi32> {model.input = "targets"}, %aux_scale: tensor<f32> {model.input = "aux_loss_scale"}) -> tensor<f32> {
+  %w = model.param "w" normal(0.02) : tensor<4x4xf32>
+  %e = model.embedding %w, %ids {multiplier = 1.0 : f64} : (tensor<4x4xf32>, tensor<1x4xi32>) -> tensor<1x4x4xf32>
+  %r = model.linear %e, %w : (tensor<1x4x4xf32>, tensor<4x4xf32>) -> tensor<1x4x4xf32>
+  %g, %i = model.moe_route %r {top_k = 2 : i64} : tensor<1x4x4xf32> -> tensor<1x4x2xf32>, tensor<1x4x2xi32>
+  %p, %c = model.router_load %r, %i : (tensor<1x4x4xf32>, tensor<1x4x2xi32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %aux = model.router_aux_loss %p, %c {scale = 0.25 : f64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  %scaled = model.mul %aux, %aux_scale : tensor<f32>, tensor<f32>
+  %s, %n = model.cross_entropy %r, %targets {ignore_index = -100 : i64} : (tensor<1x4x4xf32>, tensor<1x4xi32>) -> (tensor<f32>, tensor<f32>)
+  model.report "loss", %s : tensor<f32>
+  model.report "router_aux_loss", %scaled : tensor<f32>
+  %objective = model.add %s, %scaled : tensor<f32>, tensor<f32>
+  %one = model.fill 1.0 : tensor<f32>
+  %dp = model.router_aux_loss_grad %one, %c {scale = 0.25 : f64} : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  %dr = model.router_load_grad %dp, %r : (tensor<4xf32>, tensor<1x4x4xf32>) -> tensor<1x4x4xf32>
+  %dw = model.linear_grad_weight %dr, %e : (tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> tensor<4x4xf32>
+  model.param_grad "w", %dw : tensor<4x4xf32>
+  return %objective : tensor<f32>
+}

@@ -118,6 +118,9 @@ done
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
+# The same with the MoE load-balancing loss (its cost: scripts/gpu/run_data_checks.sh).
+"$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
+  --router-aux-loss 0.001 -o "$BUNDLE/plans/tiny-8192-bf16-aux.plan"
 # The same with the MoE backward recomputing the experts' first product (hcp-keep-expert-h off).
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   --recompute-expert-h -o "$BUNDLE/plans/tiny-8192-bf16-recompute-expert-h.plan"

@@ -14,7 +14,8 @@
 #      equals run-step's on the f32 plan over the same weights (CPU ranks, fp32: 1e-5), and
 #      AutoTokenizer gives the ids `hybridcp tokenize` gave;
 #   5. the MoE load-balancing loss: the gpu-shapes plans with --router-aux-loss 0.5, bf16 on the
-#      GPU against f32 on the CPU (test_plan_step's tolerances), and its kernels' tests.
+#      GPU against f32 on the CPU (test_plan_step's tolerances), its kernels' tests, and its cost
+#      in a step of granite-4.0-h-tiny at s = 8192.
 #
 #   run(command="scripts/gpu/run_data_checks.sh", carry=["build-gpu/carry"])
 set -uo pipefail
@@ -101,4 +102,7 @@ PY
 run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-aux-bf16.plan" "$P/gpu-shapes-aux-f32.plan" \
   --weights "$FIX" --inputs "$FIX/reference.safetensors"
 run "$BUNDLE/bin/test_kernels_cuda" --filter router_load
+# Its cost in a step of granite-4.0-h-tiny at s = 8192 (40 MoE layers), without and with it.
+run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
+run "$HCP" bench "$P/tiny-8192-bf16-aux.plan" --steps 5 --warmup 2
 exit $status

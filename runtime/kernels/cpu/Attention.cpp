@@ -23,9 +23,17 @@ struct AttentionIndex {
   int64_t lse(int64_t i) const { return (b * s.q_heads + h) * s.q_len + i; }
 };
 
-bool visible(bool causal, int64_t q_pos0, int64_t i, int64_t k_pos0, int64_t j) {
-  return !causal || k_pos0 + j <= q_pos0 + i;
-}
+// Which keys a query row sees: with causal, none after it; with packed documents (q_positions),
+// none before its document's start.
+struct Visibility {
+  bool causal;
+  int64_t q_pos0, k_pos0, q_len;
+  const int32_t* q_positions;  // [B, Sq] or null
+  bool operator()(int64_t b, int64_t i, int64_t j) const {
+    if (causal && k_pos0 + j > q_pos0 + i) return false;
+    return q_positions == nullptr || k_pos0 + j >= q_pos0 + i - q_positions[b * q_len + i];
+  }
+};
 
 template <typename T>
 double dot(const T* a, const T* b, int64_t n) {
@@ -39,8 +47,9 @@ double dot(const T* a, const T* b, int64_t n) {
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
                        const AttentionShape& shape, T scale, bool causal, int64_t q_pos0,
-                       int64_t k_pos0) {
+                       int64_t k_pos0, const int32_t* q_positions) {
   const int64_t D = shape.head_dim;
+  const Visibility visible{causal, q_pos0, k_pos0, shape.q_len, q_positions};
   std::vector<double> score(shape.kv_len), acc(D);
   for (int64_t b = 0; b < shape.batch; b++) {
     for (int64_t h = 0; h < shape.q_heads; h++) {
@@ -49,7 +58,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
         // Subtract the row max before exp() so the largest term is exp(0) = 1.
         double max_score = kNegInf;
         for (int64_t j = 0; j < shape.kv_len; j++) {
-          if (!visible(causal, q_pos0, i, k_pos0, j)) continue;
+          if (!visible(b, i, j)) continue;
           score[j] = static_cast<double>(scale) * dot(q + ix.q(i), k + ix.kv(j), D);
           max_score = std::max(max_score, score[j]);
         }
@@ -62,7 +71,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
         double sum = 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < shape.kv_len; j++) {
-          if (!visible(causal, q_pos0, i, k_pos0, j)) continue;
+          if (!visible(b, i, j)) continue;
           const double p = std::exp(score[j] - max_score);
           sum += p;
           const T* vj = v + ix.kv(j);
@@ -82,8 +91,9 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                         const T* out, const T* lse, const AttentionShape& shape, T scale,
-                        bool causal, int64_t q_pos0, int64_t k_pos0) {
+                        bool causal, int64_t q_pos0, int64_t k_pos0, const int32_t* q_positions) {
   const int64_t D = shape.head_dim;
+  const Visibility visible{causal, q_pos0, k_pos0, shape.q_len, q_positions};
   const double sc = static_cast<double>(scale);
   std::vector<double> delta(shape.batch * shape.q_heads * shape.q_len);
   for (int64_t b = 0; b < shape.batch; b++) {
@@ -113,7 +123,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
       for (int64_t i = 0; i < shape.q_len; i++) {
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < shape.kv_len; j++) {
-          if (!visible(causal, q_pos0, i, k_pos0, j)) continue;
+          if (!visible(b, i, j)) continue;
           double prob;
           const double ds = grad_score(ix, i, j, &prob);
           const T* kj = k + ix.kv(j);
@@ -133,7 +143,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
         for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
           AttentionIndex ix(shape, b, h);
           for (int64_t i = 0; i < shape.q_len; i++) {
-            if (!visible(causal, q_pos0, i, k_pos0, j)) continue;
+            if (!visible(b, i, j)) continue;
             double prob;
             const double ds = grad_score(ix, i, j, &prob);
             const T* qi = q + ix.q(i);
@@ -185,10 +195,10 @@ void attention_merge(T* out, T* lse, const T* out_b, const T* lse_b, int64_t bat
 
 #define HCP_INSTANTIATE(T)                                                                         \
   template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&,  \
-                                     T, bool, int64_t, int64_t);                                   \
+                                     T, bool, int64_t, int64_t, const int32_t*);                   \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
                                       const T*, const T*, const AttentionShape&, T, bool, int64_t, \
-                                      int64_t);                                                    \
+                                      int64_t, const int32_t*);                                    \
   template void attention_merge<T>(T*, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)

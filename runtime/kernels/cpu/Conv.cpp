@@ -15,14 +15,21 @@ T conv_input(const T* x, const T* halo, int64_t b, int64_t p, int64_t c, int64_t
   return halo[(b * (width - 1) + (width - 1) + p) * channels + c];
 }
 
+// Whether output t of row b reads tap j: always, or with packed documents only within t's
+// document (the tap's lag, width-1-j, at most t's position in it).
+bool reads_tap(const int32_t* positions, int64_t b, int64_t t, int64_t j, int64_t seq,
+               int64_t width) {
+  return positions == nullptr || (width - 1) - j <= positions[b * seq + t];
+}
+
 // Gradient reaching input row p (p < 0: a halo row): the outputs t = p + (width-1) - j it feeds.
 template <typename T>
-double conv_input_grad(const T* dy, const T* w, int64_t b, int64_t p, int64_t c, int64_t seq,
-                       int64_t channels, int64_t width) {
+double conv_input_grad(const T* dy, const T* w, const int32_t* positions, int64_t b, int64_t p,
+                       int64_t c, int64_t seq, int64_t channels, int64_t width) {
   double acc = 0.0;
   for (int64_t j = 0; j < width; j++) {
     int64_t t = p + (width - 1) - j;
-    if (t < 0 || t >= seq) continue;
+    if (t < 0 || t >= seq || !reads_tap(positions, b, t, j, seq, width)) continue;
     acc += static_cast<double>(dy[(b * seq + t) * channels + c]) *
            static_cast<double>(w[c * width + j]);
   }
@@ -33,12 +40,14 @@ double conv_input_grad(const T* dy, const T* w, int64_t b, int64_t p, int64_t c,
 
 template <typename T>
 void causal_conv1d_forward(T* y, const T* x, const T* halo, const T* w, const T* bias,
-                           int64_t batch, int64_t seq, int64_t channels, int64_t width) {
+                           int64_t batch, int64_t seq, int64_t channels, int64_t width,
+                           const int32_t* positions) {
   for (int64_t b = 0; b < batch; b++) {
     for (int64_t t = 0; t < seq; t++) {
       for (int64_t c = 0; c < channels; c++) {
         double acc = static_cast<double>(bias[c]);
         for (int64_t j = 0; j < width; j++) {
+          if (!reads_tap(positions, b, t, j, seq, width)) continue;
           T in = conv_input(x, halo, b, t - (width - 1) + j, c, seq, channels, width);
           acc += static_cast<double>(w[c * width + j]) * static_cast<double>(in);
         }
@@ -51,20 +60,20 @@ void causal_conv1d_forward(T* y, const T* x, const T* halo, const T* w, const T*
 template <typename T>
 void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const T* x,
                             const T* halo, const T* w, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t width) {
+                            int64_t width, const int32_t* positions) {
   // Input gradients are gathered per input row, so every output element is written once.
   for (int64_t b = 0; b < batch; b++) {
     for (int64_t p = 0; p < seq; p++) {
       for (int64_t c = 0; c < channels; c++) {
         dx[(b * seq + p) * channels + c] =
-            static_cast<T>(conv_input_grad(dy, w, b, p, c, seq, channels, width));
+            static_cast<T>(conv_input_grad(dy, w, positions, b, p, c, seq, channels, width));
       }
     }
     if (dhalo != nullptr) {
       for (int64_t h = 0; h < width - 1; h++) {
         for (int64_t c = 0; c < channels; c++) {
-          dhalo[(b * (width - 1) + h) * channels + c] =
-              static_cast<T>(conv_input_grad(dy, w, b, h - (width - 1), c, seq, channels, width));
+          dhalo[(b * (width - 1) + h) * channels + c] = static_cast<T>(
+              conv_input_grad(dy, w, positions, b, h - (width - 1), c, seq, channels, width));
         }
       }
     }
@@ -77,6 +86,7 @@ void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const
         double g = static_cast<double>(dy[(b * seq + t) * channels + c]);
         db += g;
         for (int64_t j = 0; j < width; j++) {
+          if (!reads_tap(positions, b, t, j, seq, width)) continue;
           T in = conv_input(x, halo, b, t - (width - 1) + j, c, seq, channels, width);
           dwc[j] += g * static_cast<double>(in);
         }
@@ -89,9 +99,9 @@ void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const
 
 #define HCP_INSTANTIATE(T)                                                                        \
   template void causal_conv1d_forward<T>(T*, const T*, const T*, const T*, const T*, int64_t,     \
-                                         int64_t, int64_t, int64_t);                              \
+                                         int64_t, int64_t, int64_t, const int32_t*);              \
   template void causal_conv1d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                          int64_t, int64_t, int64_t, int64_t);
+                                          int64_t, int64_t, int64_t, int64_t, const int32_t*);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

@@ -11,6 +11,12 @@
 //     rounding of the final value.
 // Every function is a template over the scalar type, instantiated for float (what the runtime
 // runs) and double (what the finite-difference tests check against).
+//
+// Packed documents. The sequence kernels take `positions` (nullable) [batch rows, seq]: each
+// token's position in its document (Hugging Face's padding-free position_ids, 0 at a document's
+// first token), so token t's document starts at t - positions[t] (before 0: in the rows that
+// precede this segment). A token reads nothing of an earlier document: the conv's window, the
+// SSD state and attention's keys stop at its document's start. Null: one document throughout.
 #pragma once
 
 #include <cstdint>
@@ -110,14 +116,16 @@ void swiglu_backward(T* dx, const T* dy, const T* x, int64_t rows, int64_t inner
 // y[b, t, c] = bias[c] + sum_{j<width} w[c, j] * x[b, t - (width-1) + j, c], where positions
 // before 0 read halo[b, (width-1) + (t - (width-1) + j), c] from the rows that precede this
 // segment (context parallelism), or zero if halo is null. halo [batch, width-1, channels].
+// With positions, tap j (lag (width-1) - j) is zero where the lag exceeds positions[b, t].
 template <typename T>
 void causal_conv1d_forward(T* y, const T* x, const T* halo, const T* w, const T* bias,
-                           int64_t batch, int64_t seq, int64_t channels, int64_t width);
+                           int64_t batch, int64_t seq, int64_t channels, int64_t width,
+                           const int32_t* positions = nullptr);
 // dhalo is nullable (not wanted) and gets the gradient of the halo rows.
 template <typename T>
 void causal_conv1d_backward(T* dx, T* dhalo, T* dw, T* dbias, const T* dy, const T* x,
                             const T* halo, const T* w, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t width);
+                            int64_t width, const int32_t* positions = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Mamba2 SSD scan, chunked. Per batch b and head h (group g = h / (heads / groups)):
@@ -132,10 +140,13 @@ struct SsdShape {
 // x [B,S,H,P]; dt [B,S,H] (already softplus'ed); A [H] (negative); Bm, Cm [B,S,G,N]; D [H];
 // init_state [B,H,P,N] nullable. y [B,S,H,P] nullable (not wanted: then Cm and D are not read);
 // final_state [B,H,P,N] nullable. The (batch row, head) pairs are split over `threads`.
+// With positions [B,S] the state restarts at each document's first token (its decay from the
+// state before is 0): init_state reaches only the tokens before the first document start, and
+// final_state holds only the last document's.
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                      Threads threads = {});
+                      Threads threads = {}, const int32_t* positions = nullptr);
 // Exact gradients of ssd_scan_forward. dfinal_state is nullable (zero); dinit_state nullable
 // (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
 // chunk's states), so it needs no saved activations and memory linear in one chunk.
@@ -144,29 +155,32 @@ template <typename T>
 void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
                        const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
                        const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                       Threads threads = {});
+                       Threads threads = {}, const int32_t* positions = nullptr);
 // The final state ssd_scan_forward reaches from a zero initial state, without computing y: the
 // same chunk steps, so it equals ssd_scan_forward's final_state exactly. Context parallelism's
 // summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].
 template <typename T>
 void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                             const SsdShape& shape, Threads threads = {});
+                             const SsdShape& shape, Threads threads = {},
+                             const int32_t* positions = nullptr);
 // Its exact gradients: ssd_scan_backward's with dy = 0 and no initial state (the oracle runs that
 // with zero dy and C; correctness, not speed).
 template <typename T>
 void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
                               const T* dt, const T* A, const T* Bm, const SsdShape& shape,
-                              Threads threads = {});
+                              Threads threads = {}, const int32_t* positions = nullptr);
 // Context parallelism's correction of a segment scanned from a zero start: the outputs its true
 // initial state adds. Per batch row b and head h (group g), with the inclusive cumulative
 // log-decay Acs_t = A_h * sum_{u<=t} dt_u from the segment's start:
 //   out_t[p] = y_t[p] + exp(Acs_t) * sum_n init_state[p, n] C_t[n]
 // which makes out ssd_scan_forward's y with that init_state (the scan is linear in its state).
 // y, out [B,S,H,P]; dt [B,S,H]; A [H]; Cm [B,S,G,N]; init_state [B,H,P,N]. shape.chunk is not
-// read. out may equal y (in place).
+// read. out may equal y (in place). With positions [B,S], only the tokens before the segment's
+// first document start (positions[t] > t) take the term.
 template <typename T>
 void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, const T* Cm,
-                                   const T* init_state, const SsdShape& shape);
+                                   const T* init_state, const SsdShape& shape,
+                                   const int32_t* positions = nullptr);
 // Its gradients except y's (which is dout itself). With q_t = init_state C_t and
 // w_t = exp(Acs_t) <dout_t, q_t> (the gradient of Acs_t):
 //   dinit_state = sum_t exp(Acs_t) dout_t C_t^T        dCm_t = sum_{h in g} exp(Acs_t) init^T
@@ -174,11 +188,14 @@ void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, 
 template <typename T>
 void ssd_add_initial_state_backward(T* ddt, T* dA, T* dCm, T* dinit_state, const T* dout,
                                     const T* dt, const T* A, const T* Cm, const T* init_state,
-                                    const SsdShape& shape);
+                                    const SsdShape& shape, const int32_t* positions = nullptr);
 // Total log-decay of a segment, for passing states between segments: g[b, h] = sum_t
-// dt[b,t,h]*A[h].
+// dt[b,t,h]*A[h]. With positions [B,S], -infinity for a row whose last token's document starts
+// in the segment (positions[last] < seq): no state passes through it. Its gradient is then zero,
+// which the state scan's dg = exp(g) <...> = 0 gives the backward below.
 template <typename T>
-void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads);
+void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads,
+                   const int32_t* positions = nullptr);
 // Its gradients: ddt[b, t, h] = dg[b, h] * A[h]; dA[h] = sum_{b,t} dg[b, h] * dt[b, t, h].
 template <typename T>
 void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A, int64_t batch,
@@ -190,20 +207,23 @@ void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A,
 // sum_j exp(scale * q.k_j) over visible keys. Query row i sits at global position q_pos0 + i,
 // key j at k_pos0 + j; when causal, key j is visible to row i iff k_pos0 + j <= q_pos0 + i.
 // A row that sees no key gets out = 0 and lse = -infinity (so it merges as "empty").
+// q_positions (nullable) [B, Sq]: packed documents; key j is visible to row i only if it is no
+// earlier than the row's document start, k_pos0 + j >= q_pos0 + i - q_positions[b, i].
 struct AttentionShape {
   int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim;
 };
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
                        const AttentionShape& shape, T scale, bool causal, int64_t q_pos0,
-                       int64_t k_pos0);
+                       int64_t k_pos0, const int32_t* q_positions = nullptr);
 // Gradients of one (query block, key block) pair given the FINAL out and lse of the query rows
 // (after any merging over key blocks), as ring attention needs. dq [B,Sq,Hq,D] is this block's
 // contribution; dk, dv [B,Sk,Hkv,D].
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                         const T* out, const T* lse, const AttentionShape& shape, T scale,
-                        bool causal, int64_t q_pos0, int64_t k_pos0);
+                        bool causal, int64_t q_pos0, int64_t k_pos0,
+                        const int32_t* q_positions = nullptr);
 // Merges a partial result (out_b, lse_b) into (out, lse) in place:
 // L = log(exp(L_a) + exp(L_b)); O = exp(L_a - L) O_a + exp(L_b - L) O_b. -inf entries are empty.
 // out, out_b [B, S, H, D]; lse, lse_b [B, H, S].

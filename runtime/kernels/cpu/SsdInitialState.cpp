@@ -19,13 +19,18 @@ struct InitialStateHead {
   int64_t y_at(int64_t t) const { return dt_at(t) * s.head_dim; }
   int64_t c_at(int64_t t) const { return ((b * s.seq + t) * s.groups + g) * s.state; }
   int64_t state_at() const { return (b * s.heads + h) * s.head_dim * s.state; }
+  // Whether the state entering the segment reaches token t: no document starts in [0, t].
+  bool reached(const int32_t* positions, int64_t t) const {
+    return positions == nullptr || positions[b * s.seq + t] > t;
+  }
 };
 
 }  // namespace
 
 template <typename T>
 void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, const T* Cm,
-                                   const T* init_state, const SsdShape& shape) {
+                                   const T* init_state, const SsdShape& shape,
+                                   const int32_t* positions) {
   const int64_t P = shape.head_dim, N = shape.state;
   for (int64_t b = 0; b < shape.batch; b++) {
     for (int64_t h = 0; h < shape.heads; h++) {
@@ -34,7 +39,8 @@ void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, 
       double cum_dt = 0.0;
       for (int64_t t = 0; t < shape.seq; t++) {
         cum_dt += static_cast<double>(dt[hd.dt_at(t)]);
-        const double decay = std::exp(static_cast<double>(A[h]) * cum_dt);
+        const double decay =
+            hd.reached(positions, t) ? std::exp(static_cast<double>(A[h]) * cum_dt) : 0.0;
         const T* C = Cm + hd.c_at(t);
         for (int64_t p = 0; p < P; p++) {
           double q = 0.0;
@@ -52,7 +58,7 @@ void ssd_add_initial_state_forward(T* out, const T* y, const T* dt, const T* A, 
 template <typename T>
 void ssd_add_initial_state_backward(T* ddt, T* dA, T* dCm, T* dinit_state, const T* dout,
                                     const T* dt, const T* A, const T* Cm, const T* init_state,
-                                    const SsdShape& shape) {
+                                    const SsdShape& shape, const int32_t* positions) {
   const int64_t P = shape.head_dim, N = shape.state;
   // C is shared by the heads of a group and A by the batch rows: gathered in double, written
   // once at the end.
@@ -68,7 +74,7 @@ void ssd_add_initial_state_backward(T* ddt, T* dA, T* dCm, T* dinit_state, const
       double cum_dt = 0.0;
       for (int64_t t = 0; t < shape.seq; t++) {
         cum_dt += static_cast<double>(dt[hd.dt_at(t)]);
-        const double decay = std::exp(a_h * cum_dt);
+        const double decay = hd.reached(positions, t) ? std::exp(a_h * cum_dt) : 0.0;
         const T* C = Cm + hd.c_at(t);
         const T* dy = dout + hd.y_at(t);
         double dot = 0.0;  // <dout_t, q_t>
@@ -99,9 +105,10 @@ void ssd_add_initial_state_backward(T* ddt, T* dA, T* dCm, T* dinit_state, const
 
 #define HCP_INSTANTIATE(T)                                                                      \
   template void ssd_add_initial_state_forward<T>(T*, const T*, const T*, const T*, const T*,    \
-                                                 const T*, const SsdShape&);                    \
+                                                 const T*, const SsdShape&, const int32_t*);    \
   template void ssd_add_initial_state_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*, \
-                                                  const T*, const T*, const SsdShape&);
+                                                  const T*, const T*, const SsdShape&,          \
+                                                  const int32_t*);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

@@ -1,5 +1,6 @@
 // Mamba2 SSD scan, forward: chunked, with an optional incoming state (context parallelism).
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "runtime/kernels/cpu/Kernels.h"
@@ -10,13 +11,14 @@ namespace hcp::cpu {
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                      Threads threads) {
+                      Threads threads, const int32_t* positions) {
   const int64_t PN = shape.head_dim * shape.state;
   // Each (batch row, head) writes only its own y and final state: they go to threads whole.
   auto scan_heads = [&](int64_t begin, int64_t end) {
     std::vector<T> H(PN), H_next(PN);
     for (int64_t bh = begin; bh < end; bh++) {
-      detail::SsdHead<T> hd(shape, bh / shape.heads, bh % shape.heads, x, dt, A, Bm, Cm, D);
+      detail::SsdHead<T> hd(shape, bh / shape.heads, bh % shape.heads, x, dt, A, Bm, Cm, D,
+                            positions);
       if (init_state != nullptr) {
         std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN, H.begin());
       } else {
@@ -36,16 +38,23 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
 
 template <typename T>
 void ssd_final_state_forward(T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
-                             const SsdShape& shape, Threads threads) {
+                             const SsdShape& shape, Threads threads, const int32_t* positions) {
   // Without y the chunk step never reads C or D.
   ssd_scan_forward<T>(/*y=*/nullptr, final_state, x, dt, A, Bm, /*Cm=*/nullptr, /*D=*/nullptr,
-                      /*init_state=*/nullptr, shape, threads);
+                      /*init_state=*/nullptr, shape, threads, positions);
 }
 
 template <typename T>
-void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads) {
+void ssd_log_decay(T* g, const T* dt, const T* A, int64_t batch, int64_t seq, int64_t heads,
+                   const int32_t* positions) {
   for (int64_t b = 0; b < batch; b++) {
+    // A document starts in this row of the segment: nothing passes through it.
+    const bool blocked = positions != nullptr && seq > 0 && positions[b * seq + seq - 1] < seq;
     for (int64_t h = 0; h < heads; h++) {
+      if (blocked) {
+        g[b * heads + h] = -std::numeric_limits<T>::infinity();
+        continue;
+      }
       double acc = 0.0;
       for (int64_t t = 0; t < seq; t++) {
         acc += static_cast<double>(dt[(b * seq + t) * heads + h]) * static_cast<double>(A[h]);
@@ -72,13 +81,14 @@ void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A,
   }
 }
 
-#define HCP_INSTANTIATE(T)                                                                        \
-  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,     \
-                                    const T*, const T*, const SsdShape&, Threads);                \
-  template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,            \
-                                           const SsdShape&, Threads);                             \
-  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);              \
-  template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
+#define HCP_INSTANTIATE(T)                                                                         \
+  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,      \
+                                    const T*, const T*, const SsdShape&, Threads, const int32_t*); \
+  template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,             \
+                                           const SsdShape&, Threads, const int32_t*);              \
+  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t,                \
+                                 const int32_t*);                                                  \
+  template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
                                           int64_t);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)

@@ -22,7 +22,7 @@ template <typename T>
 void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
                        const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
                        const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                       Threads threads) {
+                       Threads threads, const int32_t* positions) {
   const int64_t P = shape.head_dim, N = shape.state, PN = P * N;
   const int64_t num_chunks = (shape.seq + shape.chunk - 1) / shape.chunk;
   // B and C are shared by the heads of a group, A and D by the batch rows: these gradients are
@@ -41,7 +41,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 
     for (int64_t h = h_begin; h < h_end; h++) {
       for (int64_t b = 0; b < shape.batch; b++) {
-        detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D);
+        detail::SsdHead<T> hd(shape, b, h, x, dt, A, Bm, Cm, D, positions);
         double* dB_h = dB_terms.data() + (h * rows + b * shape.seq) * N;
         double* dC_h = dC_terms.data() + (h * rows + b * shape.seq) * N;
         const double a_h = static_cast<double>(hd.A), d_h = static_cast<double>(hd.D);
@@ -72,7 +72,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
           for (int64_t l = 0; l < L; l++) {
             const int64_t t = t0 + l;
             const double dt_t = static_cast<double>(dt[hd.dti(t)]);
-            const double a_t = std::exp(dt_t * a_h);
+            const double a_t = hd.decay_into(t);
             for (int64_t p = 0; p < P; p++) {
               const double xdt = dt_t * static_cast<double>(x[hd.xi(t, p)]);
               for (int64_t n = 0; n < N; n++) {
@@ -86,7 +86,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
           for (int64_t l = L - 1; l >= 0; l--) {
             const int64_t t = t0 + l;
             const double dt_t = static_cast<double>(dt[hd.dti(t)]);
-            const double a_t = std::exp(dt_t * a_h);
+            const double a_t = hd.decay_into(t);  // 0 at a document start: no gradient through
             const double* S_t = S.data() + (l + 1) * PN;
             const double* S_prev = S.data() + l * PN;
 
@@ -160,7 +160,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 template <typename T>
 void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_state, const T* x,
                               const T* dt, const T* A, const T* Bm, const SsdShape& shape,
-                              Threads threads) {
+                              Threads threads, const int32_t* positions) {
   // The full backward with no output gradient: dy = 0 makes C and D irrelevant (zeros here), and
   // their gradients (dC = 0, dD = 0) are discarded.
   const size_t x_size = static_cast<size_t>(shape.batch * shape.seq * shape.heads * shape.head_dim);
@@ -169,15 +169,17 @@ void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_stat
   std::vector<T> discarded_dC(bc_size), discarded_dD(shape.heads);
   ssd_scan_backward<T>(dx, ddt, dA, dBm, discarded_dC.data(), discarded_dD.data(),
                        /*dinit_state=*/nullptr, zero_dy.data(), dfinal_state, x, dt, A, Bm,
-                       zero_C.data(), /*D=*/nullptr, /*init_state=*/nullptr, shape, threads);
+                       zero_C.data(), /*D=*/nullptr, /*init_state=*/nullptr, shape, threads,
+                       positions);
 }
 
 #define HCP_INSTANTIATE(T)                                                                       \
   template void ssd_scan_backward<T>(T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
                                      const T*, const T*, const T*, const T*, const T*, const T*, \
-                                     const SsdShape&, Threads);                                  \
+                                     const SsdShape&, Threads, const int32_t*);                  \
   template void ssd_final_state_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,        \
-                                            const T*, const T*, const SsdShape&, Threads);
+                                            const T*, const T*, const SsdShape&, Threads,        \
+                                            const int32_t*);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)
 #undef HCP_INSTANTIATE

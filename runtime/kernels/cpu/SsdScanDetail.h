@@ -15,14 +15,15 @@ template <typename T>
 struct SsdHead {
   const SsdShape& s;
   int64_t b, h, g;
-  const T* x;   // [B,S,H,P]
-  const T* dt;  // [B,S,H]
-  const T* Bm;  // [B,S,G,N]
-  const T* Cm;  // [B,S,G,N]
+  const T* x;                // [B,S,H,P]
+  const T* dt;               // [B,S,H]
+  const T* Bm;               // [B,S,G,N]
+  const T* Cm;               // [B,S,G,N]
+  const int32_t* positions;  // [B,S]: packed documents, or null (one document)
   T A, D;
 
   SsdHead(const SsdShape& shape, int64_t batch_row, int64_t head, const T* x_, const T* dt_,
-          const T* A_, const T* Bm_, const T* Cm_, const T* D_)
+          const T* A_, const T* Bm_, const T* Cm_, const T* D_, const int32_t* positions_)
       : s(shape),
         b(batch_row),
         h(head),
@@ -31,8 +32,20 @@ struct SsdHead {
         dt(dt_),
         Bm(Bm_),
         Cm(Cm_),
+        positions(positions_),
         A(A_[head]),
         D(D_ == nullptr ? T(0) : D_[head]) {}
+
+  // Whether what token s wrote into the state still reaches token t >= s: s lies in t's document
+  // (s = -1 stands for the state entering the segment).
+  bool reaches(int64_t s_pos, int64_t t) const {
+    return positions == nullptr || s_pos >= t - positions[b * s.seq + t];
+  }
+  // The decay into token t from the state before it: exp(dt_t A), or 0 where t starts a document.
+  double decay_into(int64_t t) const {
+    if (!reaches(t - 1, t)) return 0.0;
+    return std::exp(static_cast<double>(dt[dti(t)]) * static_cast<double>(A));
+  }
 
   int64_t xi(int64_t t, int64_t p) const {
     return ((b * s.seq + t) * s.heads + h) * s.head_dim + p;
@@ -49,6 +62,8 @@ struct SsdHead {
 //   y_l    = sum_{s<=l} (C_l . B_s) exp(Acs_l - Acs_s) dt_s x_s + exp(Acs_l) H C_l + D x_l
 //   H_next = exp(Acs_last) H + sum_s exp(Acs_last - Acs_s) dt_s x_s B_s^T
 // The cumsum restarts at every chunk so exp() never sees more than a chunk's worth of decay.
+// With packed documents each term counts only where its source reaches the token (SsdHead::
+// reaches; H stands at position t0 - 1): the recurrence with a zero decay at document starts.
 template <typename T>
 void ssd_chunk_forward(T* y, T* H_next, const T* H, const SsdHead<T>& hd, int64_t t0, int64_t t1) {
   const int64_t L = t1 - t0, P = hd.s.head_dim, N = hd.s.state;
@@ -69,10 +84,11 @@ void ssd_chunk_forward(T* y, T* H_next, const T* H, const SsdHead<T>& hd, int64_
           cb += static_cast<double>(hd.Cm[hd.bci(tl, n)]) *
                 static_cast<double>(hd.Bm[hd.bci(t0 + s, n)]);
         }
-        weight[s] = cb * std::exp(static_cast<double>(acs[l] - acs[s])) *
-                    static_cast<double>(hd.dt[hd.dti(t0 + s)]);
+        weight[s] = hd.reaches(t0 + s, tl) ? cb * std::exp(static_cast<double>(acs[l] - acs[s])) *
+                                                 static_cast<double>(hd.dt[hd.dti(t0 + s)])
+                                           : 0.0;
       }
-      const double decay_in = std::exp(static_cast<double>(acs[l]));
+      const double decay_in = hd.reaches(t0 - 1, tl) ? std::exp(static_cast<double>(acs[l])) : 0.0;
       for (int64_t p = 0; p < P; p++) {
         double intra = 0.0;
         for (int64_t s = 0; s <= l; s++)
@@ -91,10 +107,12 @@ void ssd_chunk_forward(T* y, T* H_next, const T* H, const SsdHead<T>& hd, int64_
   const T acs_last = L > 0 ? acs[L - 1] : T(0);
   std::vector<double> decay_out(L);  // exp(Acs_last - Acs_s) dt_s
   for (int64_t s = 0; s < L; s++) {
-    decay_out[s] = std::exp(static_cast<double>(acs_last - acs[s])) *
-                   static_cast<double>(hd.dt[hd.dti(t0 + s)]);
+    decay_out[s] = hd.reaches(t0 + s, t1 - 1) ? std::exp(static_cast<double>(acs_last - acs[s])) *
+                                                    static_cast<double>(hd.dt[hd.dti(t0 + s)])
+                                              : 0.0;
   }
-  const double decay_chunk = std::exp(static_cast<double>(acs_last));
+  const double decay_chunk =
+      L == 0 || hd.reaches(t0 - 1, t1 - 1) ? std::exp(static_cast<double>(acs_last)) : 0.0;
   for (int64_t p = 0; p < P; p++) {
     for (int64_t n = 0; n < N; n++) {
       double acc = decay_chunk * static_cast<double>(H[p * N + n]);

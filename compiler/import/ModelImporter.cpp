@@ -26,7 +26,8 @@ class ModelBuilder {
         config_(config),
         batch_(options.micro_batch),
         seq_(options.seq),
-        aux_coefficient_(config.has_experts() ? options.router_aux_loss : 0) {
+        aux_coefficient_(config.has_experts() ? options.router_aux_loss : 0),
+        documents_(options.documents) {
     act_ = options.dtype == ActivationType::kBF16 ? Type(b_.getBF16Type()) : b_.getF32Type();
   }
 
@@ -38,13 +39,19 @@ class ModelBuilder {
     auto scalar = RankedTensorType::get({}, b_.getF32Type());
     SmallVector<Type> inputs = {tokens, tokens, scalar};
     if (aux_coefficient_ > 0) inputs.push_back(scalar);
+    if (documents_) inputs.push_back(tokens);
     auto func =
         func::FuncOp::create(b_, loc, kTrainStepFunction, b_.getFunctionType(inputs, {scalar}));
     func.setArgAttr(0, "model.input", b_.getStringAttr("input_ids"));
     func.setArgAttr(1, "model.input", b_.getStringAttr("targets"));
     func.setArgAttr(2, "model.input", b_.getStringAttr("loss_scale"));
     if (aux_coefficient_ > 0) func.setArgAttr(3, "model.input", b_.getStringAttr("aux_loss_scale"));
+    // Packed documents: each token's position in its document (Hugging Face's position_ids).
+    if (documents_) {
+      func.setArgAttr(inputs.size() - 1, "model.input", b_.getStringAttr("position_ids"));
+    }
     b_.setInsertionPointToStart(func.addEntryBlock());
+    if (documents_) positions_ = func.getArgument(inputs.size() - 1);
     Value loss = Loss(func.getArgument(0), func.getArgument(1), func.getArgument(2));
     if (aux_coefficient_ > 0) loss = WithRouterAuxLoss(loss, func.getArgument(3));
     func::ReturnOp::create(b_, loc, loss);
@@ -189,7 +196,7 @@ class ModelBuilder {
     Value conv_b = Param(p + "conv1d.bias", {conv}, model::ParamInit::Zeros);
     Value xbc =
         model::CausalConv1dOp::create(b_, loc_, zxbcdt[1].getType(), zxbcdt[1], conv_w, conv_b,
-                                      /*halo=*/Value());
+                                      /*halo=*/Value(), positions_);
     xbc = model::SiluOp::create(b_, loc_, xbc);
     SmallVector<Value> parts = Split(xbc, {inner, groups * state, groups * state});
     Value xs = Reshape(parts[0], {batch_, seq_, heads, dim});
@@ -207,10 +214,10 @@ class ModelBuilder {
     Value A = model::NegExpOp::create(
         b_, loc_, Param(p + "A_log", {heads}, model::ParamInit::LogArange, f32));
     Value D = Param(p + "D", {heads}, model::ParamInit::Ones, f32);
-    auto scan =
-        model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
-                                 F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
-                                 /*init_state=*/Value(), b_.getI64IntegerAttr(c.mamba_chunk));
+    auto scan = model::SsdScanOp::create(b_, loc_, Act({batch_, seq_, heads, dim}),
+                                         F32({batch_, heads, dim, state}), xs, dt, A, B, C, D,
+                                         /*init_state=*/Value(), positions_,
+                                         b_.getI64IntegerAttr(c.mamba_chunk));
     Value y = Reshape(scan.getY(), {batch_, seq_, inner});
     y = model::GatedRmsNormOp::create(b_, loc_, y.getType(), y, z,
                                       Param(p + "norm.weight", {inner}, model::ParamInit::Ones),
@@ -228,9 +235,9 @@ class ModelBuilder {
                       {batch_, seq_, c.num_kv_heads, d});
     Value v = Reshape(Linear(x, Weight(p + "v_proj.weight", {kv_width, h})),
                       {batch_, seq_, c.num_kv_heads, d});
-    auto attention =
-        model::AttentionOp::create(b_, loc_, q.getType(), F32({batch_, c.num_heads, seq_}), q, k, v,
-                                   b_.getF64FloatAttr(c.attention_multiplier), b_.getUnitAttr());
+    auto attention = model::AttentionOp::create(
+        b_, loc_, q.getType(), F32({batch_, c.num_heads, seq_}), q, k, v, positions_,
+        b_.getF64FloatAttr(c.attention_multiplier), b_.getUnitAttr());
     Value out = Reshape(attention.getOut(), {batch_, seq_, q_width});
     return Linear(out, Weight(p + "o_proj.weight", {h, q_width}));
   }
@@ -266,6 +273,8 @@ class ModelBuilder {
   const GraniteConfig& config_;
   int64_t batch_, seq_;
   double aux_coefficient_;                          // 0: no load-balancing loss
+  bool documents_;                                  // packed documents: positions_ is the input
+  Value positions_;                                 // position_ids [batch, seq], or null
   SmallVector<Value> router_probs_, router_picks_;  // each MoE layer's router_load
   Type act_;
   Location loc_ = UnknownLoc::get(b_.getContext());

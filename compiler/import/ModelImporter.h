@@ -26,6 +26,10 @@ struct ImportOptions {
   // The MoE load-balancing loss's coefficient (0: none). RouterAuxLossCoefficient gives the
   // config's, or the one compile --router-aux-loss names.
   double router_aux_loss = 0;
+  // Packed documents (compile --documents): the step takes position_ids [micro_batch, seq] (each
+  // token's position in its document, Hugging Face's padding-free convention), and no layer
+  // reads across a document start.
+  bool documents = false;
 };
 
 // The coefficient of the MoE load-balancing loss for `config`: `given` (compile

@@ -103,6 +103,7 @@ class Writer {
       return absl::FailedPreconditionError("the step has no 'loss_scale' input");
     builder_.set_input_ids(inputs_["input_ids"]).set_targets(inputs_["targets"]);
     builder_.set_loss_scale(inputs_["loss_scale"]);
+    if (inputs_.count("position_ids")) builder_.set_position_ids(inputs_["position_ids"]);
     // The load-balancing loss: its scale input and its result come with it, or neither does.
     const bool has_scale = inputs_.count("aux_loss_scale") > 0;
     if (has_scale != routerAuxLoss_.has_value() || has_scale != (routerAuxCoefficient_ > 0))

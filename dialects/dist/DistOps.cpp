@@ -30,6 +30,16 @@ LogicalResult checkSegments(Operation* op, SequenceLayoutAttr layout, Value x, S
   return checkSegmentRows(op, layout, x, what);
 }
 
+// Packed documents: the local queries' positions [batch, local_seq] of q [batch, local_seq, ...].
+LogicalResult expectPositions(Operation* op, Value positions, Value q) {
+  if (!positions) return success();
+  ArrayRef<int64_t> p = shapeOf(positions), x = shapeOf(q);
+  if (p.size() != 2 || x.size() < 2 || p[0] != x[0] || p[1] != x[1])
+    return op->emitOpError() << "document positions must be [batch, local_seq] = [" << x[0] << ", "
+                             << x[1] << "], the queries'";
+  return success();
+}
+
 LogicalResult checkSameShape(Operation* op, Value a, Value b, StringRef whatA, StringRef whatB) {
   if (shapeOf(a) != shapeOf(b))
     return op->emitOpError() << whatA << " and " << whatB << " must have the same shape";
@@ -94,10 +104,12 @@ static LogicalResult verifyRingAttention(Operation* op, SequenceLayoutAttr layou
 }
 
 LogicalResult RingAttentionOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getQ()))) return failure();
   return verifyRingAttention(*this, getLayout(), getQ(), getK());
 }
 
 LogicalResult RingAttentionGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getQ()))) return failure();
   return verifyRingAttention(*this, getLayout(), getQ(), getK());
 }
 
@@ -170,7 +182,7 @@ LogicalResult RingAttentionOp::buildBackward(OpBuilder& b, ArrayRef<Value> dy,
   if (!dy[0]) return emitOpError() << "only the attention output can carry a gradient";
   auto grad = RingAttentionGradOp::create(
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dy[0], getQ(), getK(),
-      getV(), getOut(), getLse(), getLayoutAttr(), getScaleAttr(), getCausalAttr());
+      getV(), getOut(), getLse(), getPositions(), getLayoutAttr(), getScaleAttr(), getCausalAttr());
   grads[0] = grad.getDq();
   grads[1] = grad.getDk();
   grads[2] = grad.getDv();

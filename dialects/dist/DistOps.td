@@ -72,12 +72,16 @@ def Dist_RingAttentionOp : Dist_Op<"ring_attention", [Dist_Collective,
     The local q, k, v [batch, local_seq, heads, head_dim] hold the rank's segments; each step of
     the ring brings another rank's K/V block, whose partial result merges by log-sum-exp; blocks
     entirely in the future of a query piece are skipped. Same results as model.attention on the
-    whole sequence, restricted to the local queries.
+    whole sequence, restricted to the local queries. `positions` [batch, local_seq] (packed
+    documents): the local queries' positions in their documents, as model.attention's.
   }];
   let arguments = (ins Dist_FloatTensor:$q, Dist_FloatTensor:$k, Dist_FloatTensor:$v,
-                       Dist_SequenceLayoutAttr:$layout, F64Attr:$scale, UnitAttr:$causal);
+                       Optional<Dist_IndexTensor>:$positions, Dist_SequenceLayoutAttr:$layout,
+                       F64Attr:$scale, UnitAttr:$causal);
   let results = (outs Dist_FloatTensor:$out, Dist_FloatTensor:$lse);
-  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
 }
 
@@ -85,10 +89,12 @@ def Dist_RingAttentionGradOp : Dist_Op<"ring_attention_grad", [Dist_Collective]>
   let summary = "transpose of ring_attention: dK/dV travel around the ring back to their owners";
   let arguments = (ins Dist_FloatTensor:$dout, Dist_FloatTensor:$q, Dist_FloatTensor:$k,
                        Dist_FloatTensor:$v, Dist_FloatTensor:$out, Dist_FloatTensor:$lse,
-                       Dist_SequenceLayoutAttr:$layout, F64Attr:$scale, UnitAttr:$causal);
+                       Optional<Dist_IndexTensor>:$positions, Dist_SequenceLayoutAttr:$layout,
+                       F64Attr:$scale, UnitAttr:$causal);
   let results = (outs Dist_FloatTensor:$dq, Dist_FloatTensor:$dk, Dist_FloatTensor:$dv);
   let assemblyFormat = [{
-    $dout `,` $q `,` $k `,` $v `,` $out `,` $lse attr-dict `:` functional-type(operands, results)
+    $dout `,` $q `,` $k `,` $v `,` $out `,` $lse (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

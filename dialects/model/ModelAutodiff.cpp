@@ -147,9 +147,9 @@ LogicalResult backward(ReshapeOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gr
 
 LogicalResult backward(CausalConv1dOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
   Type dhaloType = op.getHalo() ? op.getHalo().getType() : Type();
-  auto grad = CausalConv1dGradOp::create(b, op.getLoc(), op.getX().getType(),
-                                         op.getWeight().getType(), op.getBias().getType(),
-                                         dhaloType, dy[0], op.getX(), op.getWeight(), op.getHalo());
+  auto grad = CausalConv1dGradOp::create(
+      b, op.getLoc(), op.getX().getType(), op.getWeight().getType(), op.getBias().getType(),
+      dhaloType, dy[0], op.getX(), op.getWeight(), op.getHalo(), op.getPositions());
   grads[0] = grad.getDx();
   grads[1] = grad.getDw();
   grads[2] = grad.getDbias();
@@ -174,7 +174,7 @@ LogicalResult backward(SsdScanOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gr
       b, loc, op.getX().getType(), op.getDt().getType(), op.getA().getType(), op.getB().getType(),
       op.getC().getType(), op.getD().getType(), init ? init.getType() : Type(),
       gradOrZeros(b, loc, dy[0], op.getY()), op.getX(), op.getDt(), op.getA(), op.getB(), op.getC(),
-      op.getD(), init, /*dfinal=*/dy[1], op.getChunkSizeAttr());
+      op.getD(), init, /*dfinal=*/dy[1], op.getPositions(), op.getChunkSizeAttr());
   grads[0] = grad.getDx();
   grads[1] = grad.getDdt();
   grads[2] = grad.getDA();
@@ -187,10 +187,10 @@ LogicalResult backward(SsdScanOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& gr
 
 // model.ssd_scan_grad's rule with dy = 0 and no initial state: only the state gradient flows.
 LogicalResult backward(SsdFinalStateOp op, OpBuilder& b, ArrayRef<Value> dfinal, Grads& grads) {
-  auto grad =
-      SsdFinalStateGradOp::create(b, op.getLoc(), op.getX().getType(), op.getDt().getType(),
-                                  op.getA().getType(), op.getB().getType(), dfinal[0], op.getX(),
-                                  op.getDt(), op.getA(), op.getB(), op.getChunkSizeAttr());
+  auto grad = SsdFinalStateGradOp::create(b, op.getLoc(), op.getX().getType(), op.getDt().getType(),
+                                          op.getA().getType(), op.getB().getType(), dfinal[0],
+                                          op.getX(), op.getDt(), op.getA(), op.getB(),
+                                          op.getPositions(), op.getChunkSizeAttr());
   grads[0] = grad.getDx();
   grads[1] = grad.getDdt();
   grads[2] = grad.getDA();
@@ -204,7 +204,8 @@ LogicalResult backward(SsdAddInitialStateOp op, OpBuilder& b, ArrayRef<Value> dr
   Value d = gradOrZeros(b, op.getLoc(), dresult[0], op.getResult());
   auto grad = SsdAddInitialStateGradOp::create(
       b, op.getLoc(), op.getDt().getType(), op.getA().getType(), op.getC().getType(),
-      op.getInitState().getType(), d, op.getDt(), op.getA(), op.getC(), op.getInitState());
+      op.getInitState().getType(), d, op.getDt(), op.getA(), op.getC(), op.getInitState(),
+      op.getPositions());
   grads[0] = d;
   grads[1] = grad.getDdt();
   grads[2] = grad.getDA();
@@ -229,10 +230,10 @@ LogicalResult backward(GatedRmsNormOp op, OpBuilder& b, ArrayRef<Value> dy, Grad
 // sharding, and its dist op has its own rule): its gradient is ignored here.
 LogicalResult backward(AttentionOp op, OpBuilder& b, ArrayRef<Value> dy, Grads& grads) {
   if (!dy[0]) return success();
-  auto grad =
-      AttentionGradOp::create(b, op.getLoc(), op.getQ().getType(), op.getK().getType(),
-                              op.getV().getType(), dy[0], op.getQ(), op.getK(), op.getV(),
-                              op.getOut(), op.getLse(), op.getScaleAttr(), op.getCausalAttr());
+  auto grad = AttentionGradOp::create(b, op.getLoc(), op.getQ().getType(), op.getK().getType(),
+                                      op.getV().getType(), dy[0], op.getQ(), op.getK(), op.getV(),
+                                      op.getOut(), op.getLse(), op.getPositions(),
+                                      op.getScaleAttr(), op.getCausalAttr());
   grads[0] = grad.getDq();
   grads[1] = grad.getDk();
   grads[2] = grad.getDv();

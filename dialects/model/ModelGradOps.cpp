@@ -155,6 +155,7 @@ LogicalResult SwigluGradOp::verify() {
 }
 
 LogicalResult CausalConv1dGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   if (failed(expectRank(*this, getX(), 3, "conv input [batch, seq, channels]")) ||
       failed(expectRank(*this, getW(), 3, "conv weight [channels, 1, width]")))
     return failure();
@@ -189,6 +190,7 @@ LogicalResult SsdLogDecayGradOp::verify() {
 }
 
 LogicalResult SsdScanGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
   if (failed(d)) return failure();
   SmallVector<int64_t> stateShape = d->stateShape();
@@ -223,6 +225,7 @@ LogicalResult SsdScanGradOp::verify() {
 }
 
 LogicalResult SsdAddInitialStateGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getDresult()))) return failure();
   if (failed(verifyInitialStateOperands(*this, getDresult(), getDt(), getA(), getC(),
                                         getInitState())) ||
       failed(expectTypeOf(*this, getDdt(), getDt(), "dt gradient", "dt")) ||
@@ -235,6 +238,7 @@ LogicalResult SsdAddInitialStateGradOp::verify() {
 }
 
 LogicalResult SsdFinalStateGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
   if (failed(d) || failed(expectShape(*this, getDfinal(), d->stateShape(), "final state gradient")))
     return failure();
@@ -250,6 +254,7 @@ LogicalResult SsdFinalStateGradOp::verify() {
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getQ()))) return failure();
   if (failed(expectRank(*this, getQ(), 4, "q [batch, seq, heads, head_dim]")) ||
       failed(expectRank(*this, getK(), 4, "k [batch, seq, kv_heads, head_dim]")))
     return failure();

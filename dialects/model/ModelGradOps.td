@@ -148,21 +148,22 @@ def Model_SwigluGradOp : Model_Op<"swiglu_grad", [Pure]> {
 // Mamba2 mixer gradients
 //===------------------------------------------------------------------------------------------===//
 
-def Model_CausalConv1dGradOp : Model_Op<"causal_conv1d_grad", [Pure]> {
+def Model_CausalConv1dGradOp : Model_Op<"causal_conv1d_grad", [Pure, AttrSizedOperandSegments]> {
   let summary = "gradients of the causal depthwise conv1d with bias";
   let description = [{
     dy, x [batch, seq, channels], w [channels, 1, width], optional halo -> dx (x's shape), dw
     (w's shape), dbias [channels], and dhalo (the halo's shape) exactly when the halo is given:
     `dx[t] = sum_j w[j] dy[t + (width-1) - j]` (zero past the end),
     `dw[c, 0, j] = sum_t dy[t, c] x[t - (width-1) + j, c]` (halo rows before t = 0),
-    `dbias = sum_t dy[t]`.
+    `dbias = sum_t dy[t]`; with `positions`, only the terms model.causal_conv1d's take.
   }];
   let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$x, Model_FloatTensor:$w,
-                       Optional<Model_FloatTensor>:$halo);
+                       Optional<Model_FloatTensor>:$halo, Optional<Model_TokenTensor>:$positions);
   let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$dw, Model_FloatTensor:$dbias,
                       Optional<Model_FloatTensor>:$dhalo);
   let assemblyFormat = [{
-    $dy `,` $x `,` $w (`halo` $halo^)? attr-dict `:` functional-type(operands, results)
+    $dy `,` $x `,` $w (`halo` $halo^)? (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -192,13 +193,14 @@ def Model_SsdScanGradOp : Model_Op<"ssd_scan_grad", [Pure, AttrSizedOperandSegme
   let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$x, Model_FloatTensor:$dt,
                        Model_FloatTensor:$A, Model_FloatTensor:$B, Model_FloatTensor:$C,
                        Model_FloatTensor:$D, Optional<Model_FloatTensor>:$init_state,
-                       Optional<Model_FloatTensor>:$dfinal, I64Attr:$chunk_size);
+                       Optional<Model_FloatTensor>:$dfinal, Optional<Model_TokenTensor>:$positions,
+                       I64Attr:$chunk_size);
   let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$ddt, Model_FloatTensor:$dA,
                       Model_FloatTensor:$dB, Model_FloatTensor:$dC, Model_FloatTensor:$dD,
                       Optional<Model_FloatTensor>:$dinit);
   let assemblyFormat = [{
     $dy `,` $x `,` $dt `,` $A `,` $B `,` $C `,` $D (`init` $init_state^)? (`dfinal` $dfinal^)?
-    attr-dict `:` functional-type(operands, results)
+    (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -213,11 +215,12 @@ def Model_SsdAddInitialStateGradOp : Model_Op<"ssd_add_initial_state_grad", [Pur
     `dA_h = sum_{b,t} w_t sum_{u<=t} dt_u`.
   }];
   let arguments = (ins Model_FloatTensor:$dresult, Model_FloatTensor:$dt, Model_FloatTensor:$A,
-                       Model_FloatTensor:$C, Model_FloatTensor:$init_state);
+                       Model_FloatTensor:$C, Model_FloatTensor:$init_state,
+                       Optional<Model_TokenTensor>:$positions);
   let results = (outs Model_FloatTensor:$ddt, Model_FloatTensor:$dA, Model_FloatTensor:$dC,
                       Model_FloatTensor:$dinit);
   let assemblyFormat = [{
-    $dresult `,` $dt `,` $A `,` $C `init` $init_state attr-dict `:`
+    $dresult `,` $dt `,` $A `,` $C `init` $init_state (`positions` $positions^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -232,11 +235,13 @@ def Model_SsdFinalStateGradOp : Model_Op<"ssd_final_state_grad", [Pure]> {
     G_{c-1} = exp(a_last^(c)) G_c, so none of the scan's intra-chunk output gradient is needed.
   }];
   let arguments = (ins Model_FloatTensor:$dfinal, Model_FloatTensor:$x, Model_FloatTensor:$dt,
-                       Model_FloatTensor:$A, Model_FloatTensor:$B, I64Attr:$chunk_size);
+                       Model_FloatTensor:$A, Model_FloatTensor:$B,
+                       Optional<Model_TokenTensor>:$positions, I64Attr:$chunk_size);
   let results = (outs Model_FloatTensor:$dx, Model_FloatTensor:$ddt, Model_FloatTensor:$dA,
                       Model_FloatTensor:$dB);
   let assemblyFormat = [{
-    $dfinal `,` $x `,` $dt `,` $A `,` $B attr-dict `:` functional-type(operands, results)
+    $dfinal `,` $x `,` $dt `,` $A `,` $B (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -255,10 +260,11 @@ def Model_AttentionGradOp : Model_Op<"attention_grad", [Pure]> {
   }];
   let arguments = (ins Model_FloatTensor:$dout, Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, Model_FloatTensor:$out, Model_FloatTensor:$lse,
-                       F64Attr:$scale, UnitAttr:$causal);
+                       Optional<Model_TokenTensor>:$positions, F64Attr:$scale, UnitAttr:$causal);
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk, Model_FloatTensor:$dv);
   let assemblyFormat = [{
-    $dout `,` $q `,` $k `,` $v `,` $out `,` $lse attr-dict `:` functional-type(operands, results)
+    $dout `,` $q `,` $k `,` $v `,` $out `,` $lse (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

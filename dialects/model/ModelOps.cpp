@@ -100,7 +100,7 @@ LogicalResult SplitOp::verify() {
 }
 
 LogicalResult ReshapeOp::verify() {
-  RankedTensorType in = tensorType(getX()), out = getResult().getType();
+  RankedTensorType in = tensorType(getX()), out = tensorType(getResult());
   if (!in.hasStaticShape() || !out.hasStaticShape())
     return emitOpError() << "reshape needs static shapes";
   if (in.getNumElements() != out.getNumElements())
@@ -124,6 +124,7 @@ LogicalResult SwigluOp::verify() {
 }
 
 LogicalResult CausalConv1dOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   if (failed(expectRank(*this, getX(), 3, "conv input [batch, seq, channels]")) ||
       failed(expectRank(*this, getWeight(), 3, "conv weight [channels, 1, width]")) ||
       failed(expectRank(*this, getBias(), 1, "conv bias")))
@@ -141,6 +142,7 @@ LogicalResult CausalConv1dOp::verify() {
 }
 
 LogicalResult SsdLogDecayOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getDt()))) return failure();
   if (failed(expectRank(*this, getDt(), 3, "dt [batch, seq, heads]"))) return failure();
   ArrayRef<int64_t> dt = shapeOf(getDt());
   if (failed(expectShape(*this, getA(), {dt[2]}, "A")) ||
@@ -152,6 +154,7 @@ LogicalResult SsdLogDecayOp::verify() {
 }
 
 LogicalResult SsdScanOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
   if (failed(d)) return failure();
   if (failed(expectShape(*this, getC(), shapeOf(getB()), "C")) ||
@@ -167,6 +170,7 @@ LogicalResult SsdScanOp::verify() {
 }
 
 LogicalResult SsdFinalStateOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getX()))) return failure();
   FailureOr<SsdDims> d = verifySsdOperands(*this, getX(), getDt(), getA(), getB());
   if (failed(d) || failed(expectShape(*this, getFinalState(), d->stateShape(), "final state")))
     return failure();
@@ -179,6 +183,7 @@ LogicalResult SsdFinalStateOp::verify() {
 }
 
 LogicalResult SsdAddInitialStateOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getY()))) return failure();
   return verifyInitialStateOperands(*this, getY(), getDt(), getA(), getC(), getInitState());
 }
 
@@ -192,6 +197,7 @@ LogicalResult GatedRmsNormOp::verify() {
 }
 
 LogicalResult AttentionOp::verify() {
+  if (failed(expectPositions(*this, getPositions(), getQ()))) return failure();
   if (failed(expectRank(*this, getQ(), 4, "q [batch, seq, heads, head_dim]")) ||
       failed(expectRank(*this, getK(), 4, "k [batch, seq, kv_heads, head_dim]")))
     return failure();

@@ -139,8 +139,12 @@ def Model_SplitOp : Model_Op<"split", [Pure]> {
 
 def Model_ReshapeOp : Model_Op<"reshape", [Pure]> {
   let summary = "reinterpret the shape (row-major), e.g. [b, s, heads*dim] -> [b, s, heads, dim]";
-  let arguments = (ins Model_FloatTensor:$x);
-  let results = (outs Model_FloatTensor:$result);
+  let description = [{
+    Also of token tensors: context parallelism views a rank's positions [b, segs*len] as
+    [b*segs, len] beside the activations it views as segment rows.
+  }];
+  let arguments = (ins AnyTypeOf<[Model_FloatTensor, Model_TokenTensor]>:$x);
+  let results = (outs AnyTypeOf<[Model_FloatTensor, Model_TokenTensor]>:$result);
   let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -157,24 +161,28 @@ def Model_SwigluOp : Model_Op<"swiglu", [Pure]> {
 // Mamba2 mixer
 //===------------------------------------------------------------------------------------------===//
 
-def Model_CausalConv1dOp : Model_Op<"causal_conv1d", [Pure, AllTypesMatch<["x", "result"]>]> {
+def Model_CausalConv1dOp : Model_Op<"causal_conv1d", [Pure, AllTypesMatch<["x", "result"]>,
+                                                       AttrSizedOperandSegments]> {
   let summary = "causal depthwise conv1d with bias over [batch, seq, channels]";
   let description = [{
     `y[b, t, c] = bias[c] + sum_j w[c, 0, j] * x[b, t - (width-1) + j, c]`. Positions before t = 0
     read the optional `halo` [batch, width-1, channels] (the rows that precede each sequence
     row: the previous segment's tail under context parallelism), zero without it. The weight has
-    the checkpoint's shape [channels, 1, width].
+    the checkpoint's shape [channels, 1, width]. Packed documents: with `positions` [batch, seq]
+    (each token's position in its document, Hugging Face's position_ids), no term reaches before
+    the token's document start, into the halo neither.
   }];
   let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight, Model_FloatTensor:$bias,
-                       Optional<Model_FloatTensor>:$halo);
+                       Optional<Model_FloatTensor>:$halo, Optional<Model_TokenTensor>:$positions);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $x `,` $weight `,` $bias (`halo` $halo^)? attr-dict `:` functional-type(operands, results)
+    $x `,` $weight `,` $bias (`halo` $halo^)? (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
 
-def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure]> {
+def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure, AttrSizedOperandSegments]> {
   let summary = "Mamba2 chunked state-space scan (SSD) with optional initial state";
   let description = [{
     Per batch row and head h (group g = h / (heads / groups)):
@@ -182,15 +190,18 @@ def Model_SsdScanOp : Model_Op<"ssd_scan", [Pure]> {
     of `chunk_size` positions (a partial last chunk is fine). Shapes: x [b, s, heads, head_dim],
     dt [b, s, heads] (after softplus), A [heads], B and C [b, s, groups, state], D [heads],
     init_state and final_state [b, heads, head_dim, state]. dt, cumulative sums and states are
-    fp32 whatever the activation dtype.
+    fp32 whatever the activation dtype. Packed documents: with `positions` [b, s] the state
+    restarts at each document's first token (position 0); init_state reaches only the tokens
+    before the first document start, and final_state is the last document's.
   }];
   let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$dt, Model_FloatTensor:$A,
                        Model_FloatTensor:$B, Model_FloatTensor:$C, Model_FloatTensor:$D,
-                       Optional<Model_FloatTensor>:$init_state, I64Attr:$chunk_size);
+                       Optional<Model_FloatTensor>:$init_state,
+                       Optional<Model_TokenTensor>:$positions, I64Attr:$chunk_size);
   let results = (outs Model_FloatTensor:$y, Model_FloatTensor:$final_state);
   let assemblyFormat = [{
-    $x `,` $dt `,` $A `,` $B `,` $C `,` $D (`init` $init_state^)? attr-dict `:`
-    functional-type(operands, results)
+    $x `,` $dt `,` $A `,` $B `,` $C `,` $D (`init` $init_state^)? (`positions` $positions^)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -207,10 +218,12 @@ def Model_SsdFinalStateOp : Model_Op<"ssd_final_state", [Pure]> {
     B [b, s, groups, state] -> final_state [b, heads, head_dim, state] (f32).
   }];
   let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$dt, Model_FloatTensor:$A,
-                       Model_FloatTensor:$B, I64Attr:$chunk_size);
+                       Model_FloatTensor:$B, Optional<Model_TokenTensor>:$positions,
+                       I64Attr:$chunk_size);
   let results = (outs Model_FloatTensor:$final_state);
   let assemblyFormat = [{
-    $x `,` $dt `,` $A `,` $B attr-dict `:` functional-type(operands, results)
+    $x `,` $dt `,` $A `,` $B (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -229,10 +242,12 @@ def Model_SsdAddInitialStateOp : Model_Op<"ssd_add_initial_state",
     init_state [b, heads, head_dim, state] (f32).
   }];
   let arguments = (ins Model_FloatTensor:$y, Model_FloatTensor:$dt, Model_FloatTensor:$A,
-                       Model_FloatTensor:$C, Model_FloatTensor:$init_state);
+                       Model_FloatTensor:$C, Model_FloatTensor:$init_state,
+                       Optional<Model_TokenTensor>:$positions);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $y `,` $dt `,` $A `,` $C `init` $init_state attr-dict `:` functional-type(operands, results)
+    $y `,` $dt `,` $A `,` $C `init` $init_state (`positions` $positions^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -242,11 +257,15 @@ def Model_SsdLogDecayOp : Model_Op<"ssd_log_decay", [Pure]> {
   let description = [{
     With the segment's final state from a zero start, this summarises the segment as the affine
     map S_out = exp(g) S_in + S_local that context parallelism passes between segments.
-    dt [b, s, heads], A [heads] -> g [b, heads] (f32).
+    dt [b, s, heads], A [heads] -> g [b, heads] (f32). With `positions` [b, s] (packed
+    documents), -infinity for a row in which a document starts: no state passes through it.
   }];
-  let arguments = (ins Model_FloatTensor:$dt, Model_FloatTensor:$A);
+  let arguments = (ins Model_FloatTensor:$dt, Model_FloatTensor:$A,
+                       Optional<Model_TokenTensor>:$positions);
   let results = (outs Model_FloatTensor:$g);
-  let assemblyFormat = "$dt `,` $A attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $dt `,` $A (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
 }
 
@@ -268,12 +287,15 @@ def Model_AttentionOp : Model_Op<"attention", [Pure]> {
   let description = [{
     q [b, s, heads, d]; k, v [b, s, kv_heads, d]; query head h reads kv head h / (heads / kv_heads).
     `out = softmax(q k^T * scale + causal mask) v` in fp32. `lse` [b, heads, s] is the
-    log-sum-exp of each row's scaled scores, the quantity ring attention merges with.
+    log-sum-exp of each row's scaled scores, the quantity ring attention merges with. With
+    `positions` [b, s] (packed documents) a query sees no key before its document's start.
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k, Model_FloatTensor:$v,
-                       F64Attr:$scale, UnitAttr:$causal);
+                       Optional<Model_TokenTensor>:$positions, F64Attr:$scale, UnitAttr:$causal);
   let results = (outs Model_FloatTensor:$out, Model_FloatTensor:$lse);
-  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
 }
 

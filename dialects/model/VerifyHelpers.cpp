@@ -41,6 +41,14 @@ LogicalResult expectShape(Operation* op, Value value, ArrayRef<int64_t> expected
   return success();
 }
 
+LogicalResult expectPositions(Operation* op, Value positions, Value like) {
+  if (!positions) return success();
+  ArrayRef<int64_t> shape = shapeOf(like);
+  if (shape.size() < 2) return op->emitOpError() << "packed documents need [batch, seq, ...] data";
+  return expectShape(op, positions, {shape[0], shape[1]},
+                     "document positions (position_ids [batch, seq])");
+}
+
 LogicalResult expectSameElementType(Operation* op, Value a, Value b, StringRef whatA,
                                     StringRef whatB) {
   if (tensorType(a).getElementType() != tensorType(b).getElementType()) {

@@ -25,6 +25,8 @@ mlir::LogicalResult expectRank(mlir::Operation* op, mlir::Value value, int64_t r
                                llvm::StringRef what);
 mlir::LogicalResult expectShape(mlir::Operation* op, mlir::Value value,
                                 llvm::ArrayRef<int64_t> expected, llvm::StringRef what);
+// Packed documents: `positions` (null: none) is [batch, seq] of `like` [batch, seq, ...].
+mlir::LogicalResult expectPositions(mlir::Operation* op, mlir::Value positions, mlir::Value like);
 mlir::LogicalResult expectSameElementType(mlir::Operation* op, mlir::Value a, mlir::Value b,
                                           llvm::StringRef whatA, llvm::StringRef whatB);
 

@@ -35,8 +35,11 @@ struct InsertHaloExchangePass : impl::InsertHaloExchangeBase<InsertHaloExchangeP
       auto halo =
           dist::HaloExchangeOp::create(b, loc, haloType, x, layout, b.getI64IntegerAttr(width));
       if (failed(mlir::verify(halo))) return signalPassFailure();
-      Value y =
-          model::CausalConv1dOp::create(b, loc, xType, x, conv.getWeight(), conv.getBias(), halo);
+      // Packed documents: the positions viewed as the same segment rows.
+      Value positions =
+          conv.getPositions() ? toSegmentRows(b, loc, conv.getPositions(), layout) : Value();
+      Value y = model::CausalConv1dOp::create(b, loc, xType, x, conv.getWeight(), conv.getBias(),
+                                              halo, positions);
       conv.getResult().replaceAllUsesWith(fromSegmentRows(b, loc, y, conv.getType()));
       conv.erase();
     }

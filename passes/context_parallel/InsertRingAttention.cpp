@@ -25,8 +25,8 @@ struct InsertRingAttentionPass : impl::InsertRingAttentionBase<InsertRingAttenti
       OpBuilder b(attention);
       auto ring = dist::RingAttentionOp::create(
           b, attention.getLoc(), attention.getOut().getType(), attention.getLse().getType(),
-          attention.getQ(), attention.getK(), attention.getV(), layout, attention.getScaleAttr(),
-          attention.getCausalAttr());
+          attention.getQ(), attention.getK(), attention.getV(), attention.getPositions(), layout,
+          attention.getScaleAttr(), attention.getCausalAttr());
       if (failed(mlir::verify(ring))) return signalPassFailure();
       attention.replaceAllUsesWith(ring.getResults());
       attention.erase();

@@ -50,6 +50,10 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
       Value dt = toSegmentRows(b, loc, scan.getDt(), layout);
       Value B = toSegmentRows(b, loc, scan.getB(), layout);
       Value C = toSegmentRows(b, loc, scan.getC(), layout);
+      // Packed documents: no state passes across a document start (ssd_log_decay gives such a
+      // segment -infinity, the correction and the scans stop at the start).
+      Value positions =
+          scan.getPositions() ? toSegmentRows(b, loc, scan.getPositions(), layout) : Value();
       auto xType = cast<RankedTensorType>(x.getType());
       auto stateType = cast<RankedTensorType>(scan.getFinalState().getType());
       SmallVector<int64_t> rowsState(stateType.getShape());
@@ -57,27 +61,27 @@ struct InsertStateScanPass : impl::InsertStateScanBase<InsertStateScanPass> {
       auto segmentState = RankedTensorType::get(rowsState, stateType.getElementType());
       auto f32 = b.getF32Type();
       auto decayType = RankedTensorType::get({xType.getShape()[0], xType.getShape()[2]}, f32);
-      Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA());
+      Value g = model::SsdLogDecayOp::create(b, loc, decayType, dt, scan.getA(), positions);
       Value y;
       if (incoming == IncomingState::Correct) {
         // 1. Each segment scanned once from a zero start: its outputs and final state.
-        auto local =
-            model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
-                                     scan.getD(), /*init_state=*/Value(), scan.getChunkSizeAttr());
+        auto local = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
+                                              scan.getD(), /*init_state=*/Value(), positions,
+                                              scan.getChunkSizeAttr());
         // 2. The state entering each segment, from every segment before it.
         Value in = dist::StateScanOp::create(b, loc, segmentState, g, local.getFinalState(), layout,
                                              chosen);
         // 3. The outputs that state adds.
-        y = model::SsdAddInitialStateOp::create(b, loc, xType, local.getY(), dt, scan.getA(), C,
-                                                in);
+        y = model::SsdAddInitialStateOp::create(b, loc, xType, local.getY(), dt, scan.getA(), C, in,
+                                                positions);
       } else {
         // 1. Each segment's summary: its final state from a zero start, the state only.
         Value local = model::SsdFinalStateOp::create(b, loc, segmentState, x, dt, scan.getA(), B,
-                                                     scan.getChunkSizeAttr());
+                                                     positions, scan.getChunkSizeAttr());
         Value in = dist::StateScanOp::create(b, loc, segmentState, g, local, layout, chosen);
         // 3. The scan again, from the true incoming state.
         y = model::SsdScanOp::create(b, loc, xType, segmentState, x, dt, scan.getA(), B, C,
-                                     scan.getD(), in, scan.getChunkSizeAttr())
+                                     scan.getD(), in, positions, scan.getChunkSizeAttr())
                 .getY();
       }
       scan.getY().replaceAllUsesWith(fromSegmentRows(b, loc, y, scan.getY().getType()));

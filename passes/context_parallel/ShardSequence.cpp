@@ -60,7 +60,7 @@ void retype(Operation* op, int64_t globalSeq, int64_t localSeq) {
       })
       .Case([&](model::ReshapeOp op) {
         // Activations keep [batch, seq, ...] in front through every reshape of the model.
-        SmallVector<int64_t> shape(op.getType().getShape());
+        SmallVector<int64_t> shape(tensorType(op.getResult()).getShape());
         if (shape.size() >= 2 && shape[1] == globalSeq &&
             tensorType(op.getX()).getShape()[1] == localSeq)
           shape[1] = localSeq;

@@ -39,7 +39,8 @@ bool sameBuffer(Value a, Value b) { return rootOf(a) && rootOf(a) == rootOf(b); 
 // Whether a conv backward's shape and halo are those of the conv forward.
 bool sameConv(const ConvArgs& conv, const ConvGradArgs& grad) {
   return grad.batch == conv.batch && grad.seq == conv.seq && grad.channels == conv.channels &&
-         grad.width == conv.width && grad.has_halo == conv.has_halo;
+         grad.width == conv.width && grad.has_halo == conv.has_halo &&
+         grad.documents == conv.documents;
 }
 
 // The fold around the conv backward that silu_grad feeds, if that backward is the one of the
@@ -56,6 +57,7 @@ bool addBackward(Fold& fold, exec::LaunchOp siluGradLaunch, const SiluGradArgs& 
     return false;
   }
   if (fold.conv.has_halo && !sameBuffer(convGrad->halo, fold.conv.halo)) return false;
+  if (fold.conv.documents && !sameBuffer(convGrad->positions, fold.conv.positions)) return false;
   const int64_t conv = accesses.position(fold.convLaunch);
   const int64_t grad = accesses.position(convGradLaunch);
   // The backward recomputes the conv from x, w, the bias and the halo: none may change between.

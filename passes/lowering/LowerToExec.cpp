@@ -163,6 +163,13 @@ class Lowering {
     createLaunch(b_, loc_, args);
   }
 
+  // Packed documents: a sequence kernel's positions, when its op has them.
+  template <typename Args>
+  void setPositions(Args& args, Value positions) {
+    args.documents = static_cast<bool>(positions);
+    if (positions) args.positions = in(positions);
+  }
+
   // --- ops --------------------------------------------------------------------------------------
   // Each rule fills its kernel's arguments (runtime/plan/KernelTable.txt); the buffers of an
   // op's results are created in result order.
@@ -224,7 +231,7 @@ class Lowering {
 
   // Reshapes are views of the same bytes.
   void lowerOp(model::ReshapeOp reshape) {
-    RankedTensorType tensor = reshape.getResult().getType();
+    auto tensor = cast<RankedTensorType>(reshape.getResult().getType());
     buffers_[reshape.getResult()] = exec::ViewOp::create(
         b_, loc_, MemRefType::get(tensor.getShape(), tensor.getElementType()), in(reshape.getX()));
   }
@@ -515,6 +522,7 @@ class Lowering {
     conv.bias = in(op.getBias());
     if (conv.has_halo) conv.halo = in(op.getHalo());
     conv.y = output(op.getResult());
+    setPositions(conv, op.getPositions());
     emit(conv);
   }
 
@@ -535,6 +543,7 @@ class Lowering {
     conv.dw = output(op.getDw());
     conv.dbias = output(op.getDbias());
     if (conv.has_halo) conv.dhalo = output(op.getDhalo());
+    setPositions(conv, op.getPositions());
     emit(conv);
   }
 
@@ -547,6 +556,7 @@ class Lowering {
     decay.dt = in(op.getDt());
     decay.A = in(op.getA());
     decay.g = output(op.getG());
+    setPositions(decay, op.getPositions());
     emit(decay);
   }
 
@@ -578,6 +588,7 @@ class Lowering {
     if (scan.has_init) scan.init_state = in(op.getInitState());
     scan.y = output(op.getY());
     scan.final_state = output(op.getFinalState());
+    setPositions(scan, op.getPositions());
     emit(scan);
   }
 
@@ -604,6 +615,7 @@ class Lowering {
     scan.dC = output(op.getDC());
     scan.dD = output(op.getDD());
     if (scan.has_init) scan.dinit_state = output(op.getDinit());
+    setPositions(scan, op.getPositions());
     emit(scan);
   }
 
@@ -616,6 +628,7 @@ class Lowering {
     summary.A = in(op.getA());
     summary.B = in(op.getB());
     summary.final_state = output(op.getFinalState());
+    setPositions(summary, op.getPositions());
     emit(summary);
   }
 
@@ -632,6 +645,7 @@ class Lowering {
     summary.ddt = output(op.getDdt());
     summary.dA = output(op.getDA());
     summary.dB = output(op.getDB());
+    setPositions(summary, op.getPositions());
     emit(summary);
   }
 
@@ -644,6 +658,7 @@ class Lowering {
     correction.C = in(op.getC());
     correction.init_state = in(op.getInitState());
     correction.out = output(op.getResult());
+    setPositions(correction, op.getPositions());
     emit(correction);
   }
 
@@ -659,6 +674,7 @@ class Lowering {
     correction.dA = output(op.getDA());
     correction.dC = output(op.getDC());
     correction.dinit_state = output(op.getDinit());
+    setPositions(correction, op.getPositions());
     emit(correction);
   }
 
@@ -675,6 +691,7 @@ class Lowering {
     attention.v = in(op.getV());
     attention.out = output(op.getOut());
     attention.lse = output(op.getLse());
+    setPositions(attention, op.getPositions());
     emit(attention);
   }
   void lowerOp(model::AttentionOp op) { attention<plan::AttentionForwardArgs<Value>>(op); }
@@ -695,6 +712,7 @@ class Lowering {
     attention.dq = output(op.getDq());
     attention.dk = output(op.getDk());
     attention.dv = output(op.getDv());
+    setPositions(attention, op.getPositions());
     emit(attention);
   }
   void lowerOp(model::AttentionGradOp op) { attentionGrad<plan::AttentionBackwardArgs<Value>>(op); }

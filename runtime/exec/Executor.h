@@ -43,6 +43,10 @@ class Executor {
                                  std::span<const int32_t> targets,
                                  std::optional<float> loss_scale = std::nullopt,
                                  std::optional<float> aux_scale = std::nullopt) = 0;
+  // Packed documents (a plan with position_ids): the micro-batch's position_ids [micro_batch,
+  // seq], whole sequences (RankInputs.h's CheckPositionIds); each rank keeps its cp shard. Call
+  // after SetInputs, which sets one document per row.
+  virtual absl::Status SetPositions(std::span<const int32_t> position_ids) = 0;
   // The plan's steps in order: the loss and every gradient of this rank's tokens.
   virtual absl::Status RunStep() = 0;
   // Sums the gradients over the ranks that hold a copy (replicated parameters over the world,

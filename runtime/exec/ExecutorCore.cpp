@@ -147,6 +147,23 @@ absl::Status ExecutorCore::SetInputs(std::span<const int32_t> input_ids,
     const float scale = aux_scale.value_or(1.0f / static_cast<float>(plan_.mesh.dp));
     status = WriteFloats(plan_.router_aux_loss->scale, std::span(&scale, 1));
   }
+  if (status.ok() && plan_.position_ids) {
+    status = WriteInts(*plan_.position_ids,
+                       CutRankTokens(plan_, comm_->cp_index(), OneDocumentPerRow(plan_)));
+  }
+  return comm::AgreeOnStatus(*comm_, status);
+}
+
+absl::Status ExecutorCore::SetPositions(std::span<const int32_t> position_ids) {
+  absl::Status status = CheckPositionIds(plan_, position_ids);
+  if (status.ok() && !plan_.position_ids) {
+    status = absl::FailedPreconditionError(
+        "position_ids given, but the plan treats every sequence as one document: compile it "
+        "with --documents");
+  }
+  if (status.ok()) {
+    status = WriteInts(*plan_.position_ids, CutRankTokens(plan_, comm_->cp_index(), position_ids));
+  }
   return comm::AgreeOnStatus(*comm_, status);
 }
 

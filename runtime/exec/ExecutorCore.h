@@ -68,6 +68,7 @@ class ExecutorCore : public Executor {
   // The plan's loss buffer (NaN if it cannot be read).
   float Loss() const override;
   std::optional<float> RouterAuxLoss() const override;
+  absl::Status SetPositions(std::span<const int32_t> position_ids) override;
   // Per parameter the backend's GradientSquares, summed in double in plan order: replicated
   // gradients are the same on every rank and count as they are, expert shards' squares add up
   // over the ep group, split optimizer slices' over the world.

@@ -29,4 +29,17 @@ absl::StatusOr<RankInputs> CutRankInputs(const plan::Plan& plan, int64_t cp_inde
                                          std::span<const int32_t> targets,
                                          std::optional<float> loss_scale);
 
+// This rank's share of one GLOBAL micro-batch's [micro_batch, seq] values (ids, targets or
+// positions), as CutRankInputs cuts them. `values` must hold the plan's micro_batch * seq.
+std::vector<int32_t> CutRankTokens(const plan::Plan& plan, int64_t cp_index,
+                                   std::span<const int32_t> values);
+
+// Packed documents: `position_ids` [micro_batch, seq] hold Hugging Face's padding-free
+// position_ids, each token's position in its document: every row starts a document (0), and
+// each later value is 0 (a document starts) or one more than the one before. InvalidArgument
+// names the first row and position that breaks this, or a size that is not the plan's.
+absl::Status CheckPositionIds(const plan::Plan& plan, std::span<const int32_t> position_ids);
+// One document per row: 0, 1, ..., seq - 1 in every row.
+std::vector<int32_t> OneDocumentPerRow(const plan::Plan& plan);
+
 }  // namespace hcp

@@ -235,9 +235,21 @@ Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
   return problems;
 }
 
+// Packed documents (compile --documents) run on the CPU backend; the CUDA kernels do not take
+// positions yet.
+template <typename Args>
+void RequireOneDocument(Problems& problems, const Args& k) {
+  if constexpr (requires { k.documents; }) {
+    Require(problems, !k.documents,
+            "packed documents (compile --documents) do not run on the CUDA kernels yet: compile "
+            "without --dtype bf16 for the CPU backend, or without --documents");
+  }
+}
+
 template <typename ConvArgs>
 Problems ConvProblems(const ConvArgs& k) {
   Problems problems;
+  RequireOneDocument(problems, k);
   Require(problems, k.width <= 8,
           absl::StrFormat("conv width %d is above the CUDA kernel's 8", k.width));
   Require(problems, k.batch <= 65535,
@@ -252,6 +264,7 @@ Problems SsdProblems(const SsdArgs& k) {
   int64_t chunk = 256;
   if constexpr (requires { k.chunk; }) chunk = k.chunk;
   Problems problems;
+  RequireOneDocument(problems, k);
   Require(problems, chunk == 256,
           absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", chunk));
   Require(problems, k.state == 128,
@@ -273,6 +286,7 @@ Problems SsdProblems(const SsdArgs& k) {
 template <typename LogDecayArgs>
 Problems LogDecayProblems(const LogDecayArgs& k) {
   Problems problems;
+  RequireOneDocument(problems, k);
   Require(problems, k.batch <= 65535 && (k.seq + 1023) / 1024 <= 65535,
           absl::StrFormat("batch %d or seq %d exceed the CUDA kernel's limits (65535, "
                           "65535*1024)",
@@ -284,6 +298,7 @@ Problems LogDecayProblems(const LogDecayArgs& k) {
 template <typename AttentionArgs>
 Problems AttentionProblems(const AttentionArgs& k) {
   Problems problems;
+  RequireOneDocument(problems, k);
   Require(problems, k.head_dim == 64 || k.head_dim == 128,
           absl::StrFormat("head_dim %d: the CUDA attention kernels take 64 or 128", k.head_dim));
   if (problems.empty()) {

@@ -181,6 +181,10 @@ struct Plan {
     uint32_t loss = 0;
   };
   std::optional<RouterAuxLoss> router_aux_loss;
+  // Packed documents: I32 [micro_batch, seq / cp] in Inputs, this rank's share of position_ids
+  // (each token's position in its document); the sequence kernels' `positions`. None: every
+  // sequence is one document.
+  std::optional<uint32_t> position_ids;
 
   uint64_t arena_size(Arena arena) const { return arena_bytes[static_cast<int>(arena)]; }
   // A parameter's checkpoint shape (its full_shape, or its buffer's).

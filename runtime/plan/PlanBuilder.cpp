@@ -80,6 +80,10 @@ PlanBuilder& PlanBuilder::set_router_aux_loss(Plan::RouterAuxLoss aux) {
   router_aux_loss_ = aux;
   return *this;
 }
+PlanBuilder& PlanBuilder::set_position_ids(uint32_t buffer) {
+  position_ids_ = buffer;
+  return *this;
+}
 PlanBuilder& PlanBuilder::SetArenaBytes(Arena arena, uint64_t bytes) {
   arena_bytes_[static_cast<int>(arena)] = bytes;
   return *this;
@@ -219,11 +223,12 @@ std::string PlanBuilder::FinishUnchecked() const {
     aux = fb::CreateRouterAuxLoss(fbb, router_aux_loss_->coefficient, router_aux_loss_->scale,
                                   router_aux_loss_->loss);
   }
-  auto root = fb::CreatePlan(fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_,
-                             micro_batch_, fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers),
-                             fbb.CreateVector(parameters), input_ids_, targets_, loss_,
-                             fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_,
-                             StringOrAbsent(fbb, model_config_), aux);
+  auto root = fb::CreatePlan(
+      fbb, StringOrAbsent(fbb, producer_), StringOrAbsent(fbb, model_), seq_, micro_batch_,
+      fbb.CreateVector(arena_bytes), fbb.CreateVector(buffers), fbb.CreateVector(parameters),
+      input_ids_, targets_, loss_, fbb.CreateVector(steps), flops_per_step_, mesh, loss_scale_,
+      StringOrAbsent(fbb, model_config_), aux,
+      position_ids_ ? flatbuffers::Optional<uint32_t>(*position_ids_) : flatbuffers::nullopt);
   fb::FinishPlanBuffer(fbb, root);
 
   return EncodePlanFile(

@@ -98,6 +98,8 @@ class PlanBuilder {
   PlanBuilder& set_loss_scale(uint32_t buffer);
   // The MoE load-balancing loss's coefficient, scale input and result (Plan::RouterAuxLoss).
   PlanBuilder& set_router_aux_loss(Plan::RouterAuxLoss aux);
+  // Packed documents: the position_ids input (Plan::position_ids).
+  PlanBuilder& set_position_ids(uint32_t buffer);
 
   // Arenas are sized to end at their last buffer unless set here (then exactly as given).
   PlanBuilder& SetArenaBytes(Arena arena, uint64_t bytes);
@@ -143,6 +145,7 @@ class PlanBuilder {
   uint32_t loss_ = 0;
   uint32_t loss_scale_ = 0;
   std::optional<Plan::RouterAuxLoss> router_aux_loss_;
+  std::optional<uint32_t> position_ids_;
   std::vector<StepSpec> steps_;
 };
 

@@ -76,6 +76,7 @@ absl::StatusOr<Plan> FromFlatBuffer(const fb::Plan& root) {
   plan.targets = root.targets();
   plan.loss = root.loss();
   plan.loss_scale = root.loss_scale();
+  if (root.position_ids().has_value()) plan.position_ids = *root.position_ids();
   if (const fb::RouterAuxLoss* aux = root.router_aux_loss()) {
     plan.router_aux_loss = Plan::RouterAuxLoss{
         .coefficient = aux->coefficient(), .scale = aux->scale(), .loss = aux->loss()};

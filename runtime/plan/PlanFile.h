@@ -44,7 +44,8 @@ namespace hcp::plan {
 // 11: the schedule: Step.stream and Step.join_before (hcp-overlap-collectives).
 // 12: Plan.model_config, the config.json text (checkpoints carry it).
 // 13: the MoE load-balancing loss: Plan.router_aux_loss, the router_load and router_aux_loss
-//     kernels.
+//     kernels; packed documents: Plan.position_ids and the sequence kernels' documents flag and
+//     positions.
 inline constexpr uint32_t kPlanSchemaVersion = 13;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;

@@ -298,7 +298,9 @@ absl::Status CheckRouterAuxLoss(const Plan& plan, const Plan::RouterAuxLoss& aux
         absl::StrFormat("the load-balancing loss's scale %s is in the %s arena, not the inputs",
                         BufferLabel(plan, aux.scale), ArenaName(scale.arena)));
   }
-  for (uint32_t input : {plan.input_ids, plan.targets, plan.loss_scale}) {
+  std::vector<uint32_t> inputs = {plan.input_ids, plan.targets, plan.loss_scale};
+  if (plan.position_ids) inputs.push_back(*plan.position_ids);
+  for (uint32_t input : inputs) {
     if (scale.Overlaps(plan.buffers[input])) {
       return absl::InvalidArgumentError(
           "the load-balancing loss's scale overlaps the other inputs");
@@ -318,10 +320,13 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
   }
   // This rank's tokens: micro_batch * seq / cp.
   const int64_t tokens = plan.local_tokens();
-  const struct {
+  struct TokenBuffer {
     uint32_t index;
     std::string_view role;
-  } token_buffers[] = {{plan.input_ids, "input_ids"}, {plan.targets, "targets"}};
+  };
+  std::vector<TokenBuffer> token_buffers = {{plan.input_ids, "input_ids"},
+                                            {plan.targets, "targets"}};
+  if (plan.position_ids) token_buffers.push_back({*plan.position_ids, "position_ids"});
   for (const auto& t : token_buffers) {
     if (t.index >= plan.buffers.size()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -340,8 +345,13 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
           expected));
     }
   }
-  if (plan.buffers[plan.input_ids].Overlaps(plan.buffers[plan.targets])) {
-    return absl::InvalidArgumentError("input_ids and targets overlap");
+  for (size_t i = 0; i < token_buffers.size(); ++i) {
+    for (size_t j = i + 1; j < token_buffers.size(); ++j) {
+      if (plan.buffers[token_buffers[i].index].Overlaps(plan.buffers[token_buffers[j].index])) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s and %s overlap", token_buffers[i].role, token_buffers[j].role));
+      }
+    }
   }
   if (plan.loss >= plan.buffers.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -365,8 +375,8 @@ absl::Status CheckInputsAndLoss(const Plan& plan) {
         BufferLabel(plan, plan.loss_scale), DTypeName(scale.dtype), scale.elements,
         ArenaName(scale.arena)));
   }
-  for (uint32_t tokens : {plan.input_ids, plan.targets}) {
-    if (scale.Overlaps(plan.buffers[tokens])) {
+  for (const TokenBuffer& t : token_buffers) {
+    if (scale.Overlaps(plan.buffers[t.index])) {
       return absl::InvalidArgumentError("loss_scale overlaps the token inputs");
     }
   }

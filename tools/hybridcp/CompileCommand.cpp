@@ -31,6 +31,7 @@ absl::StatusOr<ImportOptions> ReadImportOptions(const Args& args) {
   if (!micro_batch.ok()) return micro_batch.status();
   options.seq = *seq;
   options.micro_batch = *micro_batch;
+  options.documents = args.Has("documents");
   std::string dtype = args.Get("dtype").value_or("f32");
   if (dtype == "f32") {
     options.dtype = ActivationType::kF32;
@@ -175,10 +176,11 @@ absl::Status Compile(const Args& args) {
     }
   }
   HCP_RETURN_IF_ERROR(WriteFileAtomically(*output, bytes));
-  const std::string aux_note =
+  std::string aux_note =
       options.router_aux_loss > 0
           ? absl::StrFormat(", the load-balancing loss x %g", options.router_aux_loss)
           : "";
+  if (options.documents) aux_note += ", packed documents";
   std::fprintf(stderr, "wrote %s: %s, micro-batch %lld x seq %lld%s, %.1f MiB, in %.2f s\n",
                output->c_str(), config.source.c_str(), static_cast<long long>(options.micro_batch),
                static_cast<long long>(options.seq), aux_note.c_str(), bytes.size() / 1048576.0,
@@ -197,6 +199,7 @@ Command MakeCompileCommand() {
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
       "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] [--router-aux-loss COEF] "
+      "[--documents] "
       "(-o FILE.plan | "
       "--emit=model|dist|exec [-o FILE])",
       {kModelOption,
@@ -231,6 +234,10 @@ Command MakeCompileCommand() {
         "add the MoE load-balancing loss (transformers' load_balancing_loss_func over every MoE "
         "layer's routing of a micro-batch) times COEF to the objective; 0 turns it off. Default: "
         "the config's router_aux_loss_coef when its output_router_logits is true, else off"},
+       {"documents", "",
+        "packed documents: the step also takes position_ids (each token's position in its "
+        "document, Hugging Face's padding-free convention; every row starts a document), and "
+        "no layer reads across a document start, under every split (CPU backend)"},
        {"emit", "STAGE",
         "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},

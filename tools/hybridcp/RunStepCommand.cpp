@@ -226,6 +226,25 @@ absl::Status RunStep(const Args& args) {
   HCP_RETURN_IF_ERROR(executor->SetInputs(std::span(*ids).subspan(first, micro_batch),
                                           std::span(*targets).subspan(first, micro_batch),
                                           loss_scale));
+  // Packed documents: a plan compiled with --documents reads position_ids, and only such a plan.
+  const bool given = inputs->Find("position_ids") != nullptr;
+  absl::StatusOr<std::vector<int32_t>> positions = std::vector<int32_t>();
+  if (given != plan.position_ids.has_value()) {
+    positions = absl::InvalidArgumentError(
+        given ? absl::StrFormat("%s has position_ids (packed documents), but the plan treats "
+                                "every sequence as one document: compile it with --documents",
+                                *inputs_path)
+              : absl::StrFormat("the plan was compiled with --documents: --inputs %s needs "
+                                "position_ids [batch, seq] (each token's position in its "
+                                "document)",
+                                *inputs_path));
+  } else if (given) {
+    positions = ReadTokens(*inputs, "position_ids", plan);
+  }
+  HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, positions.status()));
+  if (given) {
+    HCP_RETURN_IF_ERROR(executor->SetPositions(std::span(*positions).subspan(first, micro_batch)));
+  }
   comm.ResetTraffic();
   HCP_RETURN_IF_ERROR(executor->RunStep());
   HCP_RETURN_IF_ERROR(executor->SumGradientsOverRanks());
@@ -277,7 +296,9 @@ Command MakeRunStepCommand() {
       {{"inputs", "FILE",
         "safetensors with input_ids and targets (targets already shifted): the global batch, "
         "micro-batch x dp sequences; dp group i runs sequences [i*micro-batch, +micro-batch) and "
-        "the loss printed is summed over dp (the mean over the whole batch's valid targets)"},
+        "the loss printed is summed over dp (the mean over the whole batch's valid targets); "
+        "for a plan compiled with --documents also position_ids (each token's position in its "
+        "document)"},
        {"weights", "DIR", "checkpoint directory (model.safetensors or a sharded index)"},
        {"seed", "N", "initialise parameters from this seed instead (default 0)"},
        {"compare", "PATH",

@@ -299,13 +299,25 @@ struct Pieces {
       std::copy_n(piece + bh * len, len, full + bh * seq + k * len);
     }
   }
+  // positions [batch, seq] (or null): segment k's [batch, len], empty for none.
+  std::vector<int32_t> Positions(const int32_t* full, int64_t k) const {
+    std::vector<int32_t> piece;
+    if (full == nullptr) return piece;
+    for (int64_t b = 0; b < batch; ++b) {
+      piece.insert(piece.end(), full + b * seq + k * len, full + b * seq + (k + 1) * len);
+    }
+    return piece;
+  }
 };
+
+const int32_t* OrNull(const std::vector<int32_t>& v) { return v.empty() ? nullptr : v.data(); }
 
 }  // namespace
 
 void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* out,
                             float* lse, const float* q, const float* k, const float* v,
-                            const AttentionShape& shape, float scale, bool causal) {
+                            const AttentionShape& shape, float scale, bool causal,
+                            const int32_t* positions) {
   const int64_t cp = mesh.cp, me = comm.cp_index(), segs = mesh.segments_per_rank();
   const int64_t B = shape.batch, S = shape.q_len, len = S / segs, Hq = shape.q_heads,
                 Hkv = shape.kv_heads, D = shape.head_dim;
@@ -319,7 +331,11 @@ void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, fl
   std::vector<std::vector<double>> acc_out(segs, std::vector<double>(q_piece, 0.0));
   std::vector<std::vector<double>> acc_lse(
       segs, std::vector<double>(lse_piece, -std::numeric_limits<double>::infinity()));
-  for (int64_t kq = 0; kq < segs; ++kq) pieces.Extract(qs[kq].data(), q, kq, Hq * D);
+  std::vector<std::vector<int32_t>> qpos(segs);
+  for (int64_t kq = 0; kq < segs; ++kq) {
+    pieces.Extract(qs[kq].data(), q, kq, Hq * D);
+    qpos[kq] = pieces.Positions(positions, kq);
+  }
 
   // The K/V block in hand, [k | v] as stored locally; it starts as this rank's own.
   std::vector<float> block(2 * kv_count), incoming(2 * kv_count);
@@ -334,7 +350,8 @@ void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, fl
       pieces.Extract(kp.data(), block.data(), p.kk, Hkv * D);
       pieces.Extract(vp.data(), block.data() + kv_count, p.kk, Hkv * D);
       attention_forward<float>(part_out.data(), part_lse.data(), qs[p.kq].data(), kp.data(),
-                               vp.data(), piece_shape, scale, causal, p.q_pos0, p.k_pos0);
+                               vp.data(), piece_shape, scale, causal, p.q_pos0, p.k_pos0,
+                               OrNull(qpos[p.kq]));
       std::copy(part_out.begin(), part_out.end(), part_out_d.begin());
       std::copy(part_lse.begin(), part_lse.end(), part_lse_d.begin());
       attention_merge<double>(acc_out[p.kq].data(), acc_lse[p.kq].data(), part_out_d.data(),
@@ -355,7 +372,8 @@ void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, fl
 void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, float* dq, float* dk,
                              float* dv, const float* dout, const float* q, const float* k,
                              const float* v, const float* out, const float* lse,
-                             const AttentionShape& shape, float scale, bool causal) {
+                             const AttentionShape& shape, float scale, bool causal,
+                             const int32_t* positions) {
   const int64_t cp = mesh.cp, me = comm.cp_index(), segs = mesh.segments_per_rank();
   const int64_t B = shape.batch, S = shape.q_len, len = S / segs, Hq = shape.q_heads,
                 Hkv = shape.kv_heads, D = shape.head_dim;
@@ -368,6 +386,7 @@ void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, f
   struct QuerySide {
     std::vector<float> q, dout, out, lse;
     std::vector<double> dq;
+    std::vector<int32_t> positions;  // empty: one document
   };
   std::vector<QuerySide> side(segs);
   for (int64_t kq = 0; kq < segs; ++kq) {
@@ -381,6 +400,7 @@ void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, f
     pieces.Extract(s.dout.data(), dout, kq, Hq * D);
     pieces.Extract(s.out.data(), out, kq, Hq * D);
     pieces.ExtractLse(s.lse.data(), lse, kq, Hq);
+    s.positions = pieces.Positions(positions, kq);
   }
 
   // What travels: [k | v | dk | dv] of one rank's block, the gradients accumulated on the way.
@@ -399,7 +419,7 @@ void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, f
       pieces.Extract(vp.data(), block.data() + kv_count, p.kk, Hkv * D);
       attention_backward<float>(dqp.data(), dkp.data(), dvp.data(), s.dout.data(), s.q.data(),
                                 kp.data(), vp.data(), s.out.data(), s.lse.data(), piece_shape,
-                                scale, causal, p.q_pos0, p.k_pos0);
+                                scale, causal, p.q_pos0, p.k_pos0, OrNull(s.positions));
       for (int64_t i = 0; i < q_piece; ++i) s.dq[i] += static_cast<double>(dqp[i]);
       // Add this pair's share into the block's dK/dV rows of key segment kk.
       for (int64_t b = 0; b < B; ++b) {

@@ -58,16 +58,20 @@ void state_scan_backward(comm::Communicator& comm, const plan::Mesh& mesh, float
 // (cp - 1 send/recv steps); each (query segment, key segment) pair runs attention_forward with its
 // global positions and merges by log-sum-exp; pairs whose keys all lie after the queries' last
 // position are skipped (causal only).
+// positions (nullable) [batch, seq]: the local queries' positions in their documents (packed
+// documents: a query sees no key before its document's start, Kernels.h).
 void ring_attention_forward(comm::Communicator& comm, const plan::Mesh& mesh, float* out,
                             float* lse, const float* q, const float* k, const float* v,
-                            const AttentionShape& shape, float scale, bool causal);
+                            const AttentionShape& shape, float scale, bool causal,
+                            const int32_t* positions = nullptr);
 // From the final out and lse: dq accumulates locally; each K/V block travels around the ring with
 // its dK/dV accumulators, which a last send/recv brings back to the block's owner (cp send/recv
 // steps in all).
 void ring_attention_backward(comm::Communicator& comm, const plan::Mesh& mesh, float* dq, float* dk,
                              float* dv, const float* dout, const float* q, const float* k,
                              const float* v, const float* out, const float* lse,
-                             const AttentionShape& shape, float scale, bool causal);
+                             const AttentionShape& shape, float scale, bool causal,
+                             const int32_t* positions = nullptr);
 
 // y = the sum of x over `group` (summed in double, rounded to fp32 once).
 void all_reduce(comm::Communicator& comm, float* y, const float* x, int64_t n, comm::Group group);

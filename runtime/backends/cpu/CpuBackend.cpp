@@ -249,11 +249,17 @@ absl::Status RunCast(const Args& a) {
 // Without a halo every sequence starts at position 0 (zeros before it). With silu, y =
 // silu(conv): the two kernels one after the other, so the same values as the separate
 // silu.forward step.
+// Packed documents: the step's positions (Kernels.h), or null for one document.
+template <typename Kernel>
+const int32_t* PositionsOf(const Kernel& k) {
+  return k.documents ? k.positions.i32() : nullptr;
+}
+
 absl::Status RunCausalConv1dForward(const Args& a) {
   const auto k = a.Get<plan::CausalConv1dForwardArgs>();
   const float* halo = k.has_halo ? k.halo.f32() : nullptr;
   causal_conv1d_forward<float>(k.y.f32(), k.x.f32(), halo, k.w.f32(), k.bias.f32(), k.batch, k.seq,
-                               k.channels, k.width);
+                               k.channels, k.width, PositionsOf(k));
   if (k.silu) silu_forward<float>(k.y.f32(), k.y.f32(), k.batch * k.seq * k.channels);
   return absl::OkStatus();
 }
@@ -268,14 +274,14 @@ absl::Status RunCausalConv1dBackward(const Args& a) {
     const int64_t n = k.batch * k.seq * k.channels;
     std::vector<float> conv(n);
     causal_conv1d_forward<float>(conv.data(), k.x.f32(), halo, k.w.f32(), k.bias.f32(), k.batch,
-                                 k.seq, k.channels, k.width);
+                                 k.seq, k.channels, k.width, PositionsOf(k));
     dconv.resize(n);
     silu_backward<float>(dconv.data(), dy, conv.data(), n);
     dy = dconv.data();
   }
   causal_conv1d_backward<float>(k.dx.f32(), k.has_halo ? k.dhalo.f32() : nullptr, k.dw.f32(),
                                 k.dbias.f32(), dy, k.x.f32(), halo, k.w.f32(), k.batch, k.seq,
-                                k.channels, k.width);
+                                k.channels, k.width, PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -295,9 +301,10 @@ SsdShape SsdShapeOf(const Kernel& k, int64_t chunk) {
 
 absl::Status RunSsdScanForward(const Args& a) {
   const auto k = a.Get<plan::SsdScanForwardArgs>();
-  ssd_scan_forward<float>(
-      k.y.f32(), k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(), k.C.f32(),
-      k.D.f32(), k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk), a.threads());
+  ssd_scan_forward<float>(k.y.f32(), k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(),
+                          k.B.f32(), k.C.f32(), k.D.f32(),
+                          k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
+                          a.threads(), PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -308,14 +315,14 @@ absl::Status RunSsdScanBackward(const Args& a) {
                            k.has_dfinal ? k.dfinal_state.f32() : nullptr, k.x.f32(), k.dt.f32(),
                            k.A.f32(), k.B.f32(), k.C.f32(), k.D.f32(),
                            k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
-                           a.threads());
+                           a.threads(), PositionsOf(k));
   return absl::OkStatus();
 }
 
 absl::Status RunSsdFinalStateForward(const Args& a) {
   const auto k = a.Get<plan::SsdFinalStateForwardArgs>();
   ssd_final_state_forward<float>(k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(),
-                                 SsdShapeOf(k, k.chunk), a.threads());
+                                 SsdShapeOf(k, k.chunk), a.threads(), PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -323,13 +330,13 @@ absl::Status RunSsdFinalStateBackward(const Args& a) {
   const auto k = a.Get<plan::SsdFinalStateBackwardArgs>();
   ssd_final_state_backward<float>(k.dx.f32(), k.ddt.f32(), k.dA.f32(), k.dB.f32(),
                                   k.dfinal_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(),
-                                  SsdShapeOf(k, k.chunk), a.threads());
+                                  SsdShapeOf(k, k.chunk), a.threads(), PositionsOf(k));
   return absl::OkStatus();
 }
 
 absl::Status RunSsdLogDecayForward(const Args& a) {
   const auto k = a.Get<plan::SsdLogDecayForwardArgs>();
-  ssd_log_decay<float>(k.g.f32(), k.dt.f32(), k.A.f32(), k.batch, k.seq, k.heads);
+  ssd_log_decay<float>(k.g.f32(), k.dt.f32(), k.A.f32(), k.batch, k.seq, k.heads, PositionsOf(k));
   return absl::OkStatus();
 }
 absl::Status RunSsdLogDecayBackward(const Args& a) {
@@ -342,14 +349,14 @@ absl::Status RunSsdLogDecayBackward(const Args& a) {
 absl::Status RunSsdAddInitialStateForward(const Args& a) {
   const auto k = a.Get<plan::SsdAddInitialStateForwardArgs>();
   ssd_add_initial_state_forward<float>(k.out.f32(), k.y.f32(), k.dt.f32(), k.A.f32(), k.C.f32(),
-                                       k.init_state.f32(), SsdShapeOf(k, k.seq));
+                                       k.init_state.f32(), SsdShapeOf(k, k.seq), PositionsOf(k));
   return absl::OkStatus();
 }
 absl::Status RunSsdAddInitialStateBackward(const Args& a) {
   const auto k = a.Get<plan::SsdAddInitialStateBackwardArgs>();
   ssd_add_initial_state_backward<float>(k.ddt.f32(), k.dA.f32(), k.dC.f32(), k.dinit_state.f32(),
                                         k.dout.f32(), k.dt.f32(), k.A.f32(), k.C.f32(),
-                                        k.init_state.f32(), SsdShapeOf(k, k.seq));
+                                        k.init_state.f32(), SsdShapeOf(k, k.seq), PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -369,7 +376,7 @@ absl::Status RunAttentionForward(const Args& a) {
   const auto k = a.Get<plan::AttentionForwardArgs>();
   attention_forward<float>(k.out.f32(), k.lse.f32(), k.q.f32(), k.k.f32(), k.v.f32(),
                            AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
-                           /*q_pos0=*/0, /*k_pos0=*/0);
+                           /*q_pos0=*/0, /*k_pos0=*/0, PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -377,7 +384,8 @@ absl::Status RunAttentionBackward(const Args& a) {
   const auto k = a.Get<plan::AttentionBackwardArgs>();
   attention_backward<float>(k.dq.f32(), k.dk.f32(), k.dv.f32(), k.dout.f32(), k.q.f32(), k.k.f32(),
                             k.v.f32(), k.out.f32(), k.lse.f32(), AttentionShapeOf(k),
-                            static_cast<float>(k.scale), k.causal, /*q_pos0=*/0, /*k_pos0=*/0);
+                            static_cast<float>(k.scale), k.causal, /*q_pos0=*/0, /*k_pos0=*/0,
+                            PositionsOf(k));
   return absl::OkStatus();
 }
 
@@ -500,14 +508,16 @@ absl::Status RunStateScanBackward(const Args& a) {
 absl::Status RunRingAttentionForward(const Args& a) {
   const auto k = a.Get<plan::RingAttentionForwardArgs>();
   ring_attention_forward(a.comm(), a.mesh(), k.out.f32(), k.lse.f32(), k.q.f32(), k.k.f32(),
-                         k.v.f32(), AttentionShapeOf(k), static_cast<float>(k.scale), k.causal);
+                         k.v.f32(), AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
+                         PositionsOf(k));
   return absl::OkStatus();
 }
 absl::Status RunRingAttentionBackward(const Args& a) {
   const auto k = a.Get<plan::RingAttentionBackwardArgs>();
   ring_attention_backward(a.comm(), a.mesh(), k.dq.f32(), k.dk.f32(), k.dv.f32(), k.dout.f32(),
                           k.q.f32(), k.k.f32(), k.v.f32(), k.out.f32(), k.lse.f32(),
-                          AttentionShapeOf(k), static_cast<float>(k.scale), k.causal);
+                          AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
+                          PositionsOf(k));
   return absl::OkStatus();
 }
 

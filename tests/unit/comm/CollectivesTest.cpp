@@ -50,13 +50,13 @@ TEST_P(HaloExchange, ConvWithHaloEqualsConvOnTheWholeSequence) {
                  bdy = p.Input("dy", {R, len, C}, Shard(dy, B, seq, C, mesh, r));
   const uint32_t halo = p.Buffer("halo", {R, W - 1, C}), y = p.Buffer("y", {R, len, C});
   p.Step("halo_exchange.forward", {bx}, {halo}, {B, segs, len, C, W - 1});
-  p.Step("causal_conv1d.forward", {bx, bw, bb, halo}, {y}, {R, len, C, W, 1, 0});
+  p.Step("causal_conv1d.forward", {bx, bw, bb, halo}, {y}, {R, len, C, W, 1, 0, 0});
   const uint32_t dx_local = p.Buffer("dx_local", {R, len, C}), dw_local = p.Buffer("dw_l", {C, W}),
                  db_local = p.Buffer("db_l", {C}), dhalo = p.Buffer("dhalo", {R, W - 1, C});
   const uint32_t dx_halo = p.Buffer("dx_halo", {R, len, C}), dx = p.Buffer("dx", {R, len, C}),
                  dw = p.Buffer("dw", {C, W}), db = p.Buffer("db", {C});
   p.Step("causal_conv1d.backward", {bdy, bx, bw, halo}, {dx_local, dw_local, db_local, dhalo},
-         {R, len, C, W, 1, 0});
+         {R, len, C, W, 1, 0, 0});
   p.Step("halo_exchange.backward", {dhalo}, {dx_halo}, {B, segs, len, C, W - 1});
   p.Step("add", {dx_local, dx_halo}, {dx}, {R * len * C, R * len * C});
   p.Step("all_reduce", {dw_local}, {dw}, {C * W, 1});
@@ -114,7 +114,7 @@ TEST_P(StateScan, SegmentScansEqualTheScanOfTheWholeSequence) {
   const std::vector<int64_t> x_shape = {R, len, H, P}, dt_shape = {R, len, H},
                              bc_shape = {R, len, G, N}, state_shape = {R, H, P, N};
   auto ints = [&](int64_t has_init) {
-    return std::vector<int64_t>{R, len, H, P, G, N, chunk, has_init};
+    return std::vector<int64_t>{R, len, H, P, G, N, chunk, has_init, /*documents=*/0};
   };
   const std::vector<int64_t> scan_ints = {B, segs, H, P, N, strategy};
 
@@ -123,7 +123,7 @@ TEST_P(StateScan, SegmentScansEqualTheScanOfTheWholeSequence) {
                  g = p.Buffer("g", {R, H}), s_in = p.Buffer("s_in", state_shape),
                  y = p.Buffer("y", x_shape), fin = p.Buffer("final", state_shape);
   p.Step("ssd_scan.forward", {bx, bdt, bA, bB, bC, bD}, {y0, s_loc}, ints(0));
-  p.Step("ssd_log_decay.forward", {bdt, bA}, {g}, {R, len, H});
+  p.Step("ssd_log_decay.forward", {bdt, bA}, {g}, {R, len, H, 0});
   p.Step("state_scan.forward", {g, s_loc}, {s_in}, scan_ints);
   p.Step("ssd_scan.forward", {bx, bdt, bA, bB, bC, bD, s_in}, {y, fin}, ints(1));
 
@@ -137,14 +137,14 @@ TEST_P(StateScan, SegmentScansEqualTheScanOfTheWholeSequence) {
   const uint32_t ds_in = p.Buffer("ds_in", state_shape);
   g1.push_back(ds_in);
   p.Step("ssd_scan.backward", {bdy, bx, bdt, bA, bB, bC, bD, s_in}, g1,
-         {R, len, H, P, G, N, chunk, 1, 0});
+         {R, len, H, P, G, N, chunk, 1, 0, 0});
   const uint32_t dg = p.Buffer("dg", {R, H}), ds = p.Buffer("ds", state_shape);
   p.Step("state_scan.backward", {ds_in, g, s_in}, {dg, ds}, scan_ints);
   const uint32_t zeros = p.Buffer("zeros", x_shape);
   p.Step("fill", {}, {zeros}, {R * len * H * P}, {0.0});
   const std::vector<uint32_t> g2 = grads("2");
   p.Step("ssd_scan.backward", {zeros, bx, bdt, bA, bB, bC, bD, ds}, g2,
-         {R, len, H, P, G, N, chunk, 0, 1});
+         {R, len, H, P, G, N, chunk, 0, 1, 0});
   const uint32_t ddt3 = p.Buffer("ddt3", dt_shape), dA3 = p.Buffer("dA3", {H});
   p.Step("ssd_log_decay.backward", {dg, bdt, bA}, {ddt3, dA3}, {R, len, H});
   // Sums.
@@ -219,7 +219,7 @@ TEST_P(RingAttention, EqualsAttentionOnTheWholeSequence) {
   const uint32_t out = p.Buffer("out", {B, S, Hq, D}), lse = p.Buffer("lse", {B, Hq, S});
   const uint32_t dq = p.Buffer("dq", {B, S, Hq, D}), dk = p.Buffer("dk", {B, S, Hkv, D}),
                  dv = p.Buffer("dv", {B, S, Hkv, D});
-  const std::vector<int64_t> ints = {B, S, Hq, Hkv, D, causal ? 1 : 0};
+  const std::vector<int64_t> ints = {B, S, Hq, Hkv, D, causal ? 1 : 0, /*documents=*/0};
   p.Step("ring_attention.forward", {bq, bk, bv}, {out, lse}, ints, {scale});
   p.Step("ring_attention.backward", {bdout, bq, bk, bv, out, lse}, {dq, dk, dv}, ints, {scale});
   const absl::Status status = p.Run(*comm);

@@ -416,7 +416,8 @@ TEST(CpuBackend, CausalConv1d) {
     const uint32_t halo = has_halo ? s.In({batch, width - 1, channels}) : 0;
     if (has_halo) ins.push_back(halo);
     const uint32_t y = s.Out({batch, seq, channels});
-    ASSERT_RUNS(s, "causal_conv1d.forward", ins, {y}, {batch, seq, channels, width, has_halo, 0});
+    ASSERT_RUNS(s, "causal_conv1d.forward", ins, {y},
+                {batch, seq, channels, width, has_halo, 0, 0});
     std::vector<float> want = s.Like(y);
     cpu::causal_conv1d_forward<float>(want.data(), s.p(x), has_halo ? s.p(halo) : nullptr, s.p(w),
                                       s.p(bias), batch, seq, channels, width);
@@ -434,7 +435,7 @@ TEST(CpuBackend, CausalConv1d) {
     const uint32_t dhalo = has_halo ? g.Out({batch, width - 1, channels}) : 0;
     if (has_halo) outs.push_back(dhalo);
     ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs,
-                {batch, seq, channels, width, has_halo, 0});
+                {batch, seq, channels, width, has_halo, 0, 0});
     std::vector<float> dx_w = g.Like(dx), dw_w = g.Like(dw), db_w = g.Like(dbias);
     std::vector<float> dhalo_w = has_halo ? g.Like(dhalo) : std::vector<float>();
     cpu::causal_conv1d_backward<float>(
@@ -455,7 +456,7 @@ TEST(CpuBackend, CausalConv1d) {
                  bias = whole.In({channels});
   const uint32_t yy = whole.Out({1, halo_rows + seq, channels});
   ASSERT_RUNS(whole, "causal_conv1d.forward", {xx, w, bias}, {yy},
-              {1, halo_rows + seq, channels, width, 0, 0});
+              {1, halo_rows + seq, channels, width, 0, 0, 0});
   OneStep split;
   const std::vector<float>& all = whole.f32(xx);
   const uint32_t halo =
@@ -466,7 +467,7 @@ TEST(CpuBackend, CausalConv1d) {
                  sb = split.InValues({channels}, whole.f32(bias));
   const uint32_t y = split.Out({1, seq, channels});
   ASSERT_RUNS(split, "causal_conv1d.forward", {x, sw, sb, halo}, {y},
-              {1, seq, channels, width, 1, 0});
+              {1, seq, channels, width, 1, 0, 0});
   const std::vector<float>& y_whole = whole.f32(yy);
   EXPECT_EQ(split.f32(y),
             std::vector<float>(y_whole.begin() + halo_rows * channels, y_whole.end()));
@@ -486,7 +487,7 @@ TEST(CpuBackend, CausalConv1dWithSilu) {
     if (has_halo) ins.push_back(halo);
     const uint32_t y = fused.Out({batch, seq, channels});
     ASSERT_RUNS(fused, "causal_conv1d.forward", ins, {y},
-                {batch, seq, channels, width, has_halo, 1});
+                {batch, seq, channels, width, has_halo, 1, 0});
     const float* halo_p = has_halo ? fused.p(halo) : nullptr;
     std::vector<float> conv(n), want(n);
     cpu::causal_conv1d_forward<float>(conv.data(), fused.p(x), halo_p, fused.p(w), fused.p(bias),
@@ -508,7 +509,7 @@ TEST(CpuBackend, CausalConv1dWithSilu) {
     const uint32_t dhalo = has_halo ? g.Out({batch, width - 1, channels}) : 0;
     if (has_halo) outs.push_back(dhalo);
     ASSERT_RUNS(g, "causal_conv1d.backward", gins, outs,
-                {batch, seq, channels, width, has_halo, 1});
+                {batch, seq, channels, width, has_halo, 1, 0});
     std::vector<float> dconv(n), dx_w(n), dw_w(channels * width), db_w(channels),
         dhalo_w(batch * (width - 1) * channels);
     cpu::silu_backward<float>(dconv.data(), g.p(dy), conv.data(), n);
@@ -529,7 +530,7 @@ TEST(CpuBackend, SsdLogDecay) {
   OneStep s;
   const uint32_t dt = s.In({B, S, Hd}, 0.1f, 0.5f), A = s.In({Hd}, -1.0f, -0.1f);
   const uint32_t g = s.Out({B, Hd});
-  ASSERT_RUNS(s, "ssd_log_decay.forward", {dt, A}, {g}, {B, S, Hd});
+  ASSERT_RUNS(s, "ssd_log_decay.forward", {dt, A}, {g}, {B, S, Hd, 0});
   std::vector<float> g_w = s.Like(g);
   cpu::ssd_log_decay<float>(g_w.data(), s.p(dt), s.p(A), B, S, Hd);
   EXPECT_EQ(s.f32(g), g_w);
@@ -616,7 +617,8 @@ TEST(CpuBackend, CollectivesOnOneRank) {
     const uint32_t q = s.In({B, seq, Hq, D}), k = s.In({B, seq, Hkv, D}),
                    v = s.In({B, seq, Hkv, D});
     const uint32_t out = s.Out({B, seq, Hq, D}), lse = s.Out({B, Hq, seq});
-    ASSERT_RUNS(s, "ring_attention.forward", {q, k, v}, {out, lse}, {B, seq, Hq, Hkv, D, 1}, {0.6});
+    ASSERT_RUNS(s, "ring_attention.forward", {q, k, v}, {out, lse}, {B, seq, Hq, Hkv, D, 1, 0},
+                {0.6});
     std::vector<float> out_w = s.Like(out), lse_w = s.Like(lse);
     cpu::attention_forward<float>(out_w.data(), lse_w.data(), s.p(q), s.p(k), s.p(v), shape, 0.6f,
                                   true, 0, 0);
@@ -647,7 +649,7 @@ TEST(CpuBackend, SsdScan) {
       if (has_init) ins.push_back(init);
       const uint32_t y = s.Out({B, S, Hd, P}), final_state = s.Out({B, Hd, P, N});
       ASSERT_RUNS(s, "ssd_scan.forward", ins, {y, final_state},
-                  {B, S, Hd, P, G, N, chunk, has_init});
+                  {B, S, Hd, P, G, N, chunk, has_init, 0});
       std::vector<float> y_w = s.Like(y), f_w = s.Like(final_state);
       cpu::ssd_scan_forward<float>(y_w.data(), f_w.data(), s.p(x), s.p(dt), s.p(A), s.p(Bm),
                                    s.p(Cm), s.p(D), has_init ? s.p(init) : nullptr, shape);
@@ -668,7 +670,7 @@ TEST(CpuBackend, SsdScan) {
                                       g.Out({B, S, G, N}),  g.Out({B, S, G, N}), g.Out({Hd})};
         if (has_init) outs.push_back(g.Out({B, Hd, P, N}));
         ASSERT_RUNS(g, "ssd_scan.backward", gins, outs,
-                    {B, S, Hd, P, G, N, chunk, has_init, has_dfinal});
+                    {B, S, Hd, P, G, N, chunk, has_init, has_dfinal, 0});
         std::vector<std::vector<float>> want;
         for (uint32_t o : outs) want.push_back(g.Like(o));
         cpu::ssd_scan_backward<float>(
@@ -713,9 +715,9 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
     const uint32_t y = s.Out({B, S, Hd, P}), scan_final = s.Out({B, Hd, P, N}),
                    final_state = s.Out({B, Hd, P, N});
     s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y, scan_final},
-              {B, S, Hd, P, G, N, chunk, /*has_init=*/0});
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0});
     ASSERT_RUNS(s, "ssd_final_state.forward", {x, dt, A, Bm}, {final_state},
-                {B, S, Hd, P, G, N, chunk});
+                {B, S, Hd, P, G, N, chunk, 0});
     const cpu::SsdShape shape{B, S, Hd, P, G, N, std::min(chunk, S)};
     std::vector<float> final_w = s.Like(final_state);
     cpu::ssd_final_state_forward<float>(final_w.data(), s.p(x), s.p(dt), s.p(A), s.p(Bm), shape);
@@ -734,9 +736,9 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
     const std::vector<uint32_t> grads = {g.Out({B, S, Hd, P}), g.Out({B, S, Hd}), g.Out({Hd}),
                                          g.Out({B, S, G, N})};
     g.AddStep("ssd_scan.backward", {zero_dy, gx, gdt, gA, gB, gC, gD, dfinal}, scan_grads,
-              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1});
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1, 0});
     ASSERT_RUNS(g, "ssd_final_state.backward", {dfinal, gx, gdt, gA, gB}, grads,
-                {B, S, Hd, P, G, N, chunk});
+                {B, S, Hd, P, G, N, chunk, 0});
     std::vector<std::vector<float>> want;
     for (uint32_t o : grads) want.push_back(g.Like(o));
     cpu::ssd_final_state_backward<float>(want[0].data(), want[1].data(), want[2].data(),
@@ -769,11 +771,11 @@ TEST(CpuBackend, SsdAddInitialStateIsTheScanFromTheState) {
                  y_init = s.Out({B, S, Hd, P}), final_init = s.Out({B, Hd, P, N}),
                  out = s.Out({B, S, Hd, P});
   s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y0, final0},
-            {B, S, Hd, P, G, N, chunk, /*has_init=*/0});
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0});
   s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D, init}, {y_init, final_init},
-            {B, S, Hd, P, G, N, chunk, /*has_init=*/1});
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/1, 0});
   ASSERT_RUNS(s, "ssd_add_initial_state.forward", {y0, dt, A, Cm, init}, {out},
-              {B, S, Hd, P, G, N});
+              {B, S, Hd, P, G, N, 0});
   std::vector<float> out_w = s.Like(out);
   cpu::ssd_add_initial_state_forward<float>(out_w.data(), s.p(y0), s.p(dt), s.p(A), s.p(Cm),
                                             s.p(init), shape);
@@ -787,7 +789,7 @@ TEST(CpuBackend, SsdAddInitialStateIsTheScanFromTheState) {
   const std::vector<uint32_t> grads = {g.Out({B, S, Hd}), g.Out({Hd}), g.Out({B, S, G, N}),
                                        g.Out({B, Hd, P, N})};
   ASSERT_RUNS(g, "ssd_add_initial_state.backward", {dout, gdt, gA, gC, ginit}, grads,
-              {B, S, Hd, P, G, N});
+              {B, S, Hd, P, G, N, 0});
   std::vector<std::vector<float>> want;
   for (uint32_t o : grads) want.push_back(g.Like(o));
   cpu::ssd_add_initial_state_backward<float>(want[0].data(), want[1].data(), want[2].data(),
@@ -804,7 +806,8 @@ TEST(CpuBackend, Attention) {
     OneStep s;
     const uint32_t q = s.In({B, S, Hq, D}), k = s.In({B, S, Hkv, D}), v = s.In({B, S, Hkv, D});
     const uint32_t out = s.Out({B, S, Hq, D}), lse = s.Out({B, Hq, S});
-    ASSERT_RUNS(s, "attention.forward", {q, k, v}, {out, lse}, {B, S, Hq, Hkv, D, causal}, {0.7});
+    ASSERT_RUNS(s, "attention.forward", {q, k, v}, {out, lse}, {B, S, Hq, Hkv, D, causal, 0},
+                {0.7});
     std::vector<float> out_w = s.Like(out), lse_w = s.Like(lse);
     cpu::attention_forward<float>(out_w.data(), lse_w.data(), s.p(q), s.p(k), s.p(v), shape, 0.7f,
                                   causal, 0, 0);
@@ -821,7 +824,7 @@ TEST(CpuBackend, Attention) {
     const uint32_t dq = g.Out({B, S, Hq, D}), dk = g.Out({B, S, Hkv, D}),
                    dv = g.Out({B, S, Hkv, D});
     ASSERT_RUNS(g, "attention.backward", {dout, gq, gk, gv, gout, glse}, {dq, dk, dv},
-                {B, S, Hq, Hkv, D, causal}, {0.7});
+                {B, S, Hq, Hkv, D, causal, 0}, {0.7});
     std::vector<float> dq_w = g.Like(dq), dk_w = g.Like(dk), dv_w = g.Like(dv);
     cpu::attention_backward<float>(dq_w.data(), dk_w.data(), dv_w.data(), g.p(dout), g.p(gq),
                                    g.p(gk), g.p(gv), g.p(gout), g.p(glse), shape, 0.7f, causal, 0,

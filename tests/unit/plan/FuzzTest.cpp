@@ -226,35 +226,36 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("copy", {x}, {A({T, H})}, {T * H});
   b.AddStep("cast", {x}, {A({T, H})}, {T * H});
   const uint32_t conv_w = P({H, 3}), halo = P({1, 2, H});
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 0});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 0, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w}, {A({1, T, H}), A({H, 3}), A({H})},
-            {1, T, H, 3, 0, 0});
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w, halo}, {A({1, T, H})}, {1, T, H, 3, 1, 0});
+            {1, T, H, 3, 0, 0, 0});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w, halo}, {A({1, T, H})}, {1, T, H, 3, 1, 0, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w, halo},
-            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 0});
+            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 0, 0});
   // With the SiLU folded in: the backward takes the bias too (after the halo).
-  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 1});
+  b.AddStep("causal_conv1d.forward", {x, conv_w, w}, {A({1, T, H})}, {1, T, H, 3, 0, 1, 0});
   b.AddStep("causal_conv1d.backward", {dy, x, conv_w, halo, w},
-            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 1});
+            {A({1, T, H}), A({H, 3}), A({H}), A({1, 2, H})}, {1, T, H, 3, 1, 1, 0});
   // SSD: batch 1, seq T, 2 heads of dim 2, 1 group, state 2, chunk 3.
   const uint32_t sx = P({1, T, 2, 2}), sdt = P({1, T, 2}), sa = P({2}), sb = P({1, T, 1, 2}),
                  sc = P({1, T, 1, 2}), sd = P({2}), sinit = P({1, 2, 2, 2});
   b.AddStep("ssd_scan.forward", {sx, sdt, sa, sb, sc, sd, sinit},
-            {A({1, T, 2, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 3, 1});
+            {A({1, T, 2, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 3, 1, 0});
   b.AddStep("ssd_scan.backward", {P({1, T, 2, 2}), sx, sdt, sa, sb, sc, sd, sinit, P({1, 2, 2, 2})},
             {A({1, T, 2, 2}), A({1, T, 2}), A({2}), A({1, T, 1, 2}), A({1, T, 1, 2}), A({2}),
              A({1, 2, 2, 2})},
-            {1, T, 2, 2, 1, 2, 3, 1, 1});
+            {1, T, 2, 2, 1, 2, 3, 1, 1, 0});
   b.AddStep("ssd_scan.forward", {sx, sdt, sa, sb, sc, sd}, {A({1, T, 2, 2}), A({1, 2, 2, 2})},
-            {1, T, 2, 2, 1, 2, 8, 0});
-  b.AddStep("ssd_final_state.forward", {sx, sdt, sa, sb}, {A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 3});
+            {1, T, 2, 2, 1, 2, 8, 0, 0});
+  b.AddStep("ssd_final_state.forward", {sx, sdt, sa, sb}, {A({1, 2, 2, 2})},
+            {1, T, 2, 2, 1, 2, 3, 0});
   b.AddStep("ssd_final_state.backward", {P({1, 2, 2, 2}), sx, sdt, sa, sb},
-            {A({1, T, 2, 2}), A({1, T, 2}), A({2}), A({1, T, 1, 2})}, {1, T, 2, 2, 1, 2, 3});
+            {A({1, T, 2, 2}), A({1, T, 2}), A({2}), A({1, T, 1, 2})}, {1, T, 2, 2, 1, 2, 3, 0});
   b.AddStep("ssd_add_initial_state.forward", {A({1, T, 2, 2}), sdt, sa, sc, P({1, 2, 2, 2})},
-            {A({1, T, 2, 2})}, {1, T, 2, 2, 1, 2});
+            {A({1, T, 2, 2})}, {1, T, 2, 2, 1, 2, 0});
   b.AddStep("ssd_add_initial_state.backward", {A({1, T, 2, 2}), sdt, sa, sc, P({1, 2, 2, 2})},
-            {A({1, T, 2}), A({2}), A({1, T, 1, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2});
-  b.AddStep("ssd_log_decay.forward", {sdt, sa}, {A({1, 2})}, {1, T, 2});
+            {A({1, T, 2}), A({2}), A({1, T, 1, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 0});
+  b.AddStep("ssd_log_decay.forward", {sdt, sa}, {A({1, 2})}, {1, T, 2, 0});
   b.AddStep("ssd_log_decay.backward", {P({1, 2}), sdt, sa}, {A({1, T, 2}), A({2})}, {1, T, 2});
   // The collectives, on the one rank of a plan without mesh (one segment of T tokens).
   b.AddStep("halo_exchange.forward", {x}, {A({1, 2, H})}, {1, 1, T, H, 2});
@@ -269,13 +270,14 @@ PlanBuilder EveryKernelPlan() {
   // Attention: 2 query heads over 1 kv head of dim 2.
   const uint32_t q = P({1, T, 2, 2}), k = P({1, T, 1, 2}), v = P({1, T, 1, 2});
   const uint32_t att_out = A({1, T, 2, 2}), lse = A({1, 2, T});
-  b.AddStep("attention.forward", {q, k, v}, {att_out, lse}, {1, T, 2, 1, 2, 1}, {0.7});
+  b.AddStep("attention.forward", {q, k, v}, {att_out, lse}, {1, T, 2, 1, 2, 1, 0}, {0.7});
   b.AddStep("attention.backward", {P({1, T, 2, 2}), q, k, v, att_out, lse},
-            {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1}, {0.7});
+            {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1, 0}, {0.7});
   const uint32_t ring_out = A({1, T, 2, 2}), ring_lse = A({1, 2, T});
-  b.AddStep("ring_attention.forward", {q, k, v}, {ring_out, ring_lse}, {1, T, 2, 1, 2, 1}, {0.7});
+  b.AddStep("ring_attention.forward", {q, k, v}, {ring_out, ring_lse}, {1, T, 2, 1, 2, 1, 0},
+            {0.7});
   b.AddStep("ring_attention.backward", {P({1, T, 2, 2}), q, k, v, ring_out, ring_lse},
-            {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1}, {0.7});
+            {A({1, T, 2, 2}), A({1, T, 1, 2}), A({1, T, 1, 2})}, {1, T, 2, 1, 2, 1, 0}, {0.7});
   // MoE: 3 experts, top 2, inner 2.
   const uint32_t gates = A({T, 2}), experts = A({T, 2}, DType::I32);
   b.AddStep("moe_route.forward", {P({T, 3})}, {gates, experts}, {T, 3, 2});

@@ -37,7 +37,7 @@ TEST(KernelArgs, SsdScanBackwardRoundTrip) {
   k.dx = 20, k.ddt = 21, k.dA = 22, k.dB = 23, k.dC = 24, k.dD = 25;
   const Step step = EncodeStep(k);
   EXPECT_EQ(step.kernel, KernelId::SsdScanBackward);
-  EXPECT_THAT(step.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 0, 1));
+  EXPECT_THAT(step.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 0, 1, 0));
   EXPECT_THAT(step.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 17));  // no init_state
   EXPECT_THAT(step.outs, ElementsAre(20, 21, 22, 23, 24, 25));         // no dinit_state
   const auto back = DecodeStep<SsdScanBackwardArgs>(step);
@@ -53,6 +53,13 @@ TEST(KernelArgs, SsdScanBackwardRoundTrip) {
   EXPECT_THAT(with_init.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 30, 17));
   EXPECT_THAT(with_init.outs, ElementsAre(20, 21, 22, 23, 24, 25, 31));
   EXPECT_EQ(DecodeStep<SsdScanBackwardArgs>(with_init).init_state, 30u);
+  // Packed documents: the positions are the last input, after dfinal_state.
+  k.documents = true;
+  k.positions = 40;
+  const Step with_positions = EncodeStep(k);
+  EXPECT_THAT(with_positions.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 1, 1, 1));
+  EXPECT_THAT(with_positions.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 30, 17, 40));
+  EXPECT_EQ(DecodeStep<SsdScanBackwardArgs>(with_positions).positions, 40u);
 }
 
 // A buffer named like Encode's local (state_scan's `s`) is still the field.

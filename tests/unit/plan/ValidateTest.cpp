@@ -318,7 +318,7 @@ TEST(Validate, SsdScanArityFollowsFlags) {
                                  p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd})};
     if (give_init) ins.push_back(p.Act({B, Hd, P, N}));
     std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, Hd, P, N})};
-    p.b.AddStep("ssd_scan.forward", ins, outs, {B, S, Hd, P, G, N, 2, has_init});
+    p.b.AddStep("ssd_scan.forward", ins, outs, {B, S, Hd, P, G, N, 2, has_init, 0});
     return p.Error();
   };
   EXPECT_EQ(build(0, false), "(loaded)");
@@ -339,7 +339,7 @@ TEST(Validate, SsdScanBackwardShapes) {
   std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, S, Hd}),   p.Act({Hd}),
                                 p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd}),
                                 p.Act({B, Hd, P, N})};
-  p.b.AddStep("ssd_scan.backward", ins, outs, {B, S, Hd, P, G, N, 4, 1, 1});
+  p.b.AddStep("ssd_scan.backward", ins, outs, {B, S, Hd, P, G, N, 4, 1, 1, 0});
   EXPECT_EQ(p.Error(), "(loaded)");
   p.b.step(0).ints[4] = 3;  // groups = 3 does not divide heads = 2
   EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));
@@ -357,11 +357,11 @@ TEST(Validate, SsdAddInitialStateShapes) {
   const uint32_t y = p.Act({B, S, Hd, P}, DType::BF16), dt = p.Act({B, S, Hd}), A = p.Act({Hd}),
                  Cm = p.Act({B, S, G, N}, DType::BF16), init = p.Act({B, Hd, P, N});
   p.b.AddStep("ssd_add_initial_state.forward", {y, dt, A, Cm, init},
-              {p.Act({B, S, Hd, P}, DType::BF16)}, {B, S, Hd, P, G, N});
+              {p.Act({B, S, Hd, P}, DType::BF16)}, {B, S, Hd, P, G, N, 0});
   p.b.AddStep(
       "ssd_add_initial_state.backward", {y, dt, A, Cm, init},
       {p.Act({B, S, Hd}), p.Act({Hd}), p.Act({B, S, G, N}, DType::BF16), p.Act({B, Hd, P, N})},
-      {B, S, Hd, P, G, N});
+      {B, S, Hd, P, G, N, 0});
   EXPECT_EQ(p.Error(), "(loaded)");
   p.b.step(0).ins[4] = p.Act({B, Hd, P, N}, DType::BF16);
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (ssd_add_initial_state.forward): input 4"));
@@ -372,7 +372,7 @@ TEST(Validate, SsdAddInitialStateShapes) {
   EXPECT_THAT(p.Error(), HasSubstr("expected batch*heads*head_dim*state = 24"));
   p.b.step(1).outs[3] = p.Act({B, Hd, P, N});
   p.b.step(1).ints.push_back(4);  // a chunk: the correction takes none
-  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_add_initial_state.backward): takes 6 ints, got 7"));
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_add_initial_state.backward): takes 7 ints, got 8"));
 }
 
 // The summary's kernels: ssd_scan's shapes without C, D and flags; the state and its gradient
@@ -383,12 +383,12 @@ TEST(Validate, SsdFinalStateShapes) {
   const uint32_t x = p.Act({B, S, Hd, P}, DType::BF16), dt = p.Act({B, S, Hd}), A = p.Act({Hd}),
                  Bm = p.Act({B, S, G, N}, DType::BF16);
   p.b.AddStep("ssd_final_state.forward", {x, dt, A, Bm}, {p.Act({B, Hd, P, N})},
-              {B, S, Hd, P, G, N, 4});
+              {B, S, Hd, P, G, N, 4, 0});
   const uint32_t dfinal = p.Act({B, Hd, P, N});
   p.b.AddStep("ssd_final_state.backward", {dfinal, x, dt, A, Bm},
               {p.Act({B, S, Hd, P}, DType::BF16), p.Act({B, S, Hd}), p.Act({Hd}),
                p.Act({B, S, G, N}, DType::BF16)},
-              {B, S, Hd, P, G, N, 4});
+              {B, S, Hd, P, G, N, 4, 0});
   EXPECT_EQ(p.Error(), "(loaded)");
   p.b.step(0).outs[0] = p.Act({B, Hd, P, N}, DType::BF16);
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (ssd_final_state.forward): output 0 't14' is bf16, "
@@ -402,7 +402,7 @@ TEST(Validate, SsdFinalStateShapes) {
   EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));
   p.b.step(1).ints[4] = 1;
   p.b.step(1).ints.push_back(0);  // no flags: a step with an eighth int is malformed
-  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_final_state.backward): takes 7 ints, got 8"));
+  EXPECT_THAT(p.Error(), HasSubstr("step 1 (ssd_final_state.backward): takes 8 ints, got 9"));
 }
 
 TEST(Validate, AttentionHeads) {
@@ -410,7 +410,7 @@ TEST(Validate, AttentionHeads) {
   const int64_t B = 1, S = 3, Hq = 4, Hkv = 3, D = 2;
   p.b.AddStep("attention.forward",
               {p.Act({B, S, Hq, D}), p.Act({B, S, Hkv, D}), p.Act({B, S, Hkv, D})},
-              {p.Act({B, S, Hq, D}), p.Act({B, Hq, S})}, {B, S, Hq, Hkv, D, 1}, {0.5});
+              {p.Act({B, S, Hq, D}), p.Act({B, Hq, S})}, {B, S, Hq, Hkv, D, 1, 0}, {0.5});
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (attention.forward): q_heads = 4 is not divisible by "
                                    "kv_heads = 3"));
 }
@@ -483,7 +483,7 @@ TEST(Validate, ConvHaloFollowsFlag) {
     OneStepPlan p;
     std::vector<uint32_t> ins = {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})};
     if (give_halo) ins.push_back(p.Act({B, halo_rows, C}));
-    p.b.AddStep("causal_conv1d.forward", ins, {p.Act({B, S, C})}, {B, S, C, W, has_halo, 0});
+    p.b.AddStep("causal_conv1d.forward", ins, {p.Act({B, S, C})}, {B, S, C, W, has_halo, 0, 0});
     return p.Error();
   };
   EXPECT_EQ(build(0, false, 0), "(loaded)");
@@ -497,7 +497,7 @@ TEST(Validate, ConvHaloFollowsFlag) {
   OneStepPlan p;
   p.b.AddStep("causal_conv1d.backward",
               {p.Act({B, S, C}), p.Act({B, S, C}), p.Act({C, W}), p.Act({B, W - 1, C})},
-              {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})}, {B, S, C, W, 1, 0});
+              {p.Act({B, S, C}), p.Act({C, W}), p.Act({C})}, {B, S, C, W, 1, 0, 0});
   EXPECT_THAT(p.Error(), HasSubstr("step 0 (causal_conv1d.backward): takes 4 outputs, got 3"));
   // With silu the backward recomputes the conv: it takes the bias, after the halo.
   auto backward = [&](int64_t has_halo, int64_t silu, bool give_bias) {
@@ -509,7 +509,7 @@ TEST(Validate, ConvHaloFollowsFlag) {
       outs.push_back(q.Act({B, W - 1, C}));
     }
     if (give_bias) ins.push_back(q.Act({C}));
-    q.b.AddStep("causal_conv1d.backward", ins, outs, {B, S, C, W, has_halo, silu});
+    q.b.AddStep("causal_conv1d.backward", ins, outs, {B, S, C, W, has_halo, silu, 0});
     return q.Error();
   };
   EXPECT_EQ(backward(0, 1, true), "(loaded)");
@@ -562,7 +562,7 @@ TEST(Validate, RingAttentionIsOverTheRanksShare) {
     OneStepPlan p(8, Mesh{.cp = 2});
     p.b.AddStep("ring_attention.forward",
                 {p.Act({B, seq, Hq, D}), p.Act({B, seq, Hkv, D}), p.Act({B, seq, Hkv, D})},
-                {p.Act({B, seq, Hq, D}), p.Act({B, Hq, seq})}, {B, seq, Hq, Hkv, D, 1}, {0.5});
+                {p.Act({B, seq, Hq, D}), p.Act({B, Hq, seq})}, {B, seq, Hq, Hkv, D, 1, 0}, {0.5});
     return p.Error();
   };
   EXPECT_EQ(build(4), "(loaded)");

@@ -538,3 +538,12 @@ func.func @report_unnamed(%x: tensor<f32>) {
   model.report "", %x : tensor<f32>
   return
 }
+
+// -----
+
+// Document positions are one per token of the data.
+func.func @positions_shape(%x: tensor<1x6x4xf32>, %w: tensor<4x1x3xf32>, %b: tensor<4xf32>, %pos: tensor<1x5xi32>) -> tensor<1x6x4xf32> {
+  // expected-error @+1 {{document positions (position_ids [batch, seq]) must have shape [1, 6], got [1, 5]}}
+  %y = model.causal_conv1d %x, %w, %b positions %pos : (tensor<1x6x4xf32>, tensor<4x1x3xf32>, tensor<4xf32>, tensor<1x5xi32>) -> tensor<1x6x4xf32>
+  return %y : tensor<1x6x4xf32>
+}

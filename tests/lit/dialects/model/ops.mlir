@@ -145,3 +145,15 @@ func.func @router_aux_loss(%router: tensor<1x5x6xf32>, %i: tensor<1x5x2xi32>) ->
   model.report "router_aux_loss", %aux : tensor<f32>
   return %aux : tensor<f32>
 }
+
+// Packed documents: the sequence ops take each token's position in its document.
+// CHECK-LABEL: func.func @documents
+func.func @documents(%x: tensor<1x6x4xf32>, %w: tensor<4x1x3xf32>, %b: tensor<4xf32>,
+                     %pos: tensor<1x6xi32>, %q: tensor<1x6x2x4xf32>, %kv: tensor<1x6x1x4xf32>)
+    -> tensor<1x6x4xf32> {
+  // CHECK: model.causal_conv1d %{{.+}}, %{{.+}}, %{{.+}} positions %{{.+}} : (tensor<1x6x4xf32>, tensor<4x1x3xf32>, tensor<4xf32>, tensor<1x6xi32>) -> tensor<1x6x4xf32>
+  %y = model.causal_conv1d %x, %w, %b positions %pos : (tensor<1x6x4xf32>, tensor<4x1x3xf32>, tensor<4xf32>, tensor<1x6xi32>) -> tensor<1x6x4xf32>
+  // CHECK: model.attention %{{.+}}, %{{.+}}, %{{.+}} positions %{{.+}} {causal, scale = 5.000000e-01 : f64}
+  %o, %lse = model.attention %q, %kv, %kv positions %pos {causal, scale = 0.5 : f64} : (tensor<1x6x2x4xf32>, tensor<1x6x1x4xf32>, tensor<1x6x1x4xf32>, tensor<1x6xi32>) -> (tensor<1x6x2x4xf32>, tensor<1x2x6xf32>)
+  return %y : tensor<1x6x4xf32>
+}

@@ -380,6 +380,25 @@ func.func @train_step(%x: tensor<1x4x3xf32>, %t: tensor<1x4xi32>) -> tensor<f32>
 
 // -----
 
+// Packed documents: the backward of each sequence op reads the same positions as its forward;
+// the positions themselves (token indices) get no gradient.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %{{[^:]+}}: tensor<1x6xi32>, %[[POS:[^:]+]]: tensor<1x6xi32>
+// CHECK: model.attention_grad {{.+}} positions %[[POS]] {causal
+// CHECK: model.causal_conv1d_grad {{.+}} positions %[[POS]] :
+func.func @train_step(%x: tensor<1x6x4xf32>, %t: tensor<1x6xi32>, %pos: tensor<1x6xi32>) -> tensor<f32> {
+  %w = model.param "conv" normal(0.02) : tensor<4x1x3xf32>
+  %b = model.param "bias" zeros : tensor<4xf32>
+  %y = model.causal_conv1d %x, %w, %b positions %pos : (tensor<1x6x4xf32>, tensor<4x1x3xf32>, tensor<4xf32>, tensor<1x6xi32>) -> tensor<1x6x4xf32>
+  %q = model.reshape %y : tensor<1x6x4xf32> -> tensor<1x6x1x4xf32>
+  %o, %lse = model.attention %q, %q, %q positions %pos {causal, scale = 0.5 : f64} : (tensor<1x6x1x4xf32>, tensor<1x6x1x4xf32>, tensor<1x6x1x4xf32>, tensor<1x6xi32>) -> (tensor<1x6x1x4xf32>, tensor<1x1x6xf32>)
+  %l = model.reshape %o : tensor<1x6x1x4xf32> -> tensor<1x6x4xf32>
+  %sum, %count = model.cross_entropy %l, %t {ignore_index = -100 : i64} : (tensor<1x6x4xf32>, tensor<1x6xi32>) -> (tensor<f32>, tensor<f32>)
+  return %sum : tensor<f32>
+}
+
+// -----
+
 // Only the function named by the `function` option (train_step by default) is differentiated.
 // CHECK-LABEL: func.func @eval_step
 // CHECK-NOT: model.param_grad

@@ -9,11 +9,11 @@
 // CHECK-DAG: %[[W:.*]] = exec.buffer parameters "conv.weight"
 // CHECK-DAG: %[[B:.*]] = exec.buffer parameters "conv.bias"
 // CHECK-DAG: %[[ACT:.*]] = exec.buffer activations "act"
-// CHECK: exec.launch "causal_conv1d.forward" ins(%[[X]], %[[W]], %[[B]] : {{.*}}) outs(%[[ACT]] : {{.*}}) {floats = array<f64>, ints = array<i64: 1, 8, 4, 4, 0, 1>}
+// CHECK: exec.launch "causal_conv1d.forward" ins(%[[X]], %[[W]], %[[B]] : {{.*}}) outs(%[[ACT]] : {{.*}}) {floats = array<f64>, ints = array<i64: 1, 8, 4, 4, 0, 1, 0>}
 // CHECK-NOT: exec.launch "silu
 // CHECK: %[[DACT:.*]] = exec.buffer activations "dact"
 // CHECK-NOT: exec.launch "silu
-// CHECK: exec.launch "causal_conv1d.backward" ins(%[[DACT]], %[[X]], %[[W]], %[[B]] : {{.*}}) {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 1>}
+// CHECK: exec.launch "causal_conv1d.backward" ins(%[[DACT]], %[[X]], %[[W]], %[[B]] : {{.*}}) {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 1, 0>}
 // CHECK-NOT: "conv"
 // CHECK-NOT: "dconv"
 func.func @forward_and_backward() {
@@ -22,7 +22,7 @@ func.func @forward_and_backward() {
   %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   %dact = exec.buffer activations "dact" : memref<1x8x4xf32>
@@ -32,7 +32,7 @@ func.func @forward_and_backward() {
   %dx = exec.buffer activations "dx" : memref<1x8x4xf32>
   %dw = exec.buffer gradients "conv.weight" : memref<4x1x4xf32>
   %db = exec.buffer gradients "conv.bias" : memref<4xf32>
-  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>) outs(%dx, %dw, %db : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>) outs(%dx, %dw, %db : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   exec.result "dx", %dx : memref<1x8x4xf32>
   return
 }
@@ -43,8 +43,8 @@ func.func @forward_and_backward() {
 // CHECK-LABEL: func.func @with_halo
 // CHECK-DAG: %[[B:.*]] = exec.buffer parameters "conv.bias"
 // CHECK-DAG: %[[HALO:.*]] = exec.buffer activations "halo"
-// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 1, 1>}
-// CHECK: exec.launch "causal_conv1d.backward" ins({{.*}}, %[[HALO]], %[[B]] : {{.*}}) outs({{.*}}) {{.*}}ints = array<i64: 1, 8, 4, 4, 1, 1>}
+// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 1, 1, 0>}
+// CHECK: exec.launch "causal_conv1d.backward" ins({{.*}}, %[[HALO]], %[[B]] : {{.*}}) outs({{.*}}) {{.*}}ints = array<i64: 1, 8, 4, 4, 1, 1, 0>}
 // CHECK-NOT: exec.launch "silu
 func.func @with_halo() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
@@ -54,7 +54,7 @@ func.func @with_halo() {
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b, %halo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b, %halo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   %dconv = exec.buffer activations "dconv" : memref<1x8x4xf32>
@@ -63,7 +63,7 @@ func.func @with_halo() {
   %dw = exec.buffer gradients "conv.weight" : memref<4x1x4xf32>
   %db = exec.buffer gradients "conv.bias" : memref<4xf32>
   %dhalo = exec.buffer activations "dhalo" : memref<1x3x4xf32>
-  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w, %halo : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>, memref<1x3x4xf32>) outs(%dx, %dw, %db, %dhalo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w, %halo : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>, memref<1x3x4xf32>) outs(%dx, %dw, %db, %dhalo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0, 0>, floats = array<f64>}
   exec.result "dx", %dx : memref<1x8x4xf32>
   exec.result "dhalo", %dhalo : memref<1x3x4xf32>
   return
@@ -73,7 +73,7 @@ func.func @with_halo() {
 
 // A forward whose SiLU has no backward (the first forward of a recomputed layer) folds alone.
 // CHECK-LABEL: func.func @forward_only
-// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 1>}
+// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 1, 0>}
 // CHECK-NOT: exec.launch "silu.forward"
 func.func @forward_only() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
@@ -81,7 +81,7 @@ func.func @forward_only() {
   %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   exec.result "act", %act : memref<1x8x4xf32>
@@ -92,7 +92,7 @@ func.func @forward_only() {
 
 // The conv's output is a result too: it must be stored, nothing folds.
 // CHECK-LABEL: func.func @output_seen_elsewhere
-// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0>}
+// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0, 0>}
 // CHECK: exec.launch "silu.forward"
 func.func @output_seen_elsewhere() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
@@ -100,7 +100,7 @@ func.func @output_seen_elsewhere() {
   %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   exec.result "conv", %conv : memref<1x8x4xf32>
@@ -113,17 +113,17 @@ func.func @output_seen_elsewhere() {
 // The backward's x changes after the forward (its buffer reused): the recomputed conv would
 // differ, so neither half folds (the SiLU backward needs the stored conv output).
 // CHECK-LABEL: func.func @input_changes_before_backward
-// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0>}
+// CHECK: exec.launch "causal_conv1d.forward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0, 0>}
 // CHECK: exec.launch "silu.forward"
 // CHECK: exec.launch "silu.backward"
-// CHECK: exec.launch "causal_conv1d.backward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0>}
+// CHECK: exec.launch "causal_conv1d.backward" {{.*}}ints = array<i64: 1, 8, 4, 4, 0, 0, 0>}
 func.func @input_changes_before_backward() {
   %x = exec.buffer activations "x" : memref<1x8x4xf32>
   %w = exec.buffer parameters "conv.weight" {init = #exec.init<ones>} : memref<4x1x4xf32>
   %b = exec.buffer parameters "conv.bias" {init = #exec.init<zeros>} : memref<4xf32>
   exec.launch "fill" outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   exec.launch "scale" ins(%act : memref<1x8x4xf32>) outs(%x : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64: 2.0>}
@@ -132,7 +132,7 @@ func.func @input_changes_before_backward() {
   %dx = exec.buffer activations "dx" : memref<1x8x4xf32>
   %dw = exec.buffer gradients "conv.weight" : memref<4x1x4xf32>
   %db = exec.buffer gradients "conv.bias" : memref<4xf32>
-  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>) outs(%dx, %dw, %db : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.backward" ins(%dconv, %x, %w : memref<1x8x4xf32>, memref<1x8x4xf32>, memref<4x1x4xf32>) outs(%dx, %dw, %db : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>) {ints = array<i64: 1, 8, 4, 4, 0, 0, 0>, floats = array<f64>}
   exec.result "dx", %dx : memref<1x8x4xf32>
   return
 }

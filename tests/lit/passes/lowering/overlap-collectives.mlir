@@ -60,7 +60,7 @@ func.func @conv_after_time_step_path() {
   %halo = exec.buffer activations "halo" : memref<1x3x4xf32>
   exec.launch "halo_exchange.forward" ins(%x : memref<1x8x4xf32>) outs(%halo : memref<1x3x4xf32>) {ints = array<i64: 1, 1, 8, 4, 3>, floats = array<f64>}
   %conv = exec.buffer activations "conv" : memref<1x8x4xf32>
-  exec.launch "causal_conv1d.forward" ins(%x, %w, %b, %halo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0>, floats = array<f64>}
+  exec.launch "causal_conv1d.forward" ins(%x, %w, %b, %halo : memref<1x8x4xf32>, memref<4x1x4xf32>, memref<4xf32>, memref<1x3x4xf32>) outs(%conv : memref<1x8x4xf32>) {ints = array<i64: 1, 8, 4, 4, 1, 0, 0>, floats = array<f64>}
   %act = exec.buffer activations "act" : memref<1x8x4xf32>
   exec.launch "silu.forward" ins(%conv : memref<1x8x4xf32>) outs(%act : memref<1x8x4xf32>) {ints = array<i64: 32>, floats = array<f64>}
   %sp = exec.buffer activations "sp" : memref<8x2xf32>

@@ -75,6 +75,7 @@ absl::StatusOr<BlendBatcher> BlendBatcher::Create(std::vector<TokenStream> strea
   }
   for (const TokenStream& stream : streams) {
     HCP_RETURN_IF_ERROR(CheckTokenStream(stream));
+    HCP_RETURN_IF_ERROR(CheckDocuments(stream, config));
     if (stream.file->size() < config.seq + 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s has %s tokens; a blend reads windows of seq + 1 = %s tokens from each source",
@@ -169,33 +170,36 @@ BlendState BlendBatcher::NextState(const BlendState& state) const {
 
 absl::Status BlendBatcher::ReadRows(std::span<const BlendWindow> windows, int64_t dp_index,
                                     int64_t accum_step, std::span<int32_t> inputs,
-                                    std::span<int32_t> targets) const {
+                                    std::span<int32_t> targets,
+                                    std::span<int32_t> positions) const {
   const BatchConfig& c = config_;
   HCP_RETURN_IF_ERROR(CheckMicroBatch(c, dp_index, accum_step, inputs.size(), targets.size()));
   std::vector<int64_t> scratch(static_cast<size_t>(c.seq + 1));
   for (int64_t row = 0; row < c.micro_batch; ++row) {
     const BlendWindow& w = windows[GlobalSequenceIndex(c, dp_index, accum_step, row)];
-    HCP_RETURN_IF_ERROR(ReadWindow(streams_[w.source], w.at, c.seq, c.vocab, scratch,
-                                   inputs.subspan(row * c.seq, c.seq),
-                                   targets.subspan(row * c.seq, c.seq)));
+    HCP_RETURN_IF_ERROR(
+        ReadWindow(streams_[w.source], w.at, c, scratch, inputs.subspan(row * c.seq, c.seq),
+                   targets.subspan(row * c.seq, c.seq),
+                   c.documents ? positions.subspan(row * c.seq, c.seq) : std::span<int32_t>()));
   }
   return absl::OkStatus();
 }
 
 absl::Status BlendBatcher::ReadMicroBatch(const BlendState& state, int64_t dp_index,
                                           int64_t accum_step, std::span<int32_t> inputs,
-                                          std::span<int32_t> targets) const {
-  return ReadRows(StepWindows(state), dp_index, accum_step, inputs, targets);
+                                          std::span<int32_t> targets,
+                                          std::span<int32_t> positions) const {
+  return ReadRows(StepWindows(state), dp_index, accum_step, inputs, targets, positions);
 }
 
 absl::StatusOr<StepBatch> BlendBatcher::NextStep(int64_t dp_index) {
   BlendState next;
   const std::vector<BlendWindow> windows = StepWindows(state_, &next);
-  HCP_ASSIGN_OR_RETURN(
-      StepBatch batch,
-      StepBatch::Read(config_, [&](int64_t a, std::span<int32_t> in, std::span<int32_t> tg) {
-        return ReadRows(windows, dp_index, a, in, tg);
-      }));
+  HCP_ASSIGN_OR_RETURN(StepBatch batch,
+                       StepBatch::Read(config_, [&](int64_t a, std::span<int32_t> in,
+                                                    std::span<int32_t> tg, std::span<int32_t> pos) {
+                         return ReadRows(windows, dp_index, a, in, tg, pos);
+                       }));
   state_ = std::move(next);
   return batch;
 }

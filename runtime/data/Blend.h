@@ -92,7 +92,8 @@ class BlendBatcher {
   // Micro-batch `accum_step` of dp rank `dp_index` for the step that begins at `state`, as
   // TokenBatcher::ReadMicroBatch.
   absl::Status ReadMicroBatch(const BlendState& state, int64_t dp_index, int64_t accum_step,
-                              std::span<int32_t> inputs, std::span<int32_t> targets) const;
+                              std::span<int32_t> inputs, std::span<int32_t> targets,
+                              std::span<int32_t> positions = {}) const;
   // All grad_accum micro-batches of dp rank `dp_index` for the next step (StepBatch::start is
   // left {0, 0}), then advances the state. On error the state is left unchanged.
   absl::StatusOr<StepBatch> NextStep(int64_t dp_index);
@@ -103,7 +104,8 @@ class BlendBatcher {
   // Windows of seq + 1 tokens that fit one pass over source d.
   int64_t WindowsPerEpoch(size_t d) const;
   absl::Status ReadRows(std::span<const BlendWindow> windows, int64_t dp_index, int64_t accum_step,
-                        std::span<int32_t> inputs, std::span<int32_t> targets) const;
+                        std::span<int32_t> inputs, std::span<int32_t> targets,
+                        std::span<int32_t> positions) const;
 
   std::vector<TokenStream> streams_;
   std::vector<double> weights_;

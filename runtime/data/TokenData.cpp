@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/data/DocumentOrder.h"
+#include "runtime/data/IndexedDataset.h"
 #include "runtime/support/AtomicFile.h"
 #include "runtime/support/Format.h"
 #include "runtime/support/Status.h"
@@ -361,10 +362,38 @@ absl::Status CheckTokenStream(const TokenStream& stream) {
   return absl::OkStatus();
 }
 
-absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t seq, int64_t vocab,
+absl::Status CheckDocuments(const TokenStream& stream, const BatchConfig& config) {
+  if (!config.documents || stream.documents != nullptr || !config.eos_tokens.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the plan packs documents (compiled with --documents), but %s is one stream of tokens "
+      "and the model names no eos_token_id to end its documents: write the data as an indexed "
+      "dataset (hybridcp tokenize ... -o PREFIX), or give the config an eos_token_id",
+      stream.file->path()));
+}
+
+namespace {
+
+// Packed documents: whether the token at `where` (an index into the stream's file) starts a
+// document, given the token before it in the window.
+bool StartsDocument(const TokenStream& stream, const BatchConfig& config, int64_t where,
+                    int64_t previous_token) {
+  if (stream.documents != nullptr) {
+    const int64_t doc = stream.documents->DocumentOf(where);
+    return stream.documents->document_starts()[doc] == where;
+  }
+  return std::find(config.eos_tokens.begin(), config.eos_tokens.end(), previous_token) !=
+         config.eos_tokens.end();
+}
+
+}  // namespace
+
+absl::Status ReadWindow(const TokenStream& stream, const DataState& at, const BatchConfig& config,
                         std::span<int64_t> scratch, std::span<int32_t> inputs,
-                        std::span<int32_t> targets) {
+                        std::span<int32_t> targets, std::span<int32_t> positions) {
   const TokenFile& file = *stream.file;
+  const int64_t seq = config.seq, vocab = config.vocab;
   // Where each token of the window lies in the file: the next seq + 1 indices, or, with an order,
   // the pieces of the documents the window covers in this epoch's stream.
   std::span<int64_t> where = scratch.first(static_cast<size_t>(seq + 1));
@@ -373,6 +402,7 @@ absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t 
   } else {
     std::iota(where.begin(), where.end(), at.position);
   }
+  int64_t previous = -1;
   for (int64_t j = 0; j <= seq; ++j) {
     const int64_t token = file.value(where[j]);
     if (token < 0 || token >= vocab) {
@@ -380,20 +410,31 @@ absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t 
           absl::StrFormat("%s: token %d at position %d is %s", file.path(), token, where[j],
                           token < 0 ? "negative" : absl::StrFormat(">= vocab %d", vocab)));
     }
-    if (j < seq) inputs[j] = static_cast<int32_t>(token);
+    // A window starts a document; so does a token the data says starts one.
+    const bool starts =
+        config.documents && (j == 0 || StartsDocument(stream, config, where[j], previous));
+    if (j < seq) {
+      inputs[j] = static_cast<int32_t>(token);
+      if (config.documents) positions[j] = starts ? 0 : positions[j - 1] + 1;
+    }
     if (j > 0) {
-      const bool counts = stream.mask == nullptr || stream.mask->at(where[j]) != 0;
+      // The last token of a document predicts nothing (the next document's first token is no
+      // continuation), as Hugging Face's packing collator sets it.
+      const bool counts = (stream.mask == nullptr || stream.mask->at(where[j]) != 0) && !starts;
       targets[j - 1] = counts ? static_cast<int32_t>(token) : kIgnoredTarget;
     }
+    previous = token;
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const BatchConfig& config,
-                                                  const TokenFile* mask,
-                                                  const DocumentOrder* order) {
+                                                  const TokenFile* mask, const DocumentOrder* order,
+                                                  const IndexedDataset* documents) {
+  const TokenStream stream{&file, mask, order, documents};
   HCP_RETURN_IF_ERROR(ValidateBatchConfig(config));
-  HCP_RETURN_IF_ERROR(CheckTokenStream({&file, mask, order}));
+  HCP_RETURN_IF_ERROR(CheckTokenStream(stream));
+  HCP_RETURN_IF_ERROR(CheckDocuments(stream, config));
   if (file.size() < config.step_tokens()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s has %s tokens; one step needs global_batch * (seq + 1) = %d * (%d + 1) = %s "
@@ -401,22 +442,23 @@ absl::StatusOr<TokenBatcher> TokenBatcher::Create(const TokenFile& file, const B
         file.path(), FormatCount(file.size()), config.global_batch(), config.seq,
         FormatCount(config.step_tokens()), config.micro_batch, config.dp, config.grad_accum));
   }
-  return TokenBatcher(file, config, mask, order);
+  return TokenBatcher(stream, config);
 }
 
 absl::Status TokenBatcher::Restore(const DataState& state) {
-  if (state.epoch < 0 || state.position < 0 || state.position > file_->size()) {
+  const TokenFile* file = stream_.file;
+  if (state.epoch < 0 || state.position < 0 || state.position > file->size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "data state (epoch %d, position %s) does not fit %s (%s tokens): was it saved with "
         "another data file?",
-        state.epoch, FormatCount(state.position), file_->path(), FormatCount(file_->size())));
+        state.epoch, FormatCount(state.position), file->path(), FormatCount(file->size())));
   }
   state_ = state;
   return absl::OkStatus();
 }
 
 DataState TokenBatcher::StepStart(const DataState& state) const {
-  if (file_->size() - state.position < config_.step_tokens()) return {state.epoch + 1, 0};
+  if (stream_.file->size() - state.position < config_.step_tokens()) return {state.epoch + 1, 0};
   return state;
 }
 
@@ -427,7 +469,8 @@ DataState TokenBatcher::NextState(const DataState& state) const {
 
 absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_index,
                                           int64_t accum_step, std::span<int32_t> inputs,
-                                          std::span<int32_t> targets) const {
+                                          std::span<int32_t> targets,
+                                          std::span<int32_t> positions) const {
   const BatchConfig& c = config_;
   HCP_RETURN_IF_ERROR(CheckMicroBatch(c, dp_index, accum_step, inputs.size(), targets.size()));
   const DataState start = StepStart(state);
@@ -435,35 +478,39 @@ absl::Status TokenBatcher::ReadMicroBatch(const DataState& state, int64_t dp_ind
   for (int64_t row = 0; row < c.micro_batch; ++row) {
     const int64_t window =
         start.position + GlobalSequenceIndex(c, dp_index, accum_step, row) * (c.seq + 1);
-    HCP_RETURN_IF_ERROR(ReadWindow({file_, mask_, order_}, {start.epoch, window}, c.seq, c.vocab,
-                                   scratch, inputs.subspan(row * c.seq, c.seq),
-                                   targets.subspan(row * c.seq, c.seq)));
+    HCP_RETURN_IF_ERROR(
+        ReadWindow(stream_, {start.epoch, window}, c, scratch, inputs.subspan(row * c.seq, c.seq),
+                   targets.subspan(row * c.seq, c.seq),
+                   c.documents ? positions.subspan(row * c.seq, c.seq) : std::span<int32_t>()));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepBatch> StepBatch::Read(
-    const BatchConfig& config,
-    const std::function<absl::Status(int64_t, std::span<int32_t>, std::span<int32_t>)>& read) {
+absl::StatusOr<StepBatch> StepBatch::Read(const BatchConfig& config, const MicroBatchReader& read) {
   StepBatch batch;
   batch.micro_batch = config.micro_batch;
   batch.seq = config.seq;
   const int64_t micro = batch.micro_tokens();
   batch.inputs.resize(config.grad_accum * micro);
   batch.targets.resize(config.grad_accum * micro);
+  if (config.documents) batch.positions.resize(config.grad_accum * micro);
   for (int64_t a = 0; a < config.grad_accum; ++a) {
+    const std::span<int32_t> positions =
+        config.documents ? std::span<int32_t>(batch.positions).subspan(a * micro, micro)
+                         : std::span<int32_t>();
     HCP_RETURN_IF_ERROR(read(a, std::span<int32_t>(batch.inputs).subspan(a * micro, micro),
-                             std::span<int32_t>(batch.targets).subspan(a * micro, micro)));
+                             std::span<int32_t>(batch.targets).subspan(a * micro, micro),
+                             positions));
   }
   return batch;
 }
 
 absl::StatusOr<StepBatch> TokenBatcher::NextStep(int64_t dp_index) {
-  HCP_ASSIGN_OR_RETURN(
-      StepBatch batch,
-      StepBatch::Read(config_, [&](int64_t a, std::span<int32_t> in, std::span<int32_t> tg) {
-        return ReadMicroBatch(state_, dp_index, a, in, tg);
-      }));
+  HCP_ASSIGN_OR_RETURN(StepBatch batch,
+                       StepBatch::Read(config_, [&](int64_t a, std::span<int32_t> in,
+                                                    std::span<int32_t> tg, std::span<int32_t> pos) {
+                         return ReadMicroBatch(state_, dp_index, a, in, tg, pos);
+                       }));
   batch.start = StepStart(state_);
   state_ = NextState(state_);
   return batch;

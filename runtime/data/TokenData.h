@@ -50,6 +50,7 @@
 namespace hcp::data {
 
 class DocumentOrder;
+class IndexedDataset;
 
 inline constexpr char kTokenFileMagic[8] = {'H', 'C', 'P', 'T', 'O', 'K', '1', '\0'};
 inline constexpr int64_t kTokenFileHeaderBytes = 16;
@@ -127,6 +128,14 @@ struct BatchConfig {
   int64_t dp = 1;           // data-parallel ranks (Plan::mesh.dp)
   int64_t grad_accum = 1;   // micro-batches per rank per step
   int64_t vocab = 0;        // every token read must be < vocab
+  // Packed documents (a plan compiled with --documents): each window also gets position_ids,
+  // each token's position in its document; a document starts at the window's first token and
+  // after each boundary (Documents below), and the target of a document's last token (the next
+  // document's first) is ignored.
+  bool documents = false;
+  // Where a stream without document boundaries of its own (a token file, a raw file) ends a
+  // document: after each of these tokens (the model's eos_token_id).
+  std::vector<int64_t> eos_tokens;
 
   int64_t global_batch() const { return micro_batch * dp * grad_accum; }
   // global_batch * (seq + 1); meaningful once ValidateBatchConfig has passed.
@@ -158,12 +167,14 @@ struct StepBatch {
   int64_t seq = 0;
   std::vector<int32_t> inputs;
   std::vector<int32_t> targets;
+  std::vector<int32_t> positions;  // packed documents' position_ids; empty without them
 
-  // Room for `config`'s grad_accum micro-batches, filled by read(accum_step, inputs, targets)
-  // for each in turn (the first error returned).
-  static absl::StatusOr<StepBatch> Read(
-      const BatchConfig& config,
-      const std::function<absl::Status(int64_t, std::span<int32_t>, std::span<int32_t>)>& read);
+  // Room for `config`'s grad_accum micro-batches, filled by read(accum_step, inputs, targets,
+  // positions) for each in turn (the first error returned); positions is empty unless
+  // config.documents.
+  using MicroBatchReader = std::function<absl::Status(int64_t, std::span<int32_t>,
+                                                      std::span<int32_t>, std::span<int32_t>)>;
+  static absl::StatusOr<StepBatch> Read(const BatchConfig& config, const MicroBatchReader& read);
 
   int64_t micro_tokens() const { return micro_batch * seq; }
   std::span<const int32_t> micro_inputs(int64_t accum_step) const {
@@ -171,6 +182,11 @@ struct StepBatch {
   }
   std::span<const int32_t> micro_targets(int64_t accum_step) const {
     return std::span<const int32_t>(targets).subspan(accum_step * micro_tokens(), micro_tokens());
+  }
+  // Empty without packed documents.
+  std::span<const int32_t> micro_positions(int64_t accum_step) const {
+    if (positions.empty()) return {};
+    return std::span<const int32_t>(positions).subspan(accum_step * micro_tokens(), micro_tokens());
   }
 };
 
@@ -180,6 +196,9 @@ struct TokenStream {
   const TokenFile* file = nullptr;
   const TokenFile* mask = nullptr;       // nullptr: every target counts
   const DocumentOrder* order = nullptr;  // nullptr: the file's own order
+  // Packed documents: the indexed dataset whose documents `file` holds (its .idx says where
+  // each starts); nullptr: documents end after the config's eos_tokens.
+  const IndexedDataset* documents = nullptr;
 };
 
 // Micro-batch `accum_step` of dp rank `dp_index` exists in `config`, and buffers of `inputs` and
@@ -194,9 +213,12 @@ absl::Status CheckTokenStream(const TokenStream& stream);
 // at.epoch of `stream` (its virtual stream with an order) as inputs[0, seq) and targets[0, seq),
 // the mask applied to the targets. The window must lie within the pass; `scratch` holds seq + 1
 // values. A token >= vocab, or a negative one, is an error naming its position in the file.
-absl::Status ReadWindow(const TokenStream& stream, const DataState& at, int64_t seq, int64_t vocab,
+absl::Status ReadWindow(const TokenStream& stream, const DataState& at, const BatchConfig& config,
                         std::span<int64_t> scratch, std::span<int32_t> inputs,
-                        std::span<int32_t> targets);
+                        std::span<int32_t> targets, std::span<int32_t> positions);
+// With config.documents: a stream whose documents cannot be found (no indexed dataset, no
+// eos_tokens) is refused, naming it.
+absl::Status CheckDocuments(const TokenStream& stream, const BatchConfig& config);
 
 // Cuts steps out of a token file. Reads through `file`, which must outlive the batcher.
 class TokenBatcher {
@@ -207,12 +229,15 @@ class TokenBatcher {
   // outlive the batcher too: a target whose token's value is 0 becomes kIgnoredTarget.
   // `order`, when given, is the order of `file`'s documents each epoch (it must outlive the
   // batcher and hold as many tokens as `file`).
+  // `documents`: the indexed dataset `file` belongs to, whose document starts packed documents
+  // follow (config.documents); nullptr: its eos_tokens end documents.
   static absl::StatusOr<TokenBatcher> Create(const TokenFile& file, const BatchConfig& config,
                                              const TokenFile* mask = nullptr,
-                                             const DocumentOrder* order = nullptr);
+                                             const DocumentOrder* order = nullptr,
+                                             const IndexedDataset* documents = nullptr);
 
   const BatchConfig& config() const { return config_; }
-  const TokenFile& file() const { return *file_; }
+  const TokenFile& file() const { return *stream_.file; }
   // Where the next step begins.
   const DataState& state() const { return state_; }
   // Continues from a saved state; refuses a position beyond the end of the file or negative
@@ -228,21 +253,20 @@ class TokenBatcher {
   // Micro-batch `accum_step` of dp rank `dp_index` for the step that begins at `state`, into
   // inputs and targets (micro_batch * seq values each, row-major). A token >= vocab, or a
   // negative one, is an error naming its position in the file.
+  // With config.documents, positions (micro_batch * seq) gets the position_ids.
   absl::Status ReadMicroBatch(const DataState& state, int64_t dp_index, int64_t accum_step,
-                              std::span<int32_t> inputs, std::span<int32_t> targets) const;
+                              std::span<int32_t> inputs, std::span<int32_t> targets,
+                              std::span<int32_t> positions = {}) const;
 
   // All grad_accum micro-batches of dp rank `dp_index` for the next step, then advances the
   // state. On error the state is left unchanged.
   absl::StatusOr<StepBatch> NextStep(int64_t dp_index);
 
  private:
-  TokenBatcher(const TokenFile& file, const BatchConfig& config, const TokenFile* mask,
-               const DocumentOrder* order)
-      : file_(&file), mask_(mask), order_(order), config_(config) {}
+  TokenBatcher(const TokenStream& stream, const BatchConfig& config)
+      : stream_(stream), config_(config) {}
 
-  const TokenFile* file_;
-  const TokenFile* mask_;       // nullptr: every target counts
-  const DocumentOrder* order_;  // nullptr: the file's own order
+  TokenStream stream_;
   BatchConfig config_;
   DataState state_;
 };

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "runtime/comm/Agreement.h"
 #include "runtime/support/AtomicFile.h"
 #include "runtime/support/Crc32c.h"
@@ -195,9 +196,36 @@ absl::Status OpenTrainingData(comm::Communicator& comm, const plan::Plan& plan,
     data.run = IdentifyRun(plan, options.grad_accum, {});
     HCP_RETURN_IF_ERROR(OpenBlend(comm, options, *vocab, data));
   }
-  const data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, options.grad_accum,
-                                *vocab};
-  return OrderTrainingData(comm, batch, options.shuffle_seed, data);
+  return OrderTrainingData(comm, BatchConfigOf(plan, options.grad_accum, *vocab),
+                           options.shuffle_seed, data);
+}
+
+data::BatchConfig BatchConfigOf(const plan::Plan& plan, int64_t grad_accum, int64_t vocab) {
+  data::BatchConfig batch{plan.seq, plan.micro_batch, plan.mesh.dp, grad_accum, vocab};
+  batch.documents = plan.position_ids.has_value();
+  if (batch.documents) batch.eos_tokens = EosTokensOf(plan);
+  return batch;
+}
+
+std::string DescribeDocuments(const data::BatchConfig& batch) {
+  std::string eos = absl::StrJoin(batch.eos_tokens, ", ");
+  return absl::StrCat(
+      "documents: packed, none reading another (an indexed dataset's documents as its .idx "
+      "says",
+      batch.eos_tokens.empty() ? "" : absl::StrCat("; other data's end after token ", eos),
+      "); a document's last target is ignored");
+}
+
+std::vector<int64_t> EosTokensOf(const plan::Plan& plan) {
+  const nlohmann::json config =
+      nlohmann::json::parse(plan.model_config, nullptr, /*allow_exceptions=*/false);
+  std::vector<int64_t> eos;
+  if (!config.is_object() || !config.contains("eos_token_id")) return eos;
+  const nlohmann::json& value = config["eos_token_id"];
+  for (const nlohmann::json& id : value.is_array() ? value : nlohmann::json::array({value})) {
+    if (id.is_number_integer()) eos.push_back(id.get<int64_t>());
+  }
+  return eos;
 }
 
 namespace {
@@ -223,7 +251,7 @@ absl::Status OrderBlend(comm::Communicator& comm, const data::BatchConfig& batch
           *source.indexed(), data::BlendSourceSeed(*shuffle_seed, static_cast<int64_t>(d))));
       order = data.blend_orders.back().get();
     }
-    streams.push_back({&source.tokens(), source.loss_mask(), order});
+    streams.push_back({&source.tokens(), source.loss_mask(), order, source.indexed()});
     weights.push_back(data.run.blend.at(d).weight);
   }
   absl::StatusOr<data::BlendBatcher> batcher =
@@ -246,8 +274,8 @@ absl::Status OrderTrainingData(comm::Communicator& comm, const data::BatchConfig
   data.order = shuffle_seed
                    ? std::make_unique<data::DocumentOrder>(*source.indexed(), *shuffle_seed)
                    : nullptr;
-  absl::StatusOr<data::TokenBatcher> batcher =
-      data::TokenBatcher::Create(source.tokens(), batch, source.loss_mask(), data.order.get());
+  absl::StatusOr<data::TokenBatcher> batcher = data::TokenBatcher::Create(
+      source.tokens(), batch, source.loss_mask(), data.order.get(), source.indexed());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batcher.status()));
   data.batcher = std::move(*batcher);
   data.run.shuffle_seed = shuffle_seed;
@@ -320,8 +348,8 @@ absl::Status OpenEvalData(comm::Communicator& comm, const TrainOptions& options,
       EvalGlobalBatches(batch, options.eval_tokens, tokens.path(), tokens.size());
   HCP_RETURN_IF_ERROR(comm::AgreeOnStatus(comm, batches.status()));
   // From the start; EvalGlobalBatches made sure they fit without wrapping around.
-  absl::StatusOr<data::TokenBatcher> batcher =
-      data::TokenBatcher::Create(tokens, batch, eval.source->loss_mask());
+  absl::StatusOr<data::TokenBatcher> batcher = data::TokenBatcher::Create(
+      tokens, batch, eval.source->loss_mask(), /*order=*/nullptr, eval.source->indexed());
   absl::Status read = batcher.status();
   const int64_t dp_index = comm.has_mesh() ? comm.dp_index() : 0;
   for (int64_t b = 0; read.ok() && b < *batches; ++b) {

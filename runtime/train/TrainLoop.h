@@ -73,6 +73,14 @@ struct TrainingData {
   // sources, by weight:" and "  30% DESCRIPTION" for each.
   std::vector<std::string> Describe() const;
 };
+// The data shape of one step of `plan` with grad_accum micro-batches per rank: a plan compiled
+// with --documents reads packed documents (their boundaries from an indexed dataset's .idx, or
+// after the config's eos_token_id in other data).
+data::BatchConfig BatchConfigOf(const plan::Plan& plan, int64_t grad_accum, int64_t vocab);
+// "documents: packed, none reading another (...)": the progress output's line for it.
+std::string DescribeDocuments(const data::BatchConfig& batch);
+// The eos_token_id of the config the plan carries (one, or a list), or none.
+std::vector<int64_t> EosTokensOf(const plan::Plan& plan);
 // The run a plan trains with grad_accum micro-batches per rank on `data`: the model is the
 // CRC32C of the plan's parameters (names and full shapes, in name order), which is the same for
 // every cp, dp and ep split of one model.

@@ -88,6 +88,7 @@ absl::Status Loop::Setup() {
   HCP_RETURN_IF_ERROR(OpenTrainingData(comm_, plan_, options_, data_));
   if (root()) {
     for (const std::string& line : data_.Describe()) std::printf("%s\n", line.c_str());
+    if (plan_.position_ids) std::printf("%s\n", DescribeDocuments(data_.config()).c_str());
   }
   HCP_RETURN_IF_ERROR(OpenEvalData(comm_, options_, data_.config(), eval_));
   if (root() && eval_.source) {
@@ -199,6 +200,7 @@ absl::Status Loop::Step(int64_t step, MetricsRecord& record) {
   for (int64_t a = 0; a < micro_batches; ++a) {
     HCP_RETURN_IF_ERROR(executor().SetInputs(batch->micro_inputs(a), batch->micro_targets(a),
                                              loss_scale, aux_scale));
+    if (plan_.position_ids) HCP_RETURN_IF_ERROR(executor().SetPositions(batch->micro_positions(a)));
     if (micro_batches == 1) {  // a backend may overlap the gradient sums with the backward
       HCP_RETURN_IF_ERROR(executor().RunStepAndSumGradients());
     } else {
@@ -239,6 +241,9 @@ absl::Status Loop::Evaluate(MetricsRecord& record) {
     for (int64_t a = 0; a < options_.grad_accum; ++a) {
       HCP_RETURN_IF_ERROR(
           executor().SetInputs(batch.micro_inputs(a), batch.micro_targets(a), eval_.loss_scale));
+      if (plan_.position_ids) {
+        HCP_RETURN_IF_ERROR(executor().SetPositions(batch.micro_positions(a)));
+      }
       HCP_RETURN_IF_ERROR(executor().RunStep());
       loss += executor().Loss();  // already summed over the cp group by the plan
     }

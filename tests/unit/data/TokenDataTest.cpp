@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/data/DocumentOrder.h"
+#include "runtime/data/IndexedDataset.h"
 #include "tests/unit/data/TestUtil.h"
 
 namespace hcp::data {
@@ -17,6 +19,7 @@ using testing::FailsWith;
 using testing::ReadFileBytes;
 using testing::ScratchDir;
 using testing::WriteFileBytes;
+using testing::WriteIndexed;
 
 // Tokens 0, 1, ..., n - 1: a token's value is its position, so reads show where they came from.
 std::vector<uint32_t> Iota(int64_t n) {
@@ -442,6 +445,74 @@ TEST(Batching, BadRequestsAreRefused) {
   EXPECT_TRUE(FailsWith(batcher->ReadMicroBatch({}, 0, 1, in, target), "accumulation step 1"));
   EXPECT_TRUE(FailsWith(batcher->ReadMicroBatch({}, 0, 0, small, target),
                         "expected micro_batch * seq = 8"));
+}
+
+// Packed documents: each window gets position_ids (0 at the window's start and at every document
+// start), and the target of a document's last token is ignored. The documents come from an
+// indexed dataset's .idx, shuffled or not, or from the eos tokens of a plain stream.
+TEST(Batching, PackedDocumentsFromAnIndexedDataset) {
+  ScratchDir dir;
+  // Documents of 3, 1, 4, 2 and 5 tokens; token values tell the document (10s) and position.
+  WriteIndexed(dir, "docs", {{10, 11, 12}, {20}, {30, 31, 32, 33}, {40, 41}, {50, 51, 52, 53, 54}});
+  absl::StatusOr<IndexedDataset> docs = IndexedDataset::Open(dir / "docs");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  BatchConfig c{.seq = 6, .micro_batch = 2, .dp = 1, .grad_accum = 1, .vocab = 100};
+  c.documents = true;
+  absl::StatusOr<TokenBatcher> batcher =
+      TokenBatcher::Create(docs->token_file(), c, nullptr, nullptr, &*docs);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  absl::StatusOr<StepBatch> step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok()) << step.status();
+  // Window 0: tokens 10 11 12 20 30 31 | 32; window 1: 33 40 41 50 51 52 | 53.
+  EXPECT_EQ(step->inputs, (std::vector<int32_t>{10, 11, 12, 20, 30, 31, 33, 40, 41, 50, 51, 52}));
+  EXPECT_EQ(step->positions, (std::vector<int32_t>{0, 1, 2, 0, 0, 1, 0, 0, 1, 0, 1, 2}));
+  const int32_t X = kIgnoredTarget;
+  EXPECT_EQ(step->targets, (std::vector<int32_t>{11, 12, X, X, 31, 32, X, 41, X, 51, 52, 53}));
+  EXPECT_EQ(step->micro_positions(0).size(), 12u);
+
+  // Shuffled: the same rule over the documents in their order.
+  const DocumentOrder order(*docs, 3);
+  batcher = TokenBatcher::Create(docs->token_file(), c, nullptr, &order, &*docs);
+  ASSERT_TRUE(batcher.ok());
+  step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok());
+  for (size_t i = 0; i < step->inputs.size(); ++i) {
+    if (step->positions[i] > 0) {
+      EXPECT_EQ(step->inputs[i] / 10, step->inputs[i - 1] / 10) << i;      // the same document
+      EXPECT_EQ(step->inputs[i] % 10, step->inputs[i - 1] % 10 + 1) << i;  // its next token
+    } else if (i % 6 != 0) {
+      EXPECT_NE(step->inputs[i] / 10, step->inputs[i - 1] / 10) << i;  // another document
+      EXPECT_EQ(step->inputs[i] % 10, 0) << i;                         // at its first token
+      EXPECT_EQ(step->targets[i - 1], X) << i;
+    }
+  }
+}
+
+TEST(Batching, PackedDocumentsEndAfterEosInAPlainStream) {
+  ScratchDir dir;
+  // Three documents, each ended by the eos token 9.
+  TokenFile file = WriteAndOpen(dir, "data.bin", {1, 2, 9, 3, 9, 4, 5, 6, 9, 7});
+  BatchConfig c{.seq = 9, .micro_batch = 1, .dp = 1, .grad_accum = 1, .vocab = 10};
+  c.documents = true;
+  EXPECT_TRUE(FailsWith(TokenBatcher::Create(file, c).status(),
+                        "data.bin is one stream of tokens and the model names no eos_token_id"));
+  c.eos_tokens = {9};
+  absl::StatusOr<TokenBatcher> batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  absl::StatusOr<StepBatch> step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 1, 2, 3}));
+  const int32_t X = kIgnoredTarget;
+  // The eos token ends its document: its target, the next document's first token, is ignored.
+  EXPECT_EQ(step->targets, (std::vector<int32_t>{2, 9, X, 9, X, 5, 6, 9, X}));
+  // Without documents the same window is one stream.
+  c.documents = false;
+  batcher = TokenBatcher::Create(file, c);
+  ASSERT_TRUE(batcher.ok());
+  step = batcher->NextStep(0);
+  ASSERT_TRUE(step.ok());
+  EXPECT_TRUE(step->positions.empty());
+  EXPECT_EQ(step->targets, (std::vector<int32_t>{2, 9, 3, 9, 4, 5, 6, 9, 7}));
 }
 
 }  // namespace

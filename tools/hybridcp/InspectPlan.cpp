@@ -157,6 +157,10 @@ absl::Status InspectPlan(const std::string& path, bool list_buffers) {
     std::printf("objective: the loss + %g x the MoE load-balancing loss\n",
                 plan.router_aux_loss->coefficient);
   }
+  if (plan.position_ids) {
+    std::printf("documents: packed (the step takes position_ids; no layer reads across a "
+                "document start)\n");
+  }
   uint64_t parameters = 0;
   for (const plan::Parameter& p : plan.parameters) parameters += plan.buffers[p.buffer].elements;
   std::printf("parameters: %zu tensors, %llu values\n", plan.parameters.size(),

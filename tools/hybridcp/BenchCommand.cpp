@@ -58,6 +58,7 @@ struct BenchOptions {
   double lr = 3e-4;
   int64_t seed = 0;
   int device = 0;
+  int64_t document_length = 0;  // packed documents of this many tokens; 0: one per row
 };
 
 absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
@@ -90,6 +91,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
     return absl::InvalidArgumentError("--shard-optimizer shards the optimizer: add --optimizer");
   }
   o.profile = args.Has("profile");
+  HCP_ASSIGN_OR_RETURN(o.document_length, args.GetInt("document-length", 0));
+  if (o.document_length < 0) {
+    return absl::InvalidArgumentError("--document-length must not be negative");
+  }
   if (o.steps < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--steps must be at least 1 and --warmup at least 0");
   }
@@ -149,6 +154,23 @@ class Batches {
   std::unique_ptr<data::TokenBatcher> batcher_;
 };
 
+// A plan that packs documents: --document-length's documents in every row (the last one
+// shorter), or one document per row (SetInputs's default).
+absl::Status SetBenchPositions(Executor& exec, const BenchOptions& o) {
+  const plan::Plan& plan = exec.plan();
+  if (!plan.position_ids) {
+    if (o.document_length == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--document-length packs documents: compile the plan with --documents");
+  }
+  if (o.document_length == 0) return absl::OkStatus();
+  std::vector<int32_t> positions(plan.tokens());
+  for (int64_t i = 0; i < plan.tokens(); ++i) {
+    positions[i] = static_cast<int32_t>((i % plan.seq) % o.document_length);
+  }
+  return exec.SetPositions(positions);
+}
+
 void PrintBreakdown(const std::vector<double>& ms_per_kernel) {
   std::vector<std::pair<double, int>> rows;
   double total = 0;
@@ -193,10 +215,12 @@ void PrintGpuMemory(const CudaExecutor& exec) {
               memory.device_bytes / 1073741824.0, 100.0 * memory.peak_bytes / memory.device_bytes);
 }
 
-absl::Status Profile(CudaExecutor& exec, Batches& batches, bool several_ranks) {
+absl::Status Profile(CudaExecutor& exec, Batches& batches, const BenchOptions& o,
+                     bool several_ranks) {
   std::vector<int32_t> ids, targets;
   HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
   HCP_RETURN_IF_ERROR(exec.SetInputs(ids, targets));
+  HCP_RETURN_IF_ERROR(SetBenchPositions(exec, o));
   std::vector<double> ms_per_kernel;
   double sums_after_ms = 0;
   HCP_RETURN_IF_ERROR(exec.RunStepProfiled(&ms_per_kernel, &sums_after_ms));
@@ -269,6 +293,7 @@ absl::Status RunBench(const Args& args) {
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
     HCP_RETURN_IF_ERROR(batches.Next(ids, targets));
     HCP_RETURN_IF_ERROR(exec.SetInputs(ids, targets));
+    HCP_RETURN_IF_ERROR(SetBenchPositions(exec, o));
     auto start = std::chrono::steady_clock::now();
     HCP_RETURN_IF_ERROR(exec.RunStepAndSumGradients());
     const double step_seconds = Seconds(start);
@@ -314,7 +339,7 @@ absl::Status RunBench(const Args& args) {
     std::printf("loss: first %.4f, last %.4f\n", losses.front(), losses.back());
   }
 #ifdef HYBRIDCP_HAVE_CUDA
-  if (o.profile) HCP_RETURN_IF_ERROR(Profile(*rank.gpu(), batches, ranks.world_size() > 1));
+  if (o.profile) HCP_RETURN_IF_ERROR(Profile(*rank.gpu(), batches, o, ranks.world_size() > 1));
 #endif
   return absl::OkStatus();
 }
@@ -327,13 +352,16 @@ Command MakeBenchCommand() {
       "time a plan on its ranks: a bf16 plan on GPUs (tokens/s/GPU, MFU, peak memory, time per "
       "kernel kind), an f32 plan on CPU ranks (tokens/s per rank)",
       "bench PLAN [--data PATH [--data-dtype TYPE]] [--steps N] [--warmup N]\n"
-      "       [--optimizer [--shard-optimizer]] [--profile]\n"
+      "       [--optimizer [--shard-optimizer]] [--profile] [--document-length N]\n"
       "       (a plan of cp x dp ranks: mpirun -np cp*dp hybridcp bench PLAN ...)",
       {{"data", "PATH",
         "data to train on, as train's --data (default: random tokens): an indexed dataset, a "
         "token file or a raw one"},
        {"data-dtype", "TYPE", "the tokens of a raw --data file: uint16, uint32 or int32"},
        {"steps", "N", "timed steps (default 10)"},
+       {"document-length", "N",
+        "a plan compiled with --documents: documents of N tokens packed into every row "
+        "(default: one per row)"},
        {"warmup", "N", "untimed steps first (default 2)"},
        {"optimizer", "",
         "also run AdamW (fp32 master weights and moments where the plan runs: the GPU or the "

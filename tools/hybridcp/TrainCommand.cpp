@@ -38,7 +38,7 @@ std::filesystem::path Canonical(const std::string& path) {
 absl::StatusOr<std::vector<train::WeightedData>> ReadBlend(const std::vector<std::string>& values) {
   constexpr char kForms[] =
       "--data PATH, or weight/path pairs --data W1 PATH1 W2 PATH2 ...: the words after --data up "
-      "to the next option";
+      "to the next option, so the plan goes before --data";
   if (values.size() % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--data: %d values are not weight/path pairs (%s)", values.size(), kForms));
@@ -192,7 +192,13 @@ absl::StatusOr<train::TrainOptions> ReadTrainOptions(const Args& args) {
 }
 
 absl::Status Train(const Args& args) {
-  if (args.positionals().size() != 1) return absl::InvalidArgumentError("give one plan file");
+  if (args.positionals().size() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "give one plan file%s",
+        args.positionals().empty() && args.GetAll("data").size() > 1
+            ? " (before --data: --data takes every word after it up to the next option)"
+            : ""));
+  }
   HCP_ASSIGN_OR_RETURN(World world, JoinRanks("train", args));
   plan::RankPlan mine = plan::LoadPlanForRank(args.positionals()[0]);
   HCP_RETURN_IF_ERROR(comm::CheckRanksAgree(world.comm(), mine.plan, mine.hash));

@@ -235,13 +235,14 @@ Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
   return problems;
 }
 
-// Packed documents (compile --documents) run on the CPU backend; the CUDA kernels do not take
-// positions yet.
+// Packed documents (compile --documents) run on the CPU backend; of the CUDA kernels, the conv and
+// the log-decay take positions, the SSD scans and attention not yet.
 template <typename Args>
 void RequireOneDocument(Problems& problems, const Args& k) {
   if constexpr (requires { k.documents; }) {
     Require(problems, !k.documents,
-            "packed documents (compile --documents) do not run on the CUDA kernels yet: compile "
+            "packed documents (compile --documents) do not run on the CUDA SSD scan and "
+            "attention kernels yet: compile "
             "without --dtype bf16 for the CPU backend, or without --documents");
   }
 }
@@ -249,7 +250,6 @@ void RequireOneDocument(Problems& problems, const Args& k) {
 template <typename ConvArgs>
 Problems ConvProblems(const ConvArgs& k) {
   Problems problems;
-  RequireOneDocument(problems, k);
   Require(problems, k.width <= 8,
           absl::StrFormat("conv width %d is above the CUDA kernel's 8", k.width));
   Require(problems, k.batch <= 65535,
@@ -286,7 +286,6 @@ Problems SsdProblems(const SsdArgs& k) {
 template <typename LogDecayArgs>
 Problems LogDecayProblems(const LogDecayArgs& k) {
   Problems problems;
-  RequireOneDocument(problems, k);
   Require(problems, k.batch <= 65535 && (k.seq + 1023) / 1024 <= 65535,
           absl::StrFormat("batch %d or seq %d exceed the CUDA kernel's limits (65535, "
                           "65535*1024)",

@@ -107,6 +107,29 @@ std::vector<int32_t> randint(int64_t n, uint64_t seed, int32_t lo, int32_t hi) {
   return v;
 }
 
+std::vector<int32_t> packed_positions(int64_t batch, int64_t seq, uint64_t seed, int32_t max_length,
+                                      int32_t continues) {
+  std::vector<int32_t> positions(batch * seq);
+  int64_t draw = 0;
+  for (int64_t b = 0; b < batch; b++) {
+    int32_t position = continues, left = 0;
+    for (int64_t t = 0; t < seq; t++) {
+      if (left == 0 && (t > 0 || continues == 0)) {
+        // One document in four is 1 to 3 tokens long (shorter than the conv's window).
+        const uint64_t r = mix(seed ^ mix(draw++));
+        left = r % 4 == 0 ? 1 + static_cast<int32_t>((r >> 8) % 3)
+                          : 1 + static_cast<int32_t>((r >> 8) % max_length);
+        position = 0;
+      } else if (left == 0) {
+        left = max_length;  // the continued document runs on for a while
+      }
+      positions[b * seq + t] = position++;
+      left--;
+    }
+  }
+  return positions;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 namespace {

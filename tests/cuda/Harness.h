@@ -141,6 +141,13 @@ std::vector<float> randn(int64_t n, uint64_t seed, float stddev, bool bf16 = tru
 std::vector<float> randu(int64_t n, uint64_t seed, float lo, float hi, bool bf16 = true);
 std::vector<int32_t> randint(int64_t n, uint64_t seed, int32_t lo, int32_t hi);
 
+// Packed documents' position_ids [batch, seq] (0 at each document's first token, then counting
+// up): random document lengths in [1, max_length], a few of 1 to 3 tokens; with
+// `continues`, each row's first document started `continues` tokens before the row (a segment
+// of a longer sequence, as under context parallelism).
+std::vector<int32_t> packed_positions(int64_t batch, int64_t seq, uint64_t seed, int32_t max_length,
+                                      int32_t continues = 0);
+
 // fn(begin, end) over [0, n) split over the hardware threads, at least `grain` items each.
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 4096);
 

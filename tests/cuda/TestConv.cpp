@@ -26,12 +26,14 @@ std::vector<float> rounded(std::vector<float> v) {
 // With `silu` (the SiLU folded in, hcp-fuse-conv-silu): y = silu(conv), and the backward takes
 // silu's output gradient. Against the oracle's conv and silu in fp32 (kTolSilu), and against the
 // separate GPU steps (conv, then silu.forward / silu.backward of the stored conv), which must
-// give the same bits.
+// give the same bits. With `documents` (the longest document; 0: none), rows of packed
+// documents, each row's first one begun before it where there is a halo.
 void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64_t width,
-               bool with_halo, bool big, bool silu = false) {
+               bool with_halo, bool big, bool silu = false, int32_t documents = 0) {
   if (!ctx.wants("causal_conv1d")) return;
   const std::string shape = shape_str({batch, seq, channels}) + " w" + std::to_string(width) +
-                            (with_halo ? " halo" : "") + (silu ? " silu" : "");
+                            (with_halo ? " halo" : "") + (silu ? " silu" : "") +
+                            (documents > 0 ? " documents" : "");
   const int64_t n = batch * seq * channels, nh = batch * (width - 1) * channels;
   const double tol = silu ? kTolSilu : kTolBf16;
   const std::vector<float> x = randn(n, ctx.seed(), 1.f);
@@ -39,6 +41,12 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
   const std::vector<float> bias = randn(channels, ctx.seed(), 0.5f);
   const std::vector<float> halo = randn(nh, ctx.seed(), 1.f);
   const std::vector<float> dy = randn(n, ctx.seed(), 1.f);
+  const std::vector<int32_t> positions =
+      documents > 0 ? packed_positions(batch, seq, ctx.seed(), documents, with_halo ? 2 : 0)
+                    : std::vector<int32_t>();
+  const Dev<int32_t> d_positions = to_device_i32(positions);
+  const int32_t* positions_ptr = documents > 0 ? d_positions.get() : nullptr;
+  const int32_t* positions_host = documents > 0 ? positions.data() : nullptr;
   Dev<bf16> d_x = to_device<bf16>(x), d_w = to_device<bf16>(w), d_bias = to_device<bf16>(bias),
             d_halo = to_device<bf16>(halo), d_dy = to_device<bf16>(dy);
   Dev<bf16> y(n), dx(n), dhalo(nh), dw(channels * width), dbias(channels);
@@ -48,7 +56,7 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
   std::vector<float> y_ref(n), dx_ref(n), dhalo_ref(nh), dw_ref(channels * width),
       dbias_ref(channels), dconv_ref(n);
   cpu::causal_conv1d_forward<float>(y_ref.data(), x.data(), halo_host, w.data(), bias.data(), batch,
-                                    seq, channels, width);
+                                    seq, channels, width, positions_host);
   const float* dy_ref = dy.data();
   if (silu) {
     cpu::silu_backward<float>(dconv_ref.data(), dy.data(), y_ref.data(), n);
@@ -57,12 +65,12 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
   }
   cpu::causal_conv1d_backward<float>(dx_ref.data(), dhalo_ref.data(), dw_ref.data(),
                                      dbias_ref.data(), dy_ref, x.data(), halo_host, w.data(), batch,
-                                     seq, channels, width);
+                                     seq, channels, width, positions_host);
 
   y.poison();
   auto forward = [&] {
     check(causal_conv1d_forward(ctx.stream(), y.get(), d_x.get(), halo_ptr, d_w.get(), d_bias.get(),
-                                batch, seq, channels, width, silu));
+                                batch, seq, channels, width, silu, positions_ptr));
   };
   forward();
   ctx.sync();
@@ -74,7 +82,7 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
     conv.poison();
     dconv.poison();
     check(causal_conv1d_forward(ctx.stream(), conv.get(), d_x.get(), halo_ptr, d_w.get(),
-                                d_bias.get(), batch, seq, channels, width));
+                                d_bias.get(), batch, seq, channels, width, false, positions_ptr));
     check(silu_backward<bf16>(ctx.stream(), dconv.get(), d_dy.get(), conv.get(), n));
     check(silu_forward<bf16>(ctx.stream(), conv.get(), conv.get(), n));
     ctx.sync();
@@ -88,7 +96,8 @@ void conv_case(Context& ctx, int64_t batch, int64_t seq, int64_t channels, int64
                            const bf16* grad, bool fused) {
     check(causal_conv1d_backward(ctx.stream(), dx_out, with_halo ? dhalo_out : nullptr, dw_out,
                                  dbias_out, grad, d_x.get(), halo_ptr, d_w.get(), d_bias.get(),
-                                 batch, seq, channels, width, fused, ws.workspace()));
+                                 batch, seq, channels, width, fused, ws.workspace(),
+                                 positions_ptr));
   };
   dx.poison();
   dhalo.poison();
@@ -143,12 +152,19 @@ void test_conv(Context& ctx) {
   conv_case(ctx, 3, 37, 21, 4, true, false, true);
   conv_case(ctx, 2, 1001, 136, 4, false, false, true);
   conv_case(ctx, 1, 300, 40, 3, true, false, true);
+  // Packed documents: some shorter than the window, the first begun in the halo's segment.
+  conv_case(ctx, 3, 37, 21, 4, true, false, false, 9);
+  conv_case(ctx, 2, 1001, 136, 4, false, false, false, 40);
+  conv_case(ctx, 2, 1001, 136, 4, true, false, true, 40);
+  conv_case(ctx, 1, 700, 24, 8, true, false, false, 6);
   if (!ctx.options().big) return;
   // granite-4.0-h-tiny's conv: conv_dim 3328 (d_in 3072 + 2 x 128), width 4, 8192 tokens.
   conv_case(ctx, 1, 8192, 3328, 4, false, true);
   conv_case(ctx, 1, 8192, 3328, 4, true, true);
   conv_case(ctx, 2, 4096, 3328, 4, true, true);
   conv_case(ctx, 1, 8192, 3328, 4, false, true, true);
+  // Documents of up to 1,024 tokens: the masks' cost.
+  conv_case(ctx, 1, 8192, 3328, 4, false, true, true, 1024);
 }
 
 }  // namespace hcp::cuda::test

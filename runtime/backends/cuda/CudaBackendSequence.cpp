@@ -11,9 +11,9 @@ namespace hcp::cuda_backend::detail {
 // Without a halo every sequence starts at position 0 (zeros before it). silu: y = silu(conv).
 absl::Status RunCausalConv1dForward(const Args& a,
                                     const plan::CausalConv1dForwardArgs<DeviceBuffer>& k) {
-  return Done(cuda::causal_conv1d_forward(a.stream(), k.y.as<bf16>(), k.x.as<bf16>(),
-                                          k.halo.as<bf16>(), k.w.as<bf16>(), k.bias.as<bf16>(),
-                                          k.batch, k.seq, k.channels, k.width, k.silu));
+  return Done(cuda::causal_conv1d_forward(
+      a.stream(), k.y.as<bf16>(), k.x.as<bf16>(), k.halo.as<bf16>(), k.w.as<bf16>(),
+      k.bias.as<bf16>(), k.batch, k.seq, k.channels, k.width, k.silu, k.positions.as<int32_t>()));
 }
 
 // With silu, dy is the gradient of silu's output (the conv output recomputed from x and the
@@ -23,7 +23,7 @@ absl::Status RunCausalConv1dBackward(const Args& a,
   return Done(cuda::causal_conv1d_backward(
       a.stream(), k.dx.as<bf16>(), k.dhalo.as<bf16>(), k.dw.as<bf16>(), k.dbias.as<bf16>(),
       k.dy.as<bf16>(), k.x.as<bf16>(), k.halo.as<bf16>(), k.w.as<bf16>(), k.bias.as<bf16>(),
-      k.batch, k.seq, k.channels, k.width, k.silu, a.workspace()));
+      k.batch, k.seq, k.channels, k.width, k.silu, a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::CausalConv1dBackwardArgs<DeviceBuffer>& k) {
   return cuda::causal_conv1d_backward_workspace_bytes(k.batch, k.seq, k.channels, k.width);
@@ -53,7 +53,8 @@ size_t WorkspaceBytes(const plan::SsdScanBackwardArgs<DeviceBuffer>& k) {
 absl::Status RunSsdLogDecayForward(const Args& a,
                                    const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k) {
   return Done(cuda::ssd_log_decay_forward(a.stream(), k.g.as<float>(), k.dt.as<float>(),
-                                          k.A.as<float>(), k.batch, k.seq, k.heads, a.workspace()));
+                                          k.A.as<float>(), k.batch, k.seq, k.heads, a.workspace(),
+                                          k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_log_decay_workspace_bytes(k.batch, k.seq, k.heads);

@@ -90,6 +90,8 @@ __device__ __forceinline__ void store_rounded(bf16* p, const float (&v)[V], int 
 
 // The forward: y[t] = bias + sum_j w[j] x[t - (W-1) + j], or with kSilu silu of that rounded to
 // bf16 first, as silu.forward computes it from a stored conv output (the separate steps' values).
+// With positions (packed documents), tap j reads nothing where its lag (W-1) - j exceeds
+// positions[t], the distance back to the token's document start.
 //
 // Block: kForwardLanes x kForwardWarps threads, as the backward's (below): a lane owns kForwardV
 // = 4 consecutive channels, the warps split the block's time span into consecutive sub-slabs.
@@ -106,6 +108,19 @@ constexpr int kForwardThreads = kForwardLanes * kForwardWarps;
 constexpr int forward_min_blocks_per_sm(int width) { return width <= 4 ? 6 : 4; }
 constexpr int kForwardV = 4;
 constexpr int kForwardAhead = 8;
+// The distance from row r of a batch row to its document's start: positions[r], or unbounded
+// without documents (every tap reads) and for rows outside the sequence (their values are zero).
+// The kernels take kDocuments as a template parameter: without documents they compile as if the
+// masks were not there (the registers of the width-4 backward are at their cap).
+template <bool kDocuments>
+__device__ __forceinline__ int document_reach(const int32_t* positions_b, int64_t r, int64_t seq) {
+  if constexpr (kDocuments) {
+    return r >= 0 && r < seq ? positions_b[r] : INT_MAX;
+  } else {
+    return INT_MAX;
+  }
+}
+
 // Time steps per warp (more for long sequences: at most kMaxForwardChunksPerRow blocks per batch
 // row, well inside the grid's y limit). Each sub-slab also reads the W-1 rows before it.
 constexpr int64_t kForwardSub = 32;
@@ -123,12 +138,12 @@ SubSlabs sub_slabs(int64_t seq, int64_t min_sub, int64_t warps, int64_t max_bloc
   return {sub, ceil_div(seq, sub * warps)};
 }
 
-template <int W, bool kSilu>
+template <int W, bool kSilu, bool kDocuments>
 __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
     conv_forward_kernel(bf16* __restrict__ y, const bf16* __restrict__ x,
                         const bf16* __restrict__ halo, const bf16* __restrict__ w,
-                        const bf16* __restrict__ bias, int64_t seq, int64_t channels,
-                        int64_t sub_length, bool vec) {
+                        const bf16* __restrict__ bias, const int32_t* __restrict__ positions,
+                        int64_t seq, int64_t channels, int64_t sub_length, bool vec) {
   constexpr int V = kForwardV;
   const int lane = threadIdx.x, warp = threadIdx.y;
   const int64_t c = (blockIdx.x * int64_t{kForwardLanes} + lane) * V;
@@ -147,6 +162,7 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
   }
   const bf16* x_b = x + b * seq * channels + c;
   bf16* y_b = y + b * seq * channels + c;
+  const int32_t* positions_b = positions != nullptr ? positions + b * seq : nullptr;
   // rows[k] = input row t - (W-1) + k for the outputs t .. t + kForwardAhead - 1 of a batch of
   // steps: the window (k < W-1), then the batch's new rows.
   Packed<V> rows[W - 1 + kForwardAhead];
@@ -162,8 +178,10 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
       rows[k] = zero_packed<V>();
     }
   }
-  // The batch's output u (from rows[u .. u + W-1]) into dst[0, n), one access when `full`.
-  auto output = [&](int u, bf16* dst, int n, bool full) {
+  // The batch's output u, time step t (from rows[u .. u + W-1]) into dst[0, n), one access when
+  // `full`.
+  auto output = [&](int u, int64_t t, bf16* dst, int n, bool full) {
+    const int reach = document_reach<kDocuments>(positions_b, t, seq);
     float xv[W][V], out[V];
 #pragma unroll
     for (int j = 0; j < W; j++) unpack<V>(xv[j], rows[u + j]);
@@ -171,7 +189,9 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
     for (int e = 0; e < V; e++) {
       float acc = bv[e];
 #pragma unroll
-      for (int j = 0; j < W; j++) acc += wv[j][e] * xv[j][e];
+      for (int j = 0; j < W; j++) {
+        if (W - 1 - j <= reach) acc += wv[j][e] * xv[j][e];
+      }
       if constexpr (kSilu) {
         const float v = round_bf16(acc);
         out[e] = v * sigmoidf(v);
@@ -194,7 +214,7 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
       }
       bf16* y_p = y_b + t * channels;
 #pragma unroll
-      for (int u = 0; u < kForwardAhead; u++, y_p += channels) output(u, y_p, V, true);
+      for (int u = 0; u < kForwardAhead; u++, y_p += channels) output(u, t + u, y_p, V, true);
     } else {
       // A short batch, or masked / unaligned accesses: one row at a time. Loading all rows first
       // here would hold V separate 2-byte loads per row in flight, raising the registers of the
@@ -203,7 +223,7 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
       for (int u = 0; u < kForwardAhead; u++) {
         if (t + u >= t1) break;
         rows[W - 1 + u] = load_packed<V>(x_b + (t + u) * channels, valid, vec);
-        output(u, y_b + (t + u) * channels, valid, vec);
+        output(u, t + u, y_b + (t + u) * channels, valid, vec);
       }
     }
     // The newest W-1 rows are the next batch's window (kForwardAhead >= W-1).
@@ -230,6 +250,9 @@ __global__ void __launch_bounds__(kForwardThreads, forward_min_blocks_per_sm(W))
 // memory (warp order), so there is one partial sum per block in global memory (4 MB at tiny's
 // shape, summed by a second small kernel).
 // Every size here depends only on the shape: the sums are the same on every GPU.
+//
+// With positions, dy row r reaches the input row r - k (its lag k tap) only for k <= positions[r]:
+// the window keeps each dy row's position beside it.
 constexpr int kBackwardLanes = 32;
 constexpr int kBackwardWarps = 4;
 constexpr int kBackwardThreads = kBackwardLanes * kBackwardWarps;
@@ -256,13 +279,14 @@ SubSlabs backward_chunks(int64_t seq) {
 // bf16 and dconv[r] rounded to bf16 as the separate silu.backward step stores it: each new dy
 // row r = q + W-1 needs the input rows q .. q + W-1, so x is read W-1 rows ahead of the input
 // row and kept in a window of its own (xw[k] = x[q + k]).
-template <int W, int V, bool kSilu>
+template <int W, int V, bool kSilu, bool kDocuments>
 __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W, kSilu))
     conv_backward_kernel(bf16* __restrict__ dx, bf16* __restrict__ dhalo,
                          float* __restrict__ partials, const bf16* __restrict__ dy,
                          const bf16* __restrict__ x, const bf16* __restrict__ halo,
-                         const bf16* __restrict__ w, const bf16* __restrict__ bias, int64_t seq,
-                         int64_t channels, int64_t sub_length, bool vec) {
+                         const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                         const int32_t* __restrict__ positions, int64_t seq, int64_t channels,
+                         int64_t sub_length, bool vec) {
   // One dw (or dbias) column of every warp but the first, [warp - 1][channel][lane].
   __shared__ float others[kBackwardWarps - 1][V][kBackwardLanes];
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -288,6 +312,7 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
     }
     const bf16* dy_b = dy + b * seq * channels + c;
     const bf16* x_b = x + b * seq * channels + c;
+    const int32_t* positions_b = positions != nullptr ? positions + b * seq : nullptr;
     // dy row r of this batch row, zeros outside the sequence.
     auto dy_row = [&](int64_t r) {
       return r >= 0 && r < seq ? load_packed<V>(dy_b + r * channels, valid, vec) : zero_packed<V>();
@@ -302,8 +327,9 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
     // With kSilu, x is read this many rows ahead of the input row.
     constexpr int kAheadX = kSilu ? W - 1 : 0;
     Packed<V> xw[W];  // kSilu: xw[k] = input row q + k
-    // The window's entry for dy row r, given dy[r] and (kSilu) xw = input rows r-(W-1) .. r.
-    auto window_entry = [&](float(&dst)[V], const Packed<V>& dy_r) {
+    // The window's entry for dy row r, given dy[r], its document reach and (kSilu) xw = input
+    // rows r-(W-1) .. r.
+    auto window_entry = [&](float(&dst)[V], const Packed<V>& dy_r, int reach) {
       unpack<V>(dst, dy_r);
       if constexpr (kSilu) {
         float xv[W][V];
@@ -313,12 +339,22 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
         for (int e = 0; e < V; e++) {
           float acc = bv[e];
 #pragma unroll
-          for (int j = 0; j < W; j++) acc += wv[j][e] * xv[j][e];
+          for (int j = 0; j < W; j++) {
+            if (W - 1 - j <= reach) acc += wv[j][e] * xv[j][e];
+          }
           dst[e] = round_bf16(dst[e] * silu_grad(round_bf16(acc)));
         }
       }
     };
     float g[W][V];  // g[k] = dy row q + k (kSilu: the conv output's gradient there)
+    // Nibble k: dy row q + k's document reach, capped at 15 (lags are below 8). One register for
+    // the window's reaches (one each spilled at width 4).
+    uint32_t g_reach = 0;
+    auto nibble = [](int reach) { return static_cast<uint32_t>(min(reach, 15)); };
+#pragma unroll
+    for (int k = 0; k < W - 1; k++) {
+      g_reach |= nibble(document_reach<kDocuments>(positions_b, q0 + k, seq)) << (4 * k);
+    }
     if constexpr (kSilu) {
       // The windows for the first step: input rows q0 - (W-1) .. q0 + W-2 pass through xw.
 #pragma unroll
@@ -328,21 +364,23 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
 #pragma unroll
         for (int j = 0; j < W - 1; j++) xw[j] = xw[j + 1];
         xw[W - 1] = input_packed(q0 + k);
-        window_entry(g[k], dy_row(q0 + k));
+        window_entry(g[k], dy_row(q0 + k), document_reach<kDocuments>(positions_b, q0 + k, seq));
       }
     } else {
 #pragma unroll
       for (int k = 0; k < W - 1; k++) unpack<V>(g[k], dy_row(q0 + k));
     }
     // One step: dx (or dhalo) row `dst` (nullptr: not wanted) and the sums, then the window moves.
-    // x_new is the input row q (kSilu: q + W-1, the input row q is then xw[0] after the shift).
-    auto step = [&](const Packed<V>& dy_new, const Packed<V>& x_new, bf16* dst) {
+    // x_new is the input row q (kSilu: q + W-1, the input row q is then xw[0] after the shift);
+    // dy_new is dy row q + W-1, `reach` its document reach.
+    auto step = [&](const Packed<V>& dy_new, const Packed<V>& x_new, int reach, bf16* dst) {
       float in[V], out[V];
+      g_reach |= nibble(reach) << (4 * (W - 1));
       if constexpr (kSilu) {
 #pragma unroll
         for (int j = 0; j < W - 1; j++) xw[j] = xw[j + 1];
         xw[W - 1] = x_new;
-        window_entry(g[W - 1], dy_new);
+        window_entry(g[W - 1], dy_new, reach);
         unpack<V>(in, xw[0]);
       } else {
         unpack<V>(g[W - 1], dy_new);
@@ -353,8 +391,11 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
         float acc = 0.f;
 #pragma unroll
         for (int j = 0; j < W; j++) {
-          acc += wv[j][e] * g[W - 1 - j][e];
-          acc_w[j][e] += in[e] * g[W - 1 - j][e];
+          // Lag W-1-j: dy row q + W-1-j reaches back to the input row q only within its document.
+          const uint32_t lag = W - 1 - j;
+          const float gj = lag <= ((g_reach >> (4 * lag)) & 15u) ? g[W - 1 - j][e] : 0.f;
+          acc += wv[j][e] * gj;
+          acc_w[j][e] += in[e] * gj;
         }
         acc_b[e] += g[0][e];  // zero before the sequence
         out[e] = acc;
@@ -365,6 +406,7 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
 #pragma unroll
         for (int e = 0; e < V; e++) g[k][e] = g[k + 1][e];
       }
+      g_reach >>= 4;
     };
     for (int64_t q = q0; q < t1; q += kBackwardAhead) {
       // The rows of the next kBackwardAhead steps, all loads issued before any is used.
@@ -382,7 +424,8 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
         bf16* dx_p = dx + (b * seq + q) * channels + c;
 #pragma unroll
         for (int u = 0; u < kBackwardAhead; u++, dx_p += channels) {
-          step(dy_next[u], x_next[u], dx_p);
+          step(dy_next[u], x_next[u], document_reach<kDocuments>(positions_b, q + u + W - 1, seq),
+               dx_p);
         }
       } else {
 #pragma unroll
@@ -399,7 +442,7 @@ __global__ void __launch_bounds__(kBackwardThreads, backward_min_blocks_per_sm(W
           bf16* dst = r >= 0             ? dx + (b * seq + r) * channels + c
                       : dhalo != nullptr ? dhalo + (b * (W - 1) + (W - 1) + r) * channels + c
                                          : nullptr;
-          step(dy_next[u], x_next[u], dst);
+          step(dy_next[u], x_next[u], document_reach<kDocuments>(positions_b, r + W - 1, seq), dst);
         }
       }
     }
@@ -458,30 +501,38 @@ __global__ void conv_backward_finish_kernel(bf16* dw, bf16* dbias, const float* 
 
 template <int W>
 void launch_forward(cudaStream_t stream, dim3 grid, bool silu, bf16* y, const bf16* x,
-                    const bf16* halo, const bf16* w, const bf16* bias, int64_t seq,
-                    int64_t channels, int64_t sub_length, bool vec) {
+                    const bf16* halo, const bf16* w, const bf16* bias, const int32_t* positions,
+                    int64_t seq, int64_t channels, int64_t sub_length, bool vec) {
   const dim3 block(kForwardLanes, kForwardWarps);
-  if (silu) {
-    conv_forward_kernel<W, true>
-        <<<grid, block, 0, stream>>>(y, x, halo, w, bias, seq, channels, sub_length, vec);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, block, 0, stream>>>(y, x, halo, w, bias, positions, seq, channels, sub_length,
+                                       vec);
+  };
+  if (positions != nullptr) {
+    silu ? launch(conv_forward_kernel<W, true, true>) : launch(conv_forward_kernel<W, false, true>);
   } else {
-    conv_forward_kernel<W, false>
-        <<<grid, block, 0, stream>>>(y, x, halo, w, bias, seq, channels, sub_length, vec);
+    silu ? launch(conv_forward_kernel<W, true, false>)
+         : launch(conv_forward_kernel<W, false, false>);
   }
 }
 
 template <int W>
 void launch_backward(cudaStream_t stream, dim3 grid, bool silu, bf16* dx, bf16* dhalo,
                      float* partials, const bf16* dy, const bf16* x, const bf16* halo,
-                     const bf16* w, const bf16* bias, int64_t seq, int64_t channels,
-                     int64_t sub_length, bool vec) {
+                     const bf16* w, const bf16* bias, const int32_t* positions, int64_t seq,
+                     int64_t channels, int64_t sub_length, bool vec) {
   const dim3 block(kBackwardLanes, kBackwardWarps);
-  if (silu) {
-    conv_backward_kernel<W, kBackwardV, true><<<grid, block, 0, stream>>>(
-        dx, dhalo, partials, dy, x, halo, w, bias, seq, channels, sub_length, vec);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, block, 0, stream>>>(dx, dhalo, partials, dy, x, halo, w, bias, positions, seq,
+                                       channels, sub_length, vec);
+  };
+  constexpr int V = kBackwardV;
+  if (positions != nullptr) {
+    silu ? launch(conv_backward_kernel<W, V, true, true>)
+         : launch(conv_backward_kernel<W, V, false, true>);
   } else {
-    conv_backward_kernel<W, kBackwardV, false><<<grid, block, 0, stream>>>(
-        dx, dhalo, partials, dy, x, halo, w, bias, seq, channels, sub_length, vec);
+    silu ? launch(conv_backward_kernel<W, V, true, false>)
+         : launch(conv_backward_kernel<W, V, false, false>);
   }
 }
 
@@ -505,7 +556,7 @@ Status check_shape(const char* name, int64_t batch, int64_t seq, int64_t channel
 
 Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const bf16* halo,
                              const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
-                             int64_t channels, int64_t width, bool silu) {
+                             int64_t channels, int64_t width, bool silu, const int32_t* positions) {
   const char* name = "causal_conv1d.forward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (batch == 0 || seq == 0 || channels == 0) return Status();
@@ -515,9 +566,10 @@ Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kForwardLanes * kForwardV)),
                   static_cast<unsigned>(chunks.count), static_cast<unsigned>(batch));
   switch (width) {
-#define HCP_CASE(W)                                                                             \
-  case W:                                                                                       \
-    launch_forward<W>(stream, grid, silu, y, x, halo, w, bias, seq, channels, chunks.sub, vec); \
+#define HCP_CASE(W)                                                                      \
+  case W:                                                                                \
+    launch_forward<W>(stream, grid, silu, y, x, halo, w, bias, positions, seq, channels, \
+                      chunks.sub, vec);                                                  \
     break;
     HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
 #undef HCP_CASE
@@ -537,7 +589,8 @@ size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_
 Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
                               const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
                               const bf16* bias, int64_t batch, int64_t seq, int64_t channels,
-                              int64_t width, bool silu, Workspace workspace) {
+                              int64_t width, bool silu, Workspace workspace,
+                              const int32_t* positions) {
   const char* name = "causal_conv1d.backward";
   if (Status s = check_shape(name, batch, seq, channels, width); !s.ok()) return s;
   if (silu && bias == nullptr) return Status(name, "the SiLU's backward needs the bias");
@@ -559,12 +612,12 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kBackwardLanes * kBackwardV)),
                   static_cast<unsigned>(chunks.count), static_cast<unsigned>(batch));
   switch (width) {
-#define HCP_CASE(W)                                                                         \
-  case W:                                                                                   \
-    launch_backward<W>(stream, grid, silu, dx, dhalo, partials, dy, x, halo, w, bias, seq,  \
-                       channels, chunks.sub, vec);                                          \
-    if (Status s = launch_status(name); !s.ok()) return s;                                  \
-    launch_backward_finish<W>(stream, dw, dbias, partials, batch * chunks.count, channels); \
+#define HCP_CASE(W)                                                                              \
+  case W:                                                                                        \
+    launch_backward<W>(stream, grid, silu, dx, dhalo, partials, dy, x, halo, w, bias, positions, \
+                       seq, channels, chunks.sub, vec);                                          \
+    if (Status s = launch_status(name); !s.ok()) return s;                                       \
+    launch_backward_finish<W>(stream, dw, dbias, partials, batch * chunks.count, channels);      \
     break;
     HCP_CASE(1) HCP_CASE(2) HCP_CASE(3) HCP_CASE(4) HCP_CASE(5) HCP_CASE(6) HCP_CASE(7) HCP_CASE(8)
 #undef HCP_CASE

@@ -213,9 +213,12 @@ Status embedding_backward(cudaStream_t stream, bf16* dtable, const bf16* dout, c
 // w [channels, width]; bias [channels] (nullable: zero); halo [batch, width-1, channels] nullable
 // (zeros): the rows that precede each sequence (context parallelism). With `silu`, y =
 // silu(conv) with the conv rounded to bf16 first: what a silu_forward of the stored conv gives.
+// positions [batch, seq] int32, nullable (one document): packed documents, as the CPU kernel's
+// (tap j reads nothing where its lag (width-1) - j exceeds positions[b, t]).
 Status causal_conv1d_forward(cudaStream_t stream, bf16* y, const bf16* x, const bf16* halo,
                              const bf16* w, const bf16* bias, int64_t batch, int64_t seq,
-                             int64_t channels, int64_t width, bool silu = false);
+                             int64_t channels, int64_t width, bool silu = false,
+                             const int32_t* positions = nullptr);
 // dhalo nullable (not wanted). dw, dbias sum over batch and sequence in fp32 (fixed slabs). With
 // `silu`, dy is the gradient of silu(conv): the kernel recomputes the conv from x, w, halo and
 // bias (needed then) and takes dy through the SiLU as silu_backward would (rounded to bf16).
@@ -224,7 +227,8 @@ size_t causal_conv1d_backward_workspace_bytes(int64_t batch, int64_t seq, int64_
 Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* dw, bf16* dbias,
                               const bf16* dy, const bf16* x, const bf16* halo, const bf16* w,
                               const bf16* bias, int64_t batch, int64_t seq, int64_t channels,
-                              int64_t width, bool silu, Workspace workspace);
+                              int64_t width, bool silu, Workspace workspace,
+                              const int32_t* positions = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // A Mamba segment's total log-decay (SsdLogDecay.cu), for state passing between sequence shards.
@@ -232,9 +236,12 @@ Status causal_conv1d_backward(cudaStream_t stream, bf16* dx, bf16* dhalo, bf16* 
 // g[b,h] = sum_t dt[b,t,h] * A[h]; backward ddt[b,t,h] = dg[b,h] * A[h] and
 // dA[h] = sum_{b,t} dg[b,h] * dt[b,t,h]. Products and sums in double (as the CPU's), in a fixed
 // order; the workspace holds per-slab double partials. batch <= 65535, seq <= 65535 * 1024.
+// positions [batch, seq] nullable: packed documents; g is -infinity for a row whose last token's
+// document starts in the segment (no state passes through it; its gradient is then zero).
 size_t ssd_log_decay_workspace_bytes(int64_t batch, int64_t seq, int64_t heads);
 Status ssd_log_decay_forward(cudaStream_t stream, float* g, const float* dt, const float* A,
-                             int64_t batch, int64_t seq, int64_t heads, Workspace workspace);
+                             int64_t batch, int64_t seq, int64_t heads, Workspace workspace,
+                             const int32_t* positions = nullptr);
 Status ssd_log_decay_backward(cudaStream_t stream, float* ddt, float* dA, const float* dg,
                               const float* dt, const float* A, int64_t batch, int64_t seq,
                               int64_t heads, Workspace workspace);

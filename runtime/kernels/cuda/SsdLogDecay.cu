@@ -1,6 +1,7 @@
 // A Mamba segment's total log-decay and its gradients (the CPU ssd_log_decay and
 // ssd_log_decay_backward): g[b,h] = sum_t dt[b,t,h] A[h]; ddt[b,t,h] = dg[b,h] A[h];
-// dA[h] = sum_{b,t} dg[b,h] dt[b,t,h]. Every product and sum is in double, as the CPU's.
+// dA[h] = sum_{b,t} dg[b,h] dt[b,t,h]. Every product and sum is in double, as the CPU's. With
+// packed documents, g is -infinity for a row whose last document starts in the segment.
 //
 // Both sums run over the sequence with stride `heads`, so a block reads 32 consecutive heads of 8
 // rows at a time (coalesced) and sums one slab of kSlabRows rows: each thread sums every 8th row
@@ -51,12 +52,17 @@ __global__ void slab_kernel(double* partial, float* ddt, const float* dt, const 
   }
 }
 
-// g[b,h] = sum over slabs of partial[b, slab, h], in slab order.
-__global__ void forward_total_kernel(float* g, const double* partial, int64_t batch, int64_t slabs,
-                                     int64_t heads) {
+// g[b,h] = sum over slabs of partial[b, slab, h], in slab order; -infinity where the row's last
+// token's document starts in it (positions[last] < seq).
+__global__ void forward_total_kernel(float* g, const double* partial, const int32_t* positions,
+                                     int64_t batch, int64_t seq, int64_t slabs, int64_t heads) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= batch * heads) return;
   const int64_t b = i / heads, h = i % heads;
+  if (positions != nullptr && seq > 0 && positions[b * seq + seq - 1] < seq) {
+    g[i] = -INFINITY;
+    return;
+  }
   double total = 0.0;
   for (int64_t s = 0; s < slabs; s++) total += partial[(b * slabs + s) * heads + h];
   g[i] = static_cast<float>(total);
@@ -92,7 +98,8 @@ size_t ssd_log_decay_workspace_bytes(int64_t batch, int64_t seq, int64_t heads) 
 }
 
 Status ssd_log_decay_forward(cudaStream_t stream, float* g, const float* dt, const float* A,
-                             int64_t batch, int64_t seq, int64_t heads, Workspace workspace) {
+                             int64_t batch, int64_t seq, int64_t heads, Workspace workspace,
+                             const int32_t* positions) {
   const char* name = "ssd_log_decay.forward";
   if (Status s = check_shape(name, batch, seq, heads, workspace); !s.ok()) return s;
   if (batch == 0 || heads == 0) return Status();
@@ -104,7 +111,7 @@ Status ssd_log_decay_forward(cudaStream_t stream, float* g, const float* dt, con
       partial, nullptr, dt, A, nullptr, seq, heads);
   if (Status s = launch_status(name); !s.ok()) return s;
   forward_total_kernel<<<static_cast<unsigned>(ceil_div(batch * heads, 256)), 256, 0, stream>>>(
-      g, partial, batch, slabs, heads);
+      g, partial, positions, batch, seq, slabs, heads);
   return launch_status(name);
 }
 

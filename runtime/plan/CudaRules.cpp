@@ -235,8 +235,9 @@ Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
   return problems;
 }
 
-// Packed documents (compile --documents) run on the CPU backend; of the CUDA kernels, the conv and
-// the log-decay take positions, the SSD scans and attention not yet.
+// Packed documents (compile --documents) run on the CPU backend; of the CUDA kernels, the conv,
+// the log-decay and the initial-state correction take positions, the SSD scans and attention not
+// yet.
 template <typename Args>
 void RequireOneDocument(Problems& problems, const Args& k) {
   if constexpr (requires { k.documents; }) {
@@ -262,9 +263,11 @@ Problems ConvProblems(const ConvArgs& k) {
 template <typename SsdArgs>
 Problems SsdProblems(const SsdArgs& k) {
   int64_t chunk = 256;
-  if constexpr (requires { k.chunk; }) chunk = k.chunk;
   Problems problems;
-  RequireOneDocument(problems, k);
+  if constexpr (requires { k.chunk; }) {
+    chunk = k.chunk;
+    RequireOneDocument(problems, k);  // the chunked scans; the correction takes positions
+  }
   Require(problems, chunk == 256,
           absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", chunk));
   Require(problems, k.state == 128,

@@ -525,10 +525,34 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
 // out = y + correction the rounding of y to bf16 would hide most of a wrong correction), and the
 // gradients. Then bit for bit: out in place (out == y) against out of place, and a second run of
 // the backward against the first.
+// With `documents` (the longest document; 0: one document), packed documents: each row's first
+// document began before the segment (the entering state reaches it), later ones start inside.
 struct SsdInitCase {
   const char* name;
   int64_t batch, seq, heads, head_dim, groups;
+  int32_t documents = 0;
 };
+
+// position_ids [B, S] of packed documents: the first continued from `continues` tokens before
+// the row, then documents of 1 .. max_length tokens (one in four of 1 to 3).
+std::vector<int32_t> packed_positions(Rng& rng, int64_t B, int64_t S, int32_t max_length,
+                                      int32_t continues) {
+  std::vector<int32_t> positions(B * S);
+  for (int64_t b = 0; b < B; b++) {
+    int32_t position = continues;
+    int64_t left = std::uniform_int_distribution<int64_t>(1, max_length)(rng.gen);
+    for (int64_t t = 0; t < S; t++) {
+      if (left == 0) {
+        const bool short_one = std::uniform_int_distribution<int>(0, 3)(rng.gen) == 0;
+        left = std::uniform_int_distribution<int64_t>(1, short_one ? 3 : max_length)(rng.gen);
+        position = 0;
+      }
+      positions[b * S + t] = position++;
+      left--;
+    }
+  }
+  return positions;
+}
 
 struct SsdInitRef {
   std::vector<double> corr, ddt, dA, dC, dinit;  // corr: out - y
@@ -536,7 +560,8 @@ struct SsdInitRef {
 
 SsdInitRef ssd_init_reference(const hcp::cuda::SsdShape& s, const HostBf16& dout,
                               const std::vector<float>& dt, const std::vector<float>& A,
-                              const HostBf16& Cm, const std::vector<float>& init) {
+                              const HostBf16& Cm, const std::vector<float>& init,
+                              const std::vector<int32_t>& positions) {
   const int64_t B = s.batch, S = s.seq, H = s.heads, P = s.head_dim, G = s.groups, N = s.state;
   const int64_t hg = H / G;
   SsdInitRef r;
@@ -560,11 +585,12 @@ SsdInitRef ssd_init_reference(const hcp::cuda::SsdShape& s, const HostBf16& dout
     const double a = A[h];
     std::vector<double> corr(S * P), ddt(S), dCh(S * N), dinit(P * N);
     double dA = 0;
+    const int32_t* row_positions = positions.empty() ? nullptr : positions.data() + b * S;
     hcp::cpu::ssd_add_initial_state_forward<double>(corr.data(), y0.data(), dth.data(), &a,
-                                                    Ch.data(), Sh.data(), one);
+                                                    Ch.data(), Sh.data(), one, row_positions);
     hcp::cpu::ssd_add_initial_state_backward<double>(ddt.data(), &dA, dCh.data(), dinit.data(),
                                                      go.data(), dth.data(), &a, Ch.data(),
-                                                     Sh.data(), one);
+                                                     Sh.data(), one, row_positions);
     for (int64_t t = 0; t < S; t++) {
       for (int64_t p = 0; p < P; p++) r.corr[((b * S + t) * H + h) * P + p] = corr[t * P + p];
       r.ddt[(b * S + t) * H + h] = ddt[t];
@@ -601,10 +627,10 @@ void report_bits(const std::string& what, size_t diffs, size_t total) {
 void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
   Rng rng(seed);
   hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
-  std::printf("SSD initial state %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128\n", c.name,
+  std::printf("SSD initial state %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128%s\n", c.name,
               static_cast<long long>(s.batch), static_cast<long long>(s.seq),
               static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
-              static_cast<long long>(s.groups));
+              static_cast<long long>(s.groups), c.documents > 0 ? " documents" : "");
   if (!hcp::cuda::ssd_supported(s)) {
     std::printf("  unsupported shape: FAIL\n");
     g_failed++;
@@ -637,9 +663,17 @@ void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
   }
   double init_ss = 0;
   for (float v : init) init_ss += static_cast<double>(v) * v;
+  const std::vector<int32_t> positions =
+      c.documents > 0 ? packed_positions(rng, B, S, c.documents, 5) : std::vector<int32_t>();
+  DevBuf<int32_t> positions_d(std::max<size_t>(positions.size(), 1));
+  if (!positions.empty()) {
+    CHECK_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), positions.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+  }
+  const int32_t* positions_ptr = positions.empty() ? nullptr : positions_d.ptr;
 
   const auto t_ref = std::chrono::steady_clock::now();
-  const SsdInitRef ref = ssd_init_reference(s, dout, dt, A, Cm, init);
+  const SsdInitRef ref = ssd_init_reference(s, dout, dt, A, Cm, init, positions);
   const double ref_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
   std::printf("  (oracle %.1f s; init_state rms %.3g)\n", ref_s,
@@ -657,7 +691,7 @@ void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
   auto forward = [&](bf16* o, const bf16* yy) {
     ws.poison();
     CHECK_OK(hcp::cuda::ssd_add_initial_state_forward(nullptr, o, yy, dt_d.ptr, A_d.ptr, C_d.ptr,
-                                                      init_d.ptr, s, w));
+                                                      init_d.ptr, s, w, positions_ptr));
     CHECK_CUDA(cudaDeviceSynchronize());
   };
   out.poison();
@@ -677,7 +711,7 @@ void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
     dC.poison();
     CHECK_OK(hcp::cuda::ssd_add_initial_state_backward(nullptr, ddt.ptr, dA.ptr, dC.ptr, dinit.ptr,
                                                        dout_d.ptr, dt_d.ptr, A_d.ptr, C_d.ptr,
-                                                       init_d.ptr, s, w));
+                                                       init_d.ptr, s, w, positions_ptr));
     CHECK_CUDA(cudaDeviceSynchronize());
     return Grads{ddt.download(), dA.download(), dinit.download(), dC.download()};
   };
@@ -1225,6 +1259,11 @@ int main(int argc, char** argv) {
         {"heads not split, B=3, groups=2", 3, 1500, 4, 64, 2},
         {"48 heads, several tiles per range", 1, 2000, 48, 64, 1},
         {"granite cp=2: B=2 s=4096 48 heads", 2, 4096, 48, 64, 1},
+        // Packed documents: the term stops at each row's first document start (anywhere in a
+        // tile), or never inside the segment.
+        {"documents: B=2, P=32, groups=2", 2, 1000, 6, 32, 2, 150},
+        {"documents: 48 heads, B=2", 2, 2000, 48, 64, 1, 700},
+        {"documents: one continued through the segment", 1, 300, 4, 64, 1, 100000},
     };
     for (const auto& c : init_cases) {
       if (!large && c.seq > 2048) continue;

@@ -93,9 +93,10 @@ size_t WorkspaceBytes(const plan::SsdFinalStateBackwardArgs<DeviceBuffer>& k) {
 
 absl::Status RunSsdAddInitialStateForward(
     const Args& a, const plan::SsdAddInitialStateForwardArgs<DeviceBuffer>& k) {
-  return Done(cuda::ssd_add_initial_state_forward(
-      a.stream(), k.out.as<bf16>(), k.y.as<bf16>(), k.dt.as<float>(), k.A.as<float>(),
-      k.C.as<bf16>(), k.init_state.as<float>(), SsdShapeOf(k), a.workspace()));
+  return Done(cuda::ssd_add_initial_state_forward(a.stream(), k.out.as<bf16>(), k.y.as<bf16>(),
+                                                  k.dt.as<float>(), k.A.as<float>(), k.C.as<bf16>(),
+                                                  k.init_state.as<float>(), SsdShapeOf(k),
+                                                  a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdAddInitialStateForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_add_initial_state_forward_workspace_bytes(SsdShapeOf(k));
@@ -106,7 +107,7 @@ absl::Status RunSsdAddInitialStateBackward(
   return Done(cuda::ssd_add_initial_state_backward(
       a.stream(), k.ddt.as<float>(), k.dA.as<float>(), k.dC.as<bf16>(), k.dinit_state.as<float>(),
       k.dout.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.C.as<bf16>(),
-      k.init_state.as<float>(), SsdShapeOf(k), a.workspace()));
+      k.init_state.as<float>(), SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdAddInitialStateBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_add_initial_state_backward_workspace_bytes(SsdShapeOf(k));

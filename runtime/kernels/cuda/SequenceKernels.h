@@ -84,11 +84,13 @@ Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float
 // y, out [B,S,H,P] bf16 (out may equal y: in place); dt [B,S,H] fp32; A [H] fp32; Cm [B,S,G,N]
 // bf16; init_state [B,H,P,N] fp32 (fed to the tensor cores as bf16, as the scan's states are).
 // Supported shapes: the scan's (above) except that shape.chunk is not read; out, y, Cm and
-// init_state 16-byte aligned.
+// init_state 16-byte aligned. positions [B,S] int32 nullable: packed documents; only the tokens
+// before the segment's first document start (positions[t] > t) take the term.
 size_t ssd_add_initial_state_forward_workspace_bytes(const SsdShape& shape);
 Status ssd_add_initial_state_forward(cudaStream_t stream, bf16* out, const bf16* y, const float* dt,
                                      const float* A, const bf16* Cm, const float* init_state,
-                                     const SsdShape& shape, Workspace workspace);
+                                     const SsdShape& shape, Workspace workspace,
+                                     const int32_t* positions = nullptr);
 
 // Its gradients except y's (which is dout itself). With q_t = init_state C_t and
 // w_t = exp(Acs_t) <dout_t, q_t>:
@@ -96,12 +98,13 @@ Status ssd_add_initial_state_forward(cudaStream_t stream, bf16* out, const bf16*
 //   ddt_u = A_h sum_{t>=u} w_t,                    dA_h = sum_{b,t} w_t sum_{u<=t} dt_u.
 // ddt [B,S,H] fp32, dA [H] fp32, dCm [B,S,G,N] bf16, dinit_state [B,H,P,N] fp32 (all required);
 // dout [B,S,H,P] bf16; the rest as for the forward. dCm, dinit_state, dout, Cm and init_state
-// 16-byte aligned.
+// 16-byte aligned. positions as for the forward.
 size_t ssd_add_initial_state_backward_workspace_bytes(const SsdShape& shape);
 Status ssd_add_initial_state_backward(cudaStream_t stream, float* ddt, float* dA, bf16* dCm,
                                       float* dinit_state, const bf16* dout, const float* dt,
                                       const float* A, const bf16* Cm, const float* init_state,
-                                      const SsdShape& shape, Workspace workspace);
+                                      const SsdShape& shape, Workspace workspace,
+                                      const int32_t* positions = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Attention, grouped-query (query head h uses kv head h / (q_heads / kv_heads)), explicit scale.

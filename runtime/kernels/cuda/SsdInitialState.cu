@@ -19,7 +19,9 @@ namespace {
 // that, S's rows sit permuted in shared memory (perm_row): a thread's accumulators of output
 // tiles 4m .. 4m + 3 then hold 8 consecutive p, so y and out move as 16-byte pieces (a warp's
 // access covers 8 rows x 64 contiguous bytes). out may alias y: every element is read, then
-// written, by the same thread.
+// written, by the same thread. With positions (packed documents), the decay is zero from the
+// segment's first document start on (positions[t] <= t): the entering state reaches no later
+// document.
 template <int P, int kHeads>
 struct FwdSmem {
   static constexpr int kSHead = 2 * P * 128;   // bytes of one head's S (two swizzled halves)
@@ -42,8 +44,9 @@ template <int P, int kHeads>
 __global__ void __launch_bounds__(128 * kHeads, kHeads == 1 ? 3 : 2)
     ssd_init_forward_kernel(bf16* out, const bf16* y, const float* __restrict__ dt,
                             const float* __restrict__ A, const bf16* __restrict__ Cm,
-                            const bf16* __restrict__ s16, const float* __restrict__ tot, int64_t S,
-                            int H, int G, int nL) {
+                            const bf16* __restrict__ s16, const float* __restrict__ tot,
+                            const int32_t* __restrict__ positions, int64_t S, int H, int G,
+                            int nL) {
   using Sm = FwdSmem<P, kHeads>;
   constexpr int kThreads = 128 * kHeads, kStages = Sm::kStages;
   constexpr int kM = P / 32;  // 32-column groups of a warp's output (4 8-column tiles each)
@@ -129,8 +132,10 @@ __global__ void __launch_bounds__(128 * kHeads, kHeads == 1 ? 3 : 2)
     for (int w = 0; w < wh; w++) base_sum += red[hs][1][w];
     base_sum += excl;
     const float c0 = base_sum + v0, c1 = c0 + v1;
-    dec[hs * kChunk + 2 * ti] = fast_exp(a_h * c0);
-    dec[hs * kChunk + 2 * ti + 1] = fast_exp(a_h * c1);
+    dec[hs * kChunk + 2 * ti] =
+        reaches_entering_state(positions, b, S, t) ? fast_exp(a_h * c0) : 0.f;
+    dec[hs * kChunk + 2 * ti + 1] =
+        reaches_entering_state(positions, b, S, t + 1) ? fast_exp(a_h * c1) : 0.f;
   }
 
   const uint32_t s_addr = smem_addr(base + hl * Sm::kSHead);  // this warpgroup's head
@@ -184,8 +189,8 @@ __global__ void __launch_bounds__(128 * kHeads, kHeads == 1 ? 3 : 2)
 
 template <int P, int kHeads>
 cudaError_t launch_forward(cudaStream_t stream, bf16* out, const bf16* y, const float* dt,
-                           const float* A, const bf16* Cm, const InitBuffers& buf,
-                           const SsdShape& s, const InitGeometry& g) {
+                           const float* A, const bf16* Cm, const int32_t* positions,
+                           const InitBuffers& buf, const SsdShape& s, const InitGeometry& g) {
   const size_t smem = FwdSmem<P, kHeads>::kBytes;
   cudaError_t err =
       cudaFuncSetAttribute(ssd_init_forward_kernel<P, kHeads>,
@@ -194,22 +199,22 @@ cudaError_t launch_forward(cudaStream_t stream, bf16* out, const bf16* y, const 
   dim3 grid(static_cast<unsigned>(s.heads / kHeads), static_cast<unsigned>(g.chunks),
             static_cast<unsigned>(s.batch));
   ssd_init_forward_kernel<P, kHeads><<<grid, 128 * kHeads, smem, stream>>>(
-      out, y, dt, A, Cm, buf.s16, buf.tot, s.seq, static_cast<int>(s.heads),
+      out, y, dt, A, Cm, buf.s16, buf.tot, positions, s.seq, static_cast<int>(s.heads),
       static_cast<int>(s.groups), static_cast<int>(g.chunks));
   return cudaGetLastError();
 }
 
 // Two heads per block when the groups' head count is even (they must share C).
 cudaError_t launch_forward_any(cudaStream_t stream, bf16* out, const bf16* y, const float* dt,
-                               const float* A, const bf16* Cm, const InitBuffers& buf,
-                               const SsdShape& s, const InitGeometry& g) {
+                               const float* A, const bf16* Cm, const int32_t* positions,
+                               const InitBuffers& buf, const SsdShape& s, const InitGeometry& g) {
   const bool pairs = (s.heads / s.groups) % 2 == 0;
   if (s.head_dim == 64) {
-    return pairs ? launch_forward<64, 2>(stream, out, y, dt, A, Cm, buf, s, g)
-                 : launch_forward<64, 1>(stream, out, y, dt, A, Cm, buf, s, g);
+    return pairs ? launch_forward<64, 2>(stream, out, y, dt, A, Cm, positions, buf, s, g)
+                 : launch_forward<64, 1>(stream, out, y, dt, A, Cm, positions, buf, s, g);
   }
-  return pairs ? launch_forward<32, 2>(stream, out, y, dt, A, Cm, buf, s, g)
-               : launch_forward<32, 1>(stream, out, y, dt, A, Cm, buf, s, g);
+  return pairs ? launch_forward<32, 2>(stream, out, y, dt, A, Cm, positions, buf, s, g)
+               : launch_forward<32, 1>(stream, out, y, dt, A, Cm, positions, buf, s, g);
 }
 
 }  // namespace
@@ -223,7 +228,8 @@ size_t ssd_add_initial_state_forward_workspace_bytes(const SsdShape& s) {
 
 Status ssd_add_initial_state_forward(cudaStream_t stream, bf16* out, const bf16* y, const float* dt,
                                      const float* A, const bf16* Cm, const float* init_state,
-                                     const SsdShape& s, Workspace workspace) {
+                                     const SsdShape& s, Workspace workspace,
+                                     const int32_t* positions) {
   using namespace seq_detail;
   constexpr const char* kWhere = "ssd_add_initial_state_forward";
   if (!init_state_supported(s)) {
@@ -242,7 +248,7 @@ Status ssd_add_initial_state_forward(cudaStream_t stream, bf16* out, const bf16*
   init_buffers(s, g, /*backward=*/false, &buf, workspace.ptr);
   cudaError_t err = launch_prep(stream, buf, dt, init_state, s, g);
   if (err != cudaSuccess) return Status::Cuda("ssd_add_initial_state_forward: prep", err);
-  err = launch_forward_any(stream, out, y, dt, A, Cm, buf, s, g);
+  err = launch_forward_any(stream, out, y, dt, A, Cm, positions, buf, s, g);
   if (err != cudaSuccess) return Status::Cuda("ssd_add_initial_state_forward: out", err);
   return Status();
 }

@@ -60,6 +60,10 @@
 // order it adds them in. How many head slices (launch 3) and t ranges (launch 4) there are
 // depends on the shape only.
 //
+// Packed documents (positions non-null): the decay d_t is zero from the segment's first document
+// start on (reaches_entering_state), in launch 2 of the forward and launches 3 and 4 of the
+// backward; w is then zero there, and with it those positions' ddt and dA terms.
+//
 // Precision: dt, cum, the decays, w, ddt, dA and dinit stay fp32; the products take bf16 operands
 // (C, dout, S rounded to bf16 as the scan's chunk kernels do with their states; in launch 4 dout
 // scaled by its fp32 decay before rounding) and accumulate in fp32.
@@ -113,6 +117,15 @@ __device__ __forceinline__ void load32(T (&v)[32], const T* p, int64_t stride, i
   for (int i = 0; i < 32; i++) v[i] = p[(i < last ? i : last) * stride];
 #pragma unroll
   for (int i = 0; i < 32; i++) v[i] = valid && i <= last ? v[i] : zero;
+}
+
+// Packed documents: whether position t of batch row b (t < S) is before the segment's first
+// document start, where the state entering the segment still reaches (positions[t] > t: t's
+// document began before the segment). Always without documents (positions null), and past the
+// row's end (whose rows are masked anyway).
+__device__ __forceinline__ bool reaches_entering_state(const int32_t* positions, int64_t b,
+                                                       int64_t S, int64_t t) {
+  return positions == nullptr || t >= S || positions[b * S + t] > t;
 }
 
 // ---------------------------------------------------------------------------------------------

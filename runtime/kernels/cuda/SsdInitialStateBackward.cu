@@ -89,6 +89,7 @@ struct DcArgs {
   const bf16* s16;
   const float* cum;
   const float* A;
+  const int32_t* positions;       // [B, S] packed documents, or null
   int* counters;                  // [B G, nT], zero on entry (slices > 1)
   int64_t S, s_pad, part_stride;  // part_stride = B * S * G * N
   int H, G, nT, slices;
@@ -173,8 +174,12 @@ __global__ void __launch_bounds__(256, 2) ssd_init_dc_kernel(const DcArgs args) 
     wgmma_commit_wait();
     fence_regs(prod);
     const float cum_a = cum_s(stage)[row_a], cum_b = cum_s(stage)[row_b];
-    const float da = row_a < valid ? fast_exp(a_h * cum_a) : 0.f;
-    const float db = row_b < valid ? fast_exp(a_h * cum_b) : 0.f;
+    const float da = row_a < valid && reaches_entering_state(args.positions, b, S, t0 + row_a)
+                         ? fast_exp(a_h * cum_a)
+                         : 0.f;
+    const float db = row_b < valid && reaches_entering_state(args.positions, b, S, t0 + row_b)
+                         ? fast_exp(a_h * cum_b)
+                         : 0.f;
     float dot_a = 0.f, dot_b = 0.f;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
@@ -297,8 +302,9 @@ __global__ void __launch_bounds__(DinitSmem<P, kHeads>::kThreads, 2)
     ssd_init_dinit_kernel(float* __restrict__ dinit, float* __restrict__ part,
                           int* __restrict__ counters, const bf16* __restrict__ dout,
                           const bf16* __restrict__ Cm, const float* __restrict__ cum,
-                          const float* __restrict__ A, int64_t S, int64_t s_pad, int H, int G,
-                          int nT, int tiles_per_range, int ranges) {
+                          const float* __restrict__ A, const int32_t* __restrict__ positions,
+                          int64_t S, int64_t s_pad, int H, int G, int nT, int tiles_per_range,
+                          int ranges) {
   using Sm = DinitSmem<P, kHeads>;
   constexpr int kW = Sm::kW, kThreads = Sm::kThreads;
   constexpr int kPiecesPerRow = kW / 8;
@@ -327,18 +333,22 @@ __global__ void __launch_bounds__(DinitSmem<P, kHeads>::kThreads, 2)
   const SwizzledTileLoader<kT, kN, kThreads> c_loader(c_stride);
   uint4 raw[kPieces];
   float cv[kPieces];
+  uint32_t masked = 0;  // bit k: piece k's row is past the segment's first document start
+  static_assert(kPieces <= 32);
   auto load_tile = [&](int jt, int stage) {
     const int64_t t0 = static_cast<int64_t>(jt) * kT;
     const int valid = static_cast<int>(S - t0 < kT ? S - t0 : kT);
     c_loader.load(Cs + stage * Sm::kCTile, Cm + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN,
                   valid);
     cp_async_commit();
+    masked = 0;
 #pragma unroll
     for (int k = 0; k < kPieces; k++) {
       const int row = row0 + k * kRowStep;
       raw[k] = row < valid ? *reinterpret_cast<const uint4*>(dout_b + (t0 + row) * u_stride + col)
                            : make_uint4(0, 0, 0, 0);
       cv[k] = cum_h[t0 + row];  // t0 + row < s_pad
+      if (!reaches_entering_state(positions, b, S, t0 + row)) masked |= 1u << k;
     }
   };
   // The decay is taken here, not at the load, so that the loads stay in flight meanwhile.
@@ -346,7 +356,7 @@ __global__ void __launch_bounds__(DinitSmem<P, kHeads>::kThreads, 2)
 #pragma unroll
     for (int k = 0; k < kPieces; k++) {
       const int row = row0 + k * kRowStep;
-      const float d = fast_exp(a_h * cv[k]);
+      const float d = masked & (1u << k) ? 0.f : fast_exp(a_h * cv[k]);
       const bf16* e = reinterpret_cast<const bf16*>(&raw[k]);
       uint4 o;
       o.x = pack_bf16(__bfloat162float(e[0]) * d, __bfloat162float(e[1]) * d);
@@ -534,8 +544,8 @@ __global__ void __launch_bounds__(256) ssd_init_finish_kernel(const FinishArgs a
 
 template <int P, int kHeads>
 cudaError_t launch_dinit(cudaStream_t stream, float* dinit, const bf16* dout, const float* A,
-                         const bf16* Cm, const InitBuffers& buf, const SsdShape& s,
-                         const InitGeometry& g) {
+                         const bf16* Cm, const int32_t* positions, const InitBuffers& buf,
+                         const SsdShape& s, const InitGeometry& g) {
   const size_t smem = DinitSmem<P, kHeads>::kBytes;
   cudaError_t err =
       cudaFuncSetAttribute(ssd_init_dinit_kernel<P, kHeads>,
@@ -545,15 +555,16 @@ cudaError_t launch_dinit(cudaStream_t stream, float* dinit, const bf16* dout, co
             static_cast<unsigned>(s.batch));
   ssd_init_dinit_kernel<P, kHeads><<<grid, DinitSmem<P, kHeads>::kThreads, smem, stream>>>(
       dinit, buf.dinit_part, buf.counters + s.batch * s.groups * g.tiles, dout, Cm, buf.cum, A,
-      s.seq, g.s_pad, static_cast<int>(s.heads), static_cast<int>(s.groups),
+      positions, s.seq, g.s_pad, static_cast<int>(s.heads), static_cast<int>(s.groups),
       static_cast<int>(g.tiles), g.tiles_per_range, g.ranges);
   return cudaGetLastError();
 }
 
 template <int P>
 cudaError_t launch_backward_products(cudaStream_t stream, float* dinit, bf16* dCm, const bf16* dout,
-                                     const float* A, const bf16* Cm, const InitBuffers& buf,
-                                     const SsdShape& s, const InitGeometry& g) {
+                                     const float* A, const bf16* Cm, const int32_t* positions,
+                                     const InitBuffers& buf, const SsdShape& s,
+                                     const InitGeometry& g) {
   {
     const size_t smem = DcSmem<P>::kBytes;
     cudaError_t err = cudaFuncSetAttribute(
@@ -570,6 +581,7 @@ cudaError_t launch_backward_products(cudaStream_t stream, float* dinit, bf16* dC
     args.s16 = buf.s16;
     args.cum = buf.cum;
     args.A = A;
+    args.positions = positions;
     args.S = s.seq;
     args.s_pad = g.s_pad;
     args.part_stride = s.batch * s.seq * s.groups * s.state;
@@ -584,8 +596,8 @@ cudaError_t launch_backward_products(cudaStream_t stream, float* dinit, bf16* dC
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  return g.dinit_heads == 2 ? launch_dinit<P, 2>(stream, dinit, dout, A, Cm, buf, s, g)
-                            : launch_dinit<P, 1>(stream, dinit, dout, A, Cm, buf, s, g);
+  return g.dinit_heads == 2 ? launch_dinit<P, 2>(stream, dinit, dout, A, Cm, positions, buf, s, g)
+                            : launch_dinit<P, 1>(stream, dinit, dout, A, Cm, positions, buf, s, g);
 }
 
 }  // namespace
@@ -600,7 +612,8 @@ size_t ssd_add_initial_state_backward_workspace_bytes(const SsdShape& s) {
 Status ssd_add_initial_state_backward(cudaStream_t stream, float* ddt, float* dA, bf16* dCm,
                                       float* dinit_state, const bf16* dout, const float* dt,
                                       const float* A, const bf16* Cm, const float* init_state,
-                                      const SsdShape& s, Workspace workspace) {
+                                      const SsdShape& s, Workspace workspace,
+                                      const int32_t* positions) {
   using namespace seq_detail;
   constexpr const char* kWhere = "ssd_add_initial_state_backward";
   if (!init_state_supported(s)) {
@@ -629,9 +642,10 @@ Status ssd_add_initial_state_backward(cudaStream_t stream, float* ddt, float* dA
                                              static_cast<int>(g.chunks));
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_add_initial_state_backward: cumsum", err);
-  err = s.head_dim == 64
-            ? launch_backward_products<64>(stream, dinit_state, dCm, dout, A, Cm, buf, s, g)
-            : launch_backward_products<32>(stream, dinit_state, dCm, dout, A, Cm, buf, s, g);
+  err = s.head_dim == 64 ? launch_backward_products<64>(stream, dinit_state, dCm, dout, A, Cm,
+                                                        positions, buf, s, g)
+                         : launch_backward_products<32>(stream, dinit_state, dCm, dout, A, Cm,
+                                                        positions, buf, s, g);
   if (err != cudaSuccess) return Status::Cuda("ssd_add_initial_state_backward: dC, dinit", err);
 
   FinishArgs f{};

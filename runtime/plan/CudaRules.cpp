@@ -235,15 +235,14 @@ Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
   return problems;
 }
 
-// Packed documents (compile --documents) run on the CPU backend; of the CUDA kernels, the conv,
-// the log-decay and the initial-state correction take positions, the SSD scans and attention not
-// yet.
+// Packed documents (compile --documents): the CUDA attention kernels do not take positions yet
+// (the conv and the SSD kernels do).
 template <typename Args>
 void RequireOneDocument(Problems& problems, const Args& k) {
   if constexpr (requires { k.documents; }) {
     Require(problems, !k.documents,
-            "packed documents (compile --documents) do not run on the CUDA SSD scan and "
-            "attention kernels yet: compile "
+            "packed documents (compile --documents) do not run on the CUDA attention kernels "
+            "yet: compile "
             "without --dtype bf16 for the CPU backend, or without --documents");
   }
 }
@@ -263,11 +262,8 @@ Problems ConvProblems(const ConvArgs& k) {
 template <typename SsdArgs>
 Problems SsdProblems(const SsdArgs& k) {
   int64_t chunk = 256;
+  if constexpr (requires { k.chunk; }) chunk = k.chunk;
   Problems problems;
-  if constexpr (requires { k.chunk; }) {
-    chunk = k.chunk;
-    RequireOneDocument(problems, k);  // the chunked scans; the correction takes positions
-  }
   Require(problems, chunk == 256,
           absl::StrFormat("chunk %d: the CUDA SSD kernels take 256", chunk));
   Require(problems, k.state == 128,

@@ -130,6 +130,26 @@ std::vector<float> random_f32(Rng& rng, size_t n, double stddev) {
   for (auto& x : v) x = static_cast<float>(stddev * rng.normal());
   return v;
 }
+// position_ids [B, S] of packed documents: the first continued from `continues` tokens before
+// the row, then documents of 1 .. max_length tokens (one in four of 1 to 3).
+std::vector<int32_t> packed_positions(Rng& rng, int64_t B, int64_t S, int32_t max_length,
+                                      int32_t continues) {
+  std::vector<int32_t> positions(B * S);
+  for (int64_t b = 0; b < B; b++) {
+    int32_t position = continues;
+    int64_t left = std::uniform_int_distribution<int64_t>(1, max_length)(rng.gen);
+    for (int64_t t = 0; t < S; t++) {
+      if (left == 0) {
+        const bool short_one = std::uniform_int_distribution<int>(0, 3)(rng.gen) == 0;
+        left = std::uniform_int_distribution<int64_t>(1, short_one ? 3 : max_length)(rng.gen);
+        position = 0;
+      }
+      positions[b * S + t] = position++;
+      left--;
+    }
+  }
+  return positions;
+}
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 template <typename T>
@@ -179,6 +199,12 @@ DevBuf<bf16> upload_bf16(const HostBf16& h) {
 DevBuf<float> upload_f32(const std::vector<float>& h) {
   DevBuf<float> d(h.size());
   d.upload(h);
+  return d;
+}
+// Also for an empty h (a buffer of one element, not to be read).
+DevBuf<int32_t> upload_i32(const std::vector<int32_t>& h) {
+  DevBuf<int32_t> d(std::max<size_t>(h.size(), 1));
+  if (!h.empty()) d.upload(h);
   return d;
 }
 
@@ -242,16 +268,20 @@ constexpr double kTolLse = 2e-3;
 
 // ---------------------------------------------------------------------------------------------
 // SSD.
+// documents: packed documents of at most that many tokens (0: one document); the first of each
+// row continued from before it when there is an initial state.
 struct SsdCase {
   const char* name;
   int64_t batch, seq, heads, head_dim, groups;
   bool has_D, has_init, want_final, has_dfinal, want_dinit;
+  int32_t documents = 0;
 };
 
 struct SsdInputs {
   hcp::cuda::SsdShape shape;
   HostBf16 x, Bm, Cm, dy;
   std::vector<float> dt, A, D, init, dfinal;
+  std::vector<int32_t> positions;  // [B, S], empty without documents
 };
 
 SsdInputs make_ssd_inputs(Rng& rng, const hcp::cuda::SsdShape& s) {
@@ -320,15 +350,16 @@ SsdRef ssd_reference(const SsdInputs& in, const SsdCase& c) {
     const double A = in.A[h], D = in.D[h];
     const double* Dp = c.has_D ? &D : nullptr;
     const double* initp = c.has_init ? init.data() : nullptr;
+    const int32_t* positions = in.positions.empty() ? nullptr : in.positions.data();
     std::vector<double> y(B * S * P), fin(B * P * N);
     hcp::cpu::ssd_scan_forward<double>(y.data(), fin.data(), x.data(), dt.data(), &A, Bm.data(),
-                                       Cm.data(), Dp, initp, hs);
+                                       Cm.data(), Dp, initp, hs, {}, positions);
     std::vector<double> dx(B * S * P), ddt(B * S), dBh(B * S * N), dCh(B * S * N), dinit(B * P * N);
     double dA = 0, dD = 0;
     hcp::cpu::ssd_scan_backward<double>(dx.data(), ddt.data(), &dA, dBh.data(), dCh.data(), &dD,
                                         dinit.data(), dy.data(),
                                         c.has_dfinal ? dfinal.data() : nullptr, x.data(), dt.data(),
-                                        &A, Bm.data(), Cm.data(), Dp, initp, hs);
+                                        &A, Bm.data(), Cm.data(), Dp, initp, hs, {}, positions);
     for (int64_t b = 0; b < B; b++) {
       for (int64_t t = 0; t < S; t++) {
         for (int64_t p = 0; p < P; p++) {
@@ -368,17 +399,20 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
   hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
   std::printf(
       "SSD %s: B=%lld S=%lld H=%lld P=%lld G=%lld N=128 Q=256 D=%d init=%d final=%d "
-      "dfinal=%d dinit=%d\n",
+      "dfinal=%d dinit=%d documents=%d\n",
       c.name, static_cast<long long>(s.batch), static_cast<long long>(s.seq),
       static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
       static_cast<long long>(s.groups), c.has_D, c.has_init, c.want_final, c.has_dfinal,
-      c.want_dinit);
+      c.want_dinit, c.documents);
   if (!hcp::cuda::ssd_supported(s)) {
     std::printf("  unsupported shape: FAIL\n");
     g_failed++;
     return;
   }
-  const SsdInputs in = make_ssd_inputs(rng, s);
+  SsdInputs in = make_ssd_inputs(rng, s);
+  if (c.documents > 0) {
+    in.positions = packed_positions(rng, s.batch, s.seq, c.documents, c.has_init ? 7 : 0);
+  }
   const auto t_ref = std::chrono::steady_clock::now();
   const SsdRef ref = ssd_reference(in, c);
   const double ref_s =
@@ -388,6 +422,8 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
        dy = upload_bf16(in.dy);
   auto dt = upload_f32(in.dt), A = upload_f32(in.A), D = upload_f32(in.D),
        init = upload_f32(in.init), dfinal = upload_f32(in.dfinal);
+  auto positions = upload_i32(in.positions);
+  const int32_t* positions_ptr = in.positions.empty() ? nullptr : positions.ptr;
   DevBuf<bf16> y(in.x.size()), dx(in.x.size()), dB(in.Bm.size()), dC(in.Cm.size());
   DevBuf<float> fin(in.init.size()), dinit(in.init.size()), ddt(in.dt.size()), dA(s.heads),
       dD(s.heads);
@@ -400,13 +436,13 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
   hcp::cuda::Workspace w{ws.ptr, ws.n};
   CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, y.ptr, c.want_final ? fin.ptr : nullptr, x.ptr,
                                        dt.ptr, A.ptr, Bm.ptr, Cm.ptr, c.has_D ? D.ptr : nullptr,
-                                       c.has_init ? init.ptr : nullptr, s, w));
+                                       c.has_init ? init.ptr : nullptr, s, w, positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   ws.poison();
   CHECK_OK(hcp::cuda::ssd_scan_backward(
       nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dC.ptr, dD.ptr, c.want_dinit ? dinit.ptr : nullptr,
       dy.ptr, c.has_dfinal ? dfinal.ptr : nullptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, Cm.ptr,
-      c.has_D ? D.ptr : nullptr, c.has_init ? init.ptr : nullptr, s, w));
+      c.has_D ? D.ptr : nullptr, c.has_init ? init.ptr : nullptr, s, w, positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   std::printf("  (oracle %.1f s)\n", ref_s);
 
@@ -428,6 +464,7 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
 struct SsdFinalStateCase {
   const char* name;
   int64_t batch, seq, heads, head_dim, groups;
+  int32_t documents = 0;  // as SsdCase's (the first document of a row starts with it)
 };
 
 void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
@@ -444,6 +481,9 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
   }
   SsdInputs in = make_ssd_inputs(rng, s);
   in.dy = HostBf16(in.x.size());  // all zero: the summary's y has no gradient
+  if (c.documents > 0) in.positions = packed_positions(rng, s.batch, s.seq, c.documents, 0);
+  auto positions = upload_i32(in.positions);
+  const int32_t* positions_ptr = in.positions.empty() ? nullptr : positions.ptr;
   const SsdCase oracle_case{c.name,
                             c.batch,
                             c.seq,
@@ -454,7 +494,8 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
                             /*has_init=*/false,
                             /*want_final=*/true,
                             /*has_dfinal=*/true,
-                            /*want_dinit=*/false};
+                            /*want_dinit=*/false,
+                            c.documents};
   const SsdRef ref = ssd_reference(in, oracle_case);
 
   auto x = upload_bf16(in.x), Bm = upload_bf16(in.Bm);
@@ -468,12 +509,12 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
   for (auto* b : {&fin, &ddt, &dA}) b->poison();
 
   hcp::cuda::Workspace w{ws.ptr, ws.n};
-  CHECK_OK(
-      hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+  CHECK_OK(hcp::cuda::ssd_final_state_forward(nullptr, fin.ptr, x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w,
+                                              positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   ws.poison();
   CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, dfinal.ptr,
-                                               x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w));
+                                               x.ptr, dt.ptr, A.ptr, Bm.ptr, s, w, positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
 
   report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
@@ -495,13 +536,13 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
                                          hcp::cuda::ssd_scan_backward_workspace_bytes(s)));
   hcp::cuda::Workspace sw{scan_ws.ptr, scan_ws.n};
   CHECK_OK(hcp::cuda::ssd_scan_forward(nullptr, scan_y.ptr, scan_fin.ptr, x.ptr, dt.ptr, A.ptr,
-                                       Bm.ptr, Cm.ptr, /*D=*/nullptr, /*init_state=*/nullptr, s,
-                                       sw));
+                                       Bm.ptr, Cm.ptr, /*D=*/nullptr, /*init_state=*/nullptr, s, sw,
+                                       positions_ptr));
   CHECK_OK(hcp::cuda::ssd_scan_backward(nullptr, scan_dx.ptr, scan_ddt.ptr, scan_dA.ptr,
                                         scan_dB.ptr, scan_dC.ptr, scan_dD.ptr,
                                         /*dinit_state=*/nullptr, zero_dy.ptr, dfinal.ptr, x.ptr,
                                         dt.ptr, A.ptr, Bm.ptr, Cm.ptr, /*D=*/nullptr,
-                                        /*init_state=*/nullptr, s, sw));
+                                        /*init_state=*/nullptr, s, sw, positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   const bool abs_metric = true;
   report("final_state = the GPU scan's", compare(download_f32(fin), download_f32(scan_fin)), 0,
@@ -532,27 +573,6 @@ struct SsdInitCase {
   int64_t batch, seq, heads, head_dim, groups;
   int32_t documents = 0;
 };
-
-// position_ids [B, S] of packed documents: the first continued from `continues` tokens before
-// the row, then documents of 1 .. max_length tokens (one in four of 1 to 3).
-std::vector<int32_t> packed_positions(Rng& rng, int64_t B, int64_t S, int32_t max_length,
-                                      int32_t continues) {
-  std::vector<int32_t> positions(B * S);
-  for (int64_t b = 0; b < B; b++) {
-    int32_t position = continues;
-    int64_t left = std::uniform_int_distribution<int64_t>(1, max_length)(rng.gen);
-    for (int64_t t = 0; t < S; t++) {
-      if (left == 0) {
-        const bool short_one = std::uniform_int_distribution<int>(0, 3)(rng.gen) == 0;
-        left = std::uniform_int_distribution<int64_t>(1, short_one ? 3 : max_length)(rng.gen);
-        position = 0;
-      }
-      positions[b * S + t] = position++;
-      left--;
-    }
-  }
-  return positions;
-}
 
 struct SsdInitRef {
   std::vector<double> corr, ddt, dA, dC, dinit;  // corr: out - y
@@ -665,11 +685,7 @@ void run_ssd_init_case(const SsdInitCase& c, uint64_t seed) {
   for (float v : init) init_ss += static_cast<double>(v) * v;
   const std::vector<int32_t> positions =
       c.documents > 0 ? packed_positions(rng, B, S, c.documents, 5) : std::vector<int32_t>();
-  DevBuf<int32_t> positions_d(std::max<size_t>(positions.size(), 1));
-  if (!positions.empty()) {
-    CHECK_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), positions.size() * sizeof(int32_t),
-                          cudaMemcpyHostToDevice));
-  }
+  auto positions_d = upload_i32(positions);
   const int32_t* positions_ptr = positions.empty() ? nullptr : positions_d.ptr;
 
   const auto t_ref = std::chrono::steady_clock::now();
@@ -1231,6 +1247,11 @@ int main(int argc, char** argv) {
         {"4-chunks", 1, 1024, 6, 64, 2, true, true, true, true, true},
         {"exact-chunk,no-states", 1, 256, 2, 64, 1, true, false, false, false, false},
         {"tiny s=8192", 1, 8192, 48, 64, 1, true, true, true, true, true},
+        // Packed documents: starts anywhere in a chunk, documents across chunks, of 1 to 3 tokens,
+        // the first continued from before the row (with an initial state) or not.
+        {"documents", 2, 1000, 4, 64, 2, true, true, true, true, true, 300},
+        {"documents: short, P=32", 1, 700, 3, 32, 3, true, false, true, true, false, 40},
+        {"documents: long, groups=2", 1, 2048, 6, 64, 2, true, true, true, true, true, 900},
     };
     for (const auto& c : cases) {
       if (!large && c.seq > 2048) continue;
@@ -1243,6 +1264,8 @@ int main(int argc, char** argv) {
         {"partial-chunk,groups=heads,P=32", 1, 549, 3, 32, 3},
         {"4-chunks", 1, 1024, 6, 64, 2},
         {"tiny s=8192", 1, 8192, 48, 64, 1},
+        {"documents", 2, 1000, 4, 64, 2, 300},
+        {"documents: short, P=32", 1, 549, 3, 32, 3, 40},
     };
     for (const auto& c : final_cases) {
       if (!large && c.seq > 2048) continue;

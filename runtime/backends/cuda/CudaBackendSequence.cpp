@@ -30,10 +30,10 @@ size_t WorkspaceBytes(const plan::CausalConv1dBackwardArgs<DeviceBuffer>& k) {
 }
 
 absl::Status RunSsdScanForward(const Args& a, const plan::SsdScanForwardArgs<DeviceBuffer>& k) {
-  return Done(cuda::ssd_scan_forward(a.stream(), k.y.as<bf16>(), k.final_state.as<float>(),
-                                     k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(),
-                                     k.B.as<bf16>(), k.C.as<bf16>(), k.D.as<float>(),
-                                     k.init_state.as<float>(), SsdShapeOf(k), a.workspace()));
+  return Done(cuda::ssd_scan_forward(
+      a.stream(), k.y.as<bf16>(), k.final_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(),
+      k.A.as<float>(), k.B.as<bf16>(), k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(),
+      SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdScanForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_forward_workspace_bytes(SsdShapeOf(k));
@@ -44,7 +44,8 @@ absl::Status RunSsdScanBackward(const Args& a, const plan::SsdScanBackwardArgs<D
       a.stream(), k.dx.as<bf16>(), k.ddt.as<float>(), k.dA.as<float>(), k.dB.as<bf16>(),
       k.dC.as<bf16>(), k.dD.as<float>(), k.dinit_state.as<float>(), k.dy.as<bf16>(),
       k.dfinal_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
-      k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(), SsdShapeOf(k), a.workspace()));
+      k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(), SsdShapeOf(k), a.workspace(),
+      k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdScanBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_backward_workspace_bytes(SsdShapeOf(k));
@@ -72,9 +73,9 @@ size_t WorkspaceBytes(const plan::SsdLogDecayBackwardArgs<DeviceBuffer>& k) {
 
 absl::Status RunSsdFinalStateForward(const Args& a,
                                      const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k) {
-  return Done(cuda::ssd_final_state_forward(a.stream(), k.final_state.as<float>(), k.x.as<bf16>(),
-                                            k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
-                                            SsdShapeOf(k), a.workspace()));
+  return Done(cuda::ssd_final_state_forward(
+      a.stream(), k.final_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(),
+      k.B.as<bf16>(), SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_final_state_forward_workspace_bytes(SsdShapeOf(k));
@@ -85,7 +86,7 @@ absl::Status RunSsdFinalStateBackward(const Args& a,
   return Done(cuda::ssd_final_state_backward(
       a.stream(), k.dx.as<bf16>(), k.ddt.as<float>(), k.dA.as<float>(), k.dB.as<bf16>(),
       k.dfinal_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
-      SsdShapeOf(k), a.workspace()));
+      SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::SsdFinalStateBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_final_state_backward_workspace_bytes(SsdShapeOf(k));

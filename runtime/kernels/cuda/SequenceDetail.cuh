@@ -164,6 +164,32 @@ __device__ __forceinline__ void stage_state_bf16(__nv_bfloat16* dst, const float
   }
 }
 
+// Packed documents in the SSD scan (positions [B,S], Hugging Face's position_ids; null: one
+// document). Within a chunk (first position t0, `valid` positions), position l's document starts
+// at chunk position l - positions[t0 + l], negative when it began before the chunk. Every decay
+// of the chunked algorithm runs from an earlier position to a later one, and is zero (the term
+// masked) when a document starts after the earlier one, up to the later one:
+//   within the chunk, s to l (s <= l):   s >= start(l)
+//   the entering state to l:             start(l) < 0
+//   s to the chunk's end (its state):    s >= start(last), last = valid - 1
+//   through the whole chunk:             start(last) < 0
+// Without documents and past the sequence, kNoDocumentStart: every mask passes.
+constexpr int kNoDocumentStart = -(1 << 30);
+__device__ __forceinline__ int chunk_document_start(const int32_t* positions, int64_t b, int64_t S,
+                                                    int64_t t0, int l, int valid) {
+  if (positions == nullptr || l >= valid) return kNoDocumentStart;
+  return max(kNoDocumentStart, l - positions[b * S + t0 + l]);
+}
+
+// Whether a state passes through chunk c of batch row b whole: no document starts in it.
+__device__ __forceinline__ bool passes_through_chunk(const int32_t* positions, int64_t b, int64_t S,
+                                                     int64_t c) {
+  if (positions == nullptr) return true;
+  const int64_t t0 = c * kSsdChunk;
+  const int valid = static_cast<int>(S - t0 < kSsdChunk ? S - t0 : kSsdChunk);
+  return chunk_document_start(positions, b, S, t0, valid - 1, valid) < 0;
+}
+
 // Workspace slices of the forward (and of the backward, which starts with the same three).
 //   acs    [B, H, nc, Q]      inclusive cumulative sum of dt * A within each chunk (fp32)
 //   dtc    [B, H, nc, Q]      dt, zero past the end of the sequence (fp32)
@@ -177,16 +203,21 @@ size_t ssd_forward_buffers_bytes(const SsdShape& shape);
 SsdForwardBuffers ssd_forward_buffers(const SsdShape& shape, void* base);
 
 // Fills acs, dtc and states (entering states; the final state goes to final_state if not null).
+// positions nullable (packed documents).
 cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf,
                                float* final_state, const bf16* x, const float* dt, const float* A,
-                               const bf16* Bm, const float* init_state, const SsdShape& shape);
+                               const bf16* Bm, const float* init_state, const int32_t* positions,
+                               const SsdShape& shape);
 
 // Per-chunk weighted outer-product sums, out[b,h,c] (P x N fp32) = sum_l U_l^T w_l V_l over the
 // chunk's positions, with U [B,S,H,P] and V [B,S,G,N] (bf16). kind 0: the chunk state
 // (U = x, V = B, w_l = exp(acs_last - acs_l) dt_l); kind 1: the backward's state gradient from
-// the outputs (U = dy, V = C, w_l = exp(acs_l)).
+// the outputs (U = dy, V = C, w_l = exp(acs_l)). With positions, w_l is zero where the decay
+// crosses a document start (kind 0: l before the last document's start; kind 1: l after the
+// chunk's first).
 cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U, const bf16* V,
-                            const SsdForwardBuffers& buf, const SsdShape& shape);
+                            const SsdForwardBuffers& buf, const int32_t* positions,
+                            const SsdShape& shape);
 
 // The chunk-local quadratic form plus the incoming-state term, for the forward's y (dir 0) or the
 // backward's dx (dir 1); see SsdScan.cu.
@@ -200,9 +231,10 @@ struct SsdScanArgs {
   const float* D;      // [H] nullable
   const float* acs;
   const float* dtc;
-  bf16* out;        // y (fwd) or dx (bwd)
-  float* ddt_part;  // bwd: [B,H,nc,Q] the explicit part of ddt
-  float* dD_part;   // bwd: [B,H,nc,2] partial sums of dy . x (not written without dy)
+  bf16* out;                 // y (fwd) or dx (bwd)
+  float* ddt_part;           // bwd: [B,H,nc,Q] the explicit part of ddt
+  float* dD_part;            // bwd: [B,H,nc,2] partial sums of dy . x (not written without dy)
+  const int32_t* positions;  // [B,S] packed documents, or null
 };
 cudaError_t ssd_chunk_scan(cudaStream_t stream, int dir, const SsdScanArgs& args,
                            const SsdShape& shape);

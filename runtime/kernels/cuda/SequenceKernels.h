@@ -42,12 +42,14 @@ bool ssd_supported(const SsdShape& shape);
 
 // x [B,S,H,P] bf16; dt [B,S,H] fp32 (already softplus'ed); A [H] fp32 (negative); Bm, Cm [B,S,G,N]
 // bf16; D [H] fp32 nullable (zero); init_state [B,H,P,N] fp32 nullable (zero).
-// y [B,S,H,P] bf16; final_state [B,H,P,N] fp32 nullable (not wanted).
+// y [B,S,H,P] bf16; final_state [B,H,P,N] fp32 nullable (not wanted). positions [B,S] int32
+// nullable: packed documents (Hugging Face's position_ids), the state restarting at each
+// document's first token (positions 0), as the CPU kernels'; the functions below take it alike.
 size_t ssd_scan_forward_workspace_bytes(const SsdShape& shape);
 Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const bf16* x,
                         const float* dt, const float* A, const bf16* Bm, const bf16* Cm,
                         const float* D, const float* init_state, const SsdShape& shape,
-                        Workspace workspace);
+                        Workspace workspace, const int32_t* positions = nullptr);
 
 // Exact gradients of ssd_scan_forward (recomputes the forward's states from the inputs; saves
 // nothing between the two). dfinal_state [B,H,P,N] nullable (zero); dinit_state nullable (not
@@ -58,7 +60,8 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
                          float* dD, float* dinit_state, const bf16* dy, const float* dfinal_state,
                          const bf16* x, const float* dt, const float* A, const bf16* Bm,
                          const bf16* Cm, const float* D, const float* init_state,
-                         const SsdShape& shape, Workspace workspace);
+                         const SsdShape& shape, Workspace workspace,
+                         const int32_t* positions = nullptr);
 
 // The final state of ssd_scan_forward from a zero initial state, without y (context
 // parallelism's segment summary): the scan's state launches only. x, dt, A, Bm as above;
@@ -66,7 +69,8 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
 size_t ssd_final_state_forward_workspace_bytes(const SsdShape& shape);
 Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf16* x,
                                const float* dt, const float* A, const bf16* Bm,
-                               const SsdShape& shape, Workspace workspace);
+                               const SsdShape& shape, Workspace workspace,
+                               const int32_t* positions = nullptr);
 
 // Exact gradients of ssd_final_state_forward: ssd_scan_backward's with dy = 0 and no initial
 // state, without any of its dy work (no intra-chunk products). dfinal_state [B,H,P,N] fp32;
@@ -75,7 +79,7 @@ size_t ssd_final_state_backward_workspace_bytes(const SsdShape& shape);
 Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm,
                                 const float* dfinal_state, const bf16* x, const float* dt,
                                 const float* A, const bf16* Bm, const SsdShape& shape,
-                                Workspace workspace);
+                                Workspace workspace, const int32_t* positions = nullptr);
 
 // Context parallelism's correction of a segment scanned from a zero start by the state that
 // enters it. Per batch row b and head h (group g), with the inclusive cumulative log-decay

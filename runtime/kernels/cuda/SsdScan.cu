@@ -21,6 +21,8 @@
 //                               and dt in fp32, masked, packed to bf16 and multiplied by x.
 //                               The backward runs the same kernel transposed for dx (dir = 1).
 // ssd_final_state_forward (context parallelism's segment summary) runs launches 1-3 only.
+// Packed documents (positions): launches 2, 3 and 4 zero every decay that crosses a document
+// start (chunk_document_start, SequenceDetail.cuh); launch 1 is unchanged.
 // Precision: every product has bf16 operands and fp32 accumulators; x is scaled by its fp32
 // weight BEFORE rounding to bf16 (kernel 2), the decayed scores are rounded once (kernel 4), and
 // the fp32 entering state is rounded to bf16 as a product operand (kernel 4), as mamba_ssm does.
@@ -95,7 +97,8 @@ template <int P>
 __global__ void __launch_bounds__(256, 2)
     ssd_chunk_outer_kernel(int kind, float* __restrict__ out, const bf16* __restrict__ U,
                            const bf16* __restrict__ V, const float* __restrict__ acs,
-                           const float* __restrict__ dtc, int64_t S, int H, int G, int nc) {
+                           const float* __restrict__ dtc, const int32_t* __restrict__ positions,
+                           int64_t S, int H, int G, int nc) {
   constexpr int kLdU = P + 8, kLdV = kN + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Us = reinterpret_cast<bf16*>(smem_raw);  // [Q][kLdU]
@@ -127,7 +130,15 @@ __global__ void __launch_bounds__(256, 2)
   {
     const int l = threadIdx.x;
     const float a = acs[cb + l];
-    w[l] = kind == 0 ? fast_exp(acs[cb + kQ - 1] - a) * dtc[cb + l] : fast_exp(a);
+    float wl = kind == 0 ? fast_exp(acs[cb + kQ - 1] - a) * dtc[cb + l] : fast_exp(a);
+    if (positions != nullptr) {
+      // kind 0: l reaches the chunk's end; kind 1: the entering state reaches l.
+      const bool reaches = kind == 0
+                               ? l >= chunk_document_start(positions, b, S, t0, valid - 1, valid)
+                               : chunk_document_start(positions, b, S, t0, l, valid) < 0;
+      if (!reaches) wl = 0.f;
+    }
+    w[l] = wl;
   }
   __syncthreads();
 #pragma unroll
@@ -181,11 +192,13 @@ __global__ void __launch_bounds__(256, 2)
 
 // ---------------------------------------------------------------------------------------------
 // 3. Forward state passing, in place. grid (P*N / 1024, H, B), 256 threads, 4 consecutive state
-// elements per thread; chunks in groups of 4 so that 4 independent loads are in flight.
+// elements per thread; chunks in groups of 4 so that 4 independent loads are in flight. With
+// positions, no state passes through a chunk in which a document starts.
 __global__ void __launch_bounds__(256)
     ssd_state_passing_kernel(float* __restrict__ st, float* __restrict__ final_state,
-                             const float* __restrict__ init, const float* __restrict__ acs, int H,
-                             int nc, int PN) {
+                             const float* __restrict__ init, const float* __restrict__ acs,
+                             const int32_t* __restrict__ positions, int64_t S, int H, int nc,
+                             int PN) {
   const int h = blockIdx.y, b = blockIdx.z;
   const int64_t bh = static_cast<int64_t>(b) * H + h;
   const int e = (blockIdx.x * 256 + threadIdx.x) * 4;
@@ -207,7 +220,7 @@ __global__ void __launch_bounds__(256)
     for (int u = 0; u < 4; u++) {
       if (c0 + u < nc) {
         *reinterpret_cast<float4*>(base + static_cast<int64_t>(c0 + u) * PN) = carry;
-        const float d = fast_exp(dec[u]);
+        const float d = passes_through_chunk(positions, b, S, c0 + u) ? fast_exp(dec[u]) : 0.f;
         carry = make_float4(fmaf(d, carry.x, s[u].x), fmaf(d, carry.y, s[u].y),
                             fmaf(d, carry.z, s[u].z), fmaf(d, carry.w, s[u].w));
       }
@@ -235,13 +248,15 @@ constexpr int kScanRows = 128, kScanCols = 64, kScanThreads = 256;
 
 template <int P>
 struct ScanSmem {
+  // acs, dt and the documents' chunk-relative starts [kQ] each; 16 floats for the dD reduction
+  // (all before the bf16 tiles, 16-byte aligned).
+  static constexpr size_t kHead = (3 * kQ + 16) * sizeof(float);
   static constexpr int kLdN = kN + 8, kLdP = P + 8;
-  static constexpr int kR = kScanRows * kLdN;              // R rows (bf16)
-  static constexpr int kS = P * kLdN;                      // state as bf16 [P][N]
-  static constexpr int kZ = kScanCols * kLdN;              // one stage of Z
-  static constexpr int kU = kScanCols * kLdP;              // one stage of U
-  static constexpr size_t kBytes = 2 * kQ * sizeof(float)  // acs, dt
-                                   + sizeof(bf16) * (kR + kS + 2 * (kZ + kU)) + 16 * sizeof(float);
+  static constexpr int kR = kScanRows * kLdN;  // R rows (bf16)
+  static constexpr int kS = P * kLdN;          // state as bf16 [P][N]
+  static constexpr int kZ = kScanCols * kLdN;  // one stage of Z
+  static constexpr int kU = kScanCols * kLdP;  // one stage of U
+  static constexpr size_t kBytes = kHead + sizeof(bf16) * (kR + kS + 2 * (kZ + kU));
 };
 
 template <int kDir, int P>
@@ -254,8 +269,9 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* a_s = reinterpret_cast<float*>(smem_raw);
   float* dt_s = a_s + kQ;
-  float* red = dt_s + kQ;  // 16 floats for the dD reduction
-  bf16* Rs = reinterpret_cast<bf16*>(red + 16);
+  float* red = dt_s + kQ;                           // 16 floats for the dD reduction
+  int* start_s = reinterpret_cast<int*>(red + 16);  // chunk_document_start of each position
+  bf16* Rs = reinterpret_cast<bf16*>(smem_raw + Sm::kHead);
   bf16* Ss = Rs + Sm::kR;
   bf16* Zs = Ss + Sm::kS;  // 2 stages
   bf16* Us = Zs + 2 * Sm::kZ;
@@ -301,9 +317,11 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   if (jt_begin < jt_end) load_tile(jt_begin, 0);
   cp_async_commit();
 
+  const bool documents = args.positions != nullptr;
   for (int l = threadIdx.x; l < kQ; l += kScanThreads) {
     a_s[l] = args.acs[cb + l];
     dt_s[l] = args.dtc[cb + l];
+    start_s[l] = chunk_document_start(args.positions, b, S, t0, l, valid);
   }
   stage_state_bf16<P, kScanThreads>(Ss, args.state + (bh * nc + c) * P * kN);
   cp_async_wait<1>();
@@ -329,9 +347,17 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   }
   const int row_a = wr0 + gq, row_b = row_a + 8;
   const float a_last = a_s[kQ - 1];
+  const int start_a = start_s[row_a], start_b = start_s[row_b], start_last = start_s[valid - 1];
   {
-    const float fa = kDir == 0 ? fast_exp(a_s[row_a]) : fast_exp(a_last - a_s[row_a]);
-    const float fb = kDir == 0 ? fast_exp(a_s[row_b]) : fast_exp(a_last - a_s[row_b]);
+    // The entering state reaches the row (forward), or the row the chunk's end (backward).
+    const bool reach_a = kDir == 0 ? start_a < 0 : row_a >= start_last;
+    const bool reach_b = kDir == 0 ? start_b < 0 : row_b >= start_last;
+    float fa = kDir == 0 ? fast_exp(a_s[row_a]) : fast_exp(a_last - a_s[row_a]);
+    float fb = kDir == 0 ? fast_exp(a_s[row_b]) : fast_exp(a_last - a_s[row_b]);
+    if (documents) {
+      fa = reach_a ? fa : 0.f;
+      fb = reach_b ? fb : 0.f;
+    }
 #pragma unroll
     for (int nt = 0; nt < kPt; nt++) {
       acc[nt][0] *= fa;
@@ -381,9 +407,11 @@ __global__ void __launch_bounds__(kScanThreads, 2)
           bool keep;
           if (kDir == 0) {
             keep = col <= row;
+            if (documents) keep = keep && col >= (e < 2 ? start_a : start_b);
             w = fast_exp(a_row - a_s[col]) * dt_s[col];
           } else {
             keep = col >= row;
+            if (documents) keep = keep && row >= start_s[col];
             w = fast_exp(a_s[col] - a_row);
           }
           sc[nt][e] = keep ? sc[nt][e] * w : 0.f;
@@ -469,7 +497,8 @@ __global__ void __launch_bounds__(kScanThreads, 2)
 
 template <int P>
 cudaError_t launch_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U,
-                               const bf16* V, const SsdForwardBuffers& buf, const SsdShape& s) {
+                               const bf16* V, const SsdForwardBuffers& buf,
+                               const int32_t* positions, const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const size_t smem = sizeof(bf16) * (kQ * (P + 8) + kQ * (kN + 8)) + kQ * sizeof(float);
   cudaError_t err =
@@ -477,9 +506,9 @@ cudaError_t launch_chunk_outer(cudaStream_t stream, int kind, float* out, const 
                            static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   dim3 grid(nc, static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
-  ssd_chunk_outer_kernel<P><<<grid, 256, smem, stream>>>(kind, out, U, V, buf.acs, buf.dtc, s.seq,
-                                                         static_cast<int>(s.heads),
-                                                         static_cast<int>(s.groups), nc);
+  ssd_chunk_outer_kernel<P>
+      <<<grid, 256, smem, stream>>>(kind, out, U, V, buf.acs, buf.dtc, positions, s.seq,
+                                    static_cast<int>(s.heads), static_cast<int>(s.groups), nc);
   return cudaGetLastError();
 }
 
@@ -521,26 +550,28 @@ SsdForwardBuffers ssd_forward_buffers(const SsdShape& s, void* base) {
 }
 
 cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U, const bf16* V,
-                            const SsdForwardBuffers& buf, const SsdShape& s) {
-  if (s.head_dim == 64) return launch_chunk_outer<64>(stream, kind, out, U, V, buf, s);
-  return launch_chunk_outer<32>(stream, kind, out, U, V, buf, s);
+                            const SsdForwardBuffers& buf, const int32_t* positions,
+                            const SsdShape& s) {
+  if (s.head_dim == 64) return launch_chunk_outer<64>(stream, kind, out, U, V, buf, positions, s);
+  return launch_chunk_outer<32>(stream, kind, out, U, V, buf, positions, s);
 }
 
 cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf,
                                float* final_state, const bf16* x, const float* dt, const float* A,
-                               const bf16* Bm, const float* init_state, const SsdShape& s) {
+                               const bf16* Bm, const float* init_state, const int32_t* positions,
+                               const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads);
   dim3 g1(nc, (H + 7) / 8, static_cast<unsigned>(s.batch));
   ssd_cumsum_kernel<<<g1, 256, 0, stream>>>(buf.acs, buf.dtc, dt, A, s.seq, H, nc);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  err = ssd_chunk_outer(stream, 0, buf.states, x, Bm, buf, s);
+  err = ssd_chunk_outer(stream, 0, buf.states, x, Bm, buf, positions, s);
   if (err != cudaSuccess) return err;
   const int PN = static_cast<int>(s.head_dim * s.state);
   dim3 g3(PN / 1024, H, static_cast<unsigned>(s.batch));
-  ssd_state_passing_kernel<<<g3, 256, 0, stream>>>(buf.states, final_state, init_state, buf.acs, H,
-                                                   nc, PN);
+  ssd_state_passing_kernel<<<g3, 256, 0, stream>>>(buf.states, final_state, init_state, buf.acs,
+                                                   positions, s.seq, H, nc, PN);
   return cudaGetLastError();
 }
 
@@ -574,7 +605,7 @@ size_t ssd_final_state_forward_workspace_bytes(const SsdShape& s) {
 // Launches 1-3 of the scan: the states are all a final state needs; kernel 4 (y) is skipped.
 Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf16* x,
                                const float* dt, const float* A, const bf16* Bm, const SsdShape& s,
-                               Workspace workspace) {
+                               Workspace workspace, const int32_t* positions) {
   if (!ssd_supported(s)) {
     return Status("ssd_final_state_forward",
                   "unsupported shape (needs chunk 256, state 128, head_dim 32 or 64, "
@@ -585,7 +616,7 @@ Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf
   }
   const seq_detail::SsdForwardBuffers buf = seq_detail::ssd_forward_buffers(s, workspace.ptr);
   const cudaError_t err = seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm,
-                                                         /*init_state=*/nullptr, s);
+                                                         /*init_state=*/nullptr, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_final_state_forward: states", err);
   return Status();
 }
@@ -593,7 +624,7 @@ Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf
 Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const bf16* x,
                         const float* dt, const float* A, const bf16* Bm, const bf16* Cm,
                         const float* D, const float* init_state, const SsdShape& s,
-                        Workspace workspace) {
+                        Workspace workspace, const int32_t* positions) {
   if (!ssd_supported(s)) {
     return Status("ssd_scan_forward",
                   "unsupported shape (needs chunk 256, state 128, head_dim 32 or 64, "
@@ -603,8 +634,8 @@ Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const 
     return Status("ssd_scan_forward", "workspace too small");
   }
   const seq_detail::SsdForwardBuffers buf = seq_detail::ssd_forward_buffers(s, workspace.ptr);
-  cudaError_t err =
-      seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm, init_state, s);
+  cudaError_t err = seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm,
+                                                   init_state, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_forward: states", err);
   seq_detail::SsdScanArgs args{};
   args.R = Cm;
@@ -616,6 +647,7 @@ Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const 
   args.acs = buf.acs;
   args.dtc = buf.dtc;
   args.out = y;
+  args.positions = positions;
   err = seq_detail::ssd_chunk_scan(stream, 0, args, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_forward: chunk scan", err);
   return Status();

@@ -43,6 +43,12 @@
 // 3 without column tiles (dx and the explicit ddt from the state term alone), 5 in mode 1 without
 // dCB (dB and its da part), 6 without the dCB and dC parts of da, 7 without dD. Launches 1 and 4
 // do not run, nor 5's dC: no Q x Q work at all.
+//
+// Packed documents (positions): every term above with a decay that crosses a document start is
+// zero (chunk_document_start, SequenceDetail.cuh), in each launch that takes one: the G recursion
+// (no gradient passes back through a chunk in which a document starts), ds_c, dx's two terms, W,
+// dC's and dB's state terms and their da parts. The da identities hold term by term, so launch 6
+// is unchanged.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -135,8 +141,9 @@ __global__ void __launch_bounds__(256)
     ssd_state_passing_bwd_kernel(float* __restrict__ st, float* __restrict__ dinit,
                                  float* __restrict__ da_pass, const float* __restrict__ dfinal,
                                  const float* __restrict__ fwd_states,
-                                 const float* __restrict__ acs, int H, int nc, int PN,
-                                 bool has_ds) {
+                                 const float* __restrict__ acs,
+                                 const int32_t* __restrict__ positions, int64_t S, int H, int nc,
+                                 int PN, bool has_ds) {
   const int h = blockIdx.y, b = blockIdx.z;
   const int64_t bh = static_cast<int64_t>(b) * H + h;
   const int e = (blockIdx.x * 256 + threadIdx.x) * 4;
@@ -156,7 +163,9 @@ __global__ void __launch_bounds__(256)
         d[u] = has_ds ? *reinterpret_cast<const float4*>(base + static_cast<int64_t>(c) * PN)
                       : make_float4(0.f, 0.f, 0.f, 0.f);
         hc[u] = *reinterpret_cast<const float4*>(hbase + static_cast<int64_t>(c) * PN);
-        dec[u] = fast_exp(alast[static_cast<int64_t>(c) * kQ]);
+        dec[u] = passes_through_chunk(positions, b, S, c)
+                     ? fast_exp(alast[static_cast<int64_t>(c) * kQ])
+                     : 0.f;
       }
     }
 #pragma unroll
@@ -192,13 +201,15 @@ struct DcbSmem {
       sizeof(bf16) * (2 * kT * kLdN + 2 * kStageBf) + sizeof(float) * (2 * kStageF + 4 * kT);
 };
 
-template <int P>
+// kDocuments: positions non-null (a template parameter: the two row starts cost spills at the
+// 168 registers of 3 blocks per SM otherwise).
+template <int P, bool kDocuments>
 __global__ void __launch_bounds__(128, 3)
     ssd_dcb_kernel(float* __restrict__ dcb, float* __restrict__ da_pairs,
                    const bf16* __restrict__ x, const bf16* __restrict__ dy,
                    const bf16* __restrict__ Bm, const bf16* __restrict__ Cm,
-                   const float* __restrict__ acs, const float* __restrict__ dtc, int64_t S, int H,
-                   int G, int nc) {
+                   const float* __restrict__ acs, const float* __restrict__ dtc,
+                   const int32_t* __restrict__ positions, int64_t S, int H, int G, int nc) {
   using Sm = DcbSmem<P>;
   constexpr int kLdN = Sm::kLdN, kLdP = Sm::kLdP;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -267,6 +278,11 @@ __global__ void __launch_bounds__(128, 3)
 
   float acc[8][4] = {};
   const int row_a = warp * 16 + gq, row_b = row_a + 8;  // tile-relative
+  // The rows' document starts, tile-relative (s reaches l iff s >= the start of l's document).
+  const int start_a =
+      kDocuments ? chunk_document_start(positions, b, S, t0, l0 + row_a, valid) - s0 : 0;
+  const int start_b =
+      kDocuments ? chunk_document_start(positions, b, S, t0, l0 + row_b, valid) - s0 : 0;
   for (int hh = 0; hh < hg; hh++) {
     const int stage = hh & 1;
     if (hh + 1 < hg) load_head(hh + 1, stage ^ 1);
@@ -301,8 +317,8 @@ __global__ void __launch_bounds__(128, 3)
       for (int j = 0; j < 2; j++) {
         const int col = nt * 8 + 2 * tq + j;
         const float acol = as[col], dcol = dts[col];
-        const bool keep_a = lt > st || col <= row_a;
-        const bool keep_b = lt > st || col <= row_b;
+        const bool keep_a = (lt > st || col <= row_a) && (!kDocuments || col >= start_a);
+        const bool keep_b = (lt > st || col <= row_b) && (!kDocuments || col >= start_b);
         const float wa = keep_a ? dp[nt][j] * fast_exp(ala - acol) * dcol : 0.f;
         const float wb = keep_b ? dp[nt][2 + j] * fast_exp(alb - acol) * dcol : 0.f;
         acc[nt][j] += wa;
@@ -381,7 +397,8 @@ __global__ void __launch_bounds__(128, 2)
                    const float* __restrict__ dcb, const bf16* __restrict__ Zm,
                    const bf16* __restrict__ Om, const bf16* __restrict__ U,
                    const float* __restrict__ states, const float* __restrict__ acs,
-                   const float* __restrict__ dtc, int64_t S, int H, int G, int nc, int splits) {
+                   const float* __restrict__ dtc, const int32_t* __restrict__ positions, int64_t S,
+                   int H, int G, int nc, int splits) {
   using Sm = DbcSmem<P>;
   constexpr int kLdN = Sm::kLdN, kLdP = Sm::kLdP, kLdT = Sm::kLdT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -455,8 +472,13 @@ __global__ void __launch_bounds__(128, 2)
     if (threadIdx.x < kT) {
       const int r = r0 + threadIdx.x;
       const float a = acs[bhc * kQ + r];
-      rs[threadIdx.x] =
-          kMode == 0 ? fast_exp(a) : fast_exp(acs[bhc * kQ + kQ - 1] - a) * dtc[bhc * kQ + r];
+      // Mode 0: the entering state reaches r; mode 1: r reaches the chunk's end.
+      const bool reaches = kMode == 0
+                               ? chunk_document_start(positions, b, S, t0, r, valid) < 0
+                               : r >= chunk_document_start(positions, b, S, t0, valid - 1, valid);
+      rs[threadIdx.x] = !reaches     ? 0.f
+                        : kMode == 0 ? fast_exp(a)
+                                     : fast_exp(acs[bhc * kQ + kQ - 1] - a) * dtc[bhc * kQ + r];
     }
     // The head's rows of U are loaded while its state is staged (all loads in flight at once).
     constexpr int kChunksPerRow = P / 8, kPieces = kT * kChunksPerRow / 128;
@@ -654,7 +676,7 @@ __global__ void __launch_bounds__(256)
 template <int kMode, int P>
 cudaError_t launch_dbc(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* out, float* da_out,
                        const float* dcb, const bf16* Zm, const bf16* Om, const bf16* U,
-                       const float* states, const SsdShape& s) {
+                       const float* states, const int32_t* positions, const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
   const int splits = dbc_head_splits(s);
@@ -665,8 +687,8 @@ cudaError_t launch_dbc(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* o
   if (err != cudaSuccess) return err;
   const unsigned blocks_z = static_cast<unsigned>(s.batch * s.groups * splits);
   ssd_dbc_kernel<kMode, P><<<dim3(kTiles, nc, blocks_z), 128, smem, stream>>>(
-      out, w.dbc_part, da_out, dcb, Zm, Om, U, states, w.fwd.acs, w.fwd.dtc, s.seq, H, G, nc,
-      splits);
+      out, w.dbc_part, da_out, dcb, Zm, Om, U, states, w.fwd.acs, w.fwd.dtc, positions, s.seq, H, G,
+      nc, splits);
   err = cudaGetLastError();
   if (err != cudaSuccess || splits == 1) return err;
   const int64_t n = s.batch * s.seq * s.groups * kN;
@@ -678,34 +700,38 @@ cudaError_t launch_dbc(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* o
 template <int P>
 cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
                                  bf16* dCm, const bf16* dy, const bf16* x, const bf16* Bm,
-                                 const bf16* Cm, const SsdShape& s) {
+                                 const bf16* Cm, const int32_t* positions, const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads), G = static_cast<int>(s.groups);
   const unsigned bg = static_cast<unsigned>(s.batch * s.groups);
   cudaError_t err;
   {
     const size_t smem = DcbSmem<P>::kBytes;
-    err = cudaFuncSetAttribute(ssd_dcb_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-    ssd_dcb_kernel<P><<<dim3(kPairs, nc, bg), 128, smem, stream>>>(
-        w.dcb, w.da_pairs, x, dy, Bm, Cm, w.fwd.acs, w.fwd.dtc, s.seq, H, G, nc);
-    err = cudaGetLastError();
+    auto launch = [&](auto kernel) {
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+      if (e != cudaSuccess) return e;
+      kernel<<<dim3(kPairs, nc, bg), 128, smem, stream>>>(
+          w.dcb, w.da_pairs, x, dy, Bm, Cm, w.fwd.acs, w.fwd.dtc, positions, s.seq, H, G, nc);
+      return cudaGetLastError();
+    };
+    err = positions != nullptr ? launch(ssd_dcb_kernel<P, true>) : launch(ssd_dcb_kernel<P, false>);
     if (err != cudaSuccess) return err;
   }
   // dC: Z = B, own = C, U = dy, states = H_c.
-  err = launch_dbc<0, P>(stream, w, dCm, w.da_c, w.dcb, Bm, Cm, dy, w.fwd.states, s);
+  err = launch_dbc<0, P>(stream, w, dCm, w.da_c, w.dcb, Bm, Cm, dy, w.fwd.states, positions, s);
   if (err != cudaSuccess) return err;
   // dB: Z = C, own = B, U = x, states = G_c.
-  return launch_dbc<1, P>(stream, w, dBm, w.da_b, w.dcb, Cm, Bm, x, w.gstates, s);
+  return launch_dbc<1, P>(stream, w, dBm, w.da_b, w.dcb, Cm, Bm, x, w.gstates, positions, s);
 }
 
 // dB without dy: ssd_dbc_kernel in mode 1 with no dCB (Zm unread), states = G_c.
 template <int P>
 cudaError_t launch_db_from_states(cudaStream_t stream, const SsdBackwardBuffers& w, bf16* dBm,
-                                  const bf16* x, const bf16* Bm, const SsdShape& s) {
+                                  const bf16* x, const bf16* Bm, const int32_t* positions,
+                                  const SsdShape& s) {
   return launch_dbc<1, P>(stream, w, dBm, w.da_b, /*dcb=*/nullptr, /*Zm=*/nullptr, Bm, x, w.gstates,
-                          s);
+                          positions, s);
 }
 
 }  // namespace
@@ -720,7 +746,7 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
                          float* dD, float* dinit_state, const bf16* dy, const float* dfinal_state,
                          const bf16* x, const float* dt, const float* A, const bf16* Bm,
                          const bf16* Cm, const float* D, const float* init_state, const SsdShape& s,
-                         Workspace workspace) {
+                         Workspace workspace, const int32_t* positions) {
   using namespace seq_detail;
   if (!ssd_supported(s)) {
     return Status("ssd_scan_backward",
@@ -738,13 +764,15 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads);
   const int PN = static_cast<int>(s.head_dim * s.state);
-  cudaError_t err = ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, init_state, s);
+  cudaError_t err =
+      ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, init_state, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: forward states", err);
-  err = ssd_chunk_outer(stream, 1, w.gstates, dy, Cm, w.fwd, s);
+  err = ssd_chunk_outer(stream, 1, w.gstates, dy, Cm, w.fwd, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: ds", err);
   ssd_state_passing_bwd_kernel<<<dim3(PN / 1024, H, static_cast<unsigned>(s.batch)), 256, 0,
                                  stream>>>(w.gstates, dinit_state, w.da_pass, dfinal_state,
-                                           w.fwd.states, w.fwd.acs, H, nc, PN, /*has_ds=*/true);
+                                           w.fwd.states, w.fwd.acs, positions, s.seq, H, nc, PN,
+                                           /*has_ds=*/true);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: state passing", err);
 
@@ -761,11 +789,13 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   args.out = dx;
   args.ddt_part = w.ddt_part;
   args.dD_part = w.dD_part;
+  args.positions = positions;
   err = ssd_chunk_scan(stream, 1, args, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: dx", err);
 
-  err = s.head_dim == 64 ? launch_backward_tail<64>(stream, w, dBm, dCm, dy, x, Bm, Cm, s)
-                         : launch_backward_tail<32>(stream, w, dBm, dCm, dy, x, Bm, Cm, s);
+  err = s.head_dim == 64
+            ? launch_backward_tail<64>(stream, w, dBm, dCm, dy, x, Bm, Cm, positions, s)
+            : launch_backward_tail<32>(stream, w, dBm, dCm, dy, x, Bm, Cm, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: dB, dC", err);
 
   ssd_ddt_kernel<<<dim3(nc, H, static_cast<unsigned>(s.batch)), 256, 0, stream>>>(
@@ -789,7 +819,7 @@ size_t ssd_final_state_backward_workspace_bytes(const SsdShape& s) {
 Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm,
                                 const float* dfinal_state, const bf16* x, const float* dt,
                                 const float* A, const bf16* Bm, const SsdShape& s,
-                                Workspace workspace) {
+                                Workspace workspace, const int32_t* positions) {
   using namespace seq_detail;
   if (!ssd_supported(s)) {
     return Status("ssd_final_state_backward",
@@ -808,13 +838,14 @@ Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float
   const int H = static_cast<int>(s.heads);
   const int PN = static_cast<int>(s.head_dim * s.state);
   // H_c: the states entering each chunk from a zero start.
-  cudaError_t err =
-      ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, /*init_state=*/nullptr, s);
+  cudaError_t err = ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, /*init_state=*/nullptr,
+                                       positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: forward states", err);
   // G_c from dfinal alone (no ds), and exp(a_last) <G_c, H_c>.
   ssd_state_passing_bwd_kernel<<<dim3(PN / 1024, H, static_cast<unsigned>(s.batch)), 256, 0,
                                  stream>>>(w.gstates, /*dinit=*/nullptr, w.da_pass, dfinal_state,
-                                           w.fwd.states, w.fwd.acs, H, nc, PN, /*has_ds=*/false);
+                                           w.fwd.states, w.fwd.acs, positions, s.seq, H, nc, PN,
+                                           /*has_ds=*/false);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: state passing", err);
 
@@ -827,12 +858,13 @@ Status ssd_final_state_backward(cudaStream_t stream, bf16* dx, float* ddt, float
   args.dtc = w.fwd.dtc;
   args.out = dx;
   args.ddt_part = w.ddt_part;
+  args.positions = positions;
   err = ssd_chunk_scan(stream, 1, args, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: dx", err);
 
   // dB and its da part: the per-head state terms, no dCB.
-  err = s.head_dim == 64 ? launch_db_from_states<64>(stream, w, dBm, x, Bm, s)
-                         : launch_db_from_states<32>(stream, w, dBm, x, Bm, s);
+  err = s.head_dim == 64 ? launch_db_from_states<64>(stream, w, dBm, x, Bm, positions, s)
+                         : launch_db_from_states<32>(stream, w, dBm, x, Bm, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_final_state_backward: dB", err);
 
   ssd_ddt_kernel<<<dim3(nc, H, static_cast<unsigned>(s.batch)), 256, 0, stream>>>(

@@ -235,18 +235,6 @@ Problems EmbeddingBackwardProblems(const plan::EmbeddingBackwardArgs<>& k) {
   return problems;
 }
 
-// Packed documents (compile --documents): the CUDA attention kernels do not take positions yet
-// (the conv and the SSD kernels do).
-template <typename Args>
-void RequireOneDocument(Problems& problems, const Args& k) {
-  if constexpr (requires { k.documents; }) {
-    Require(problems, !k.documents,
-            "packed documents (compile --documents) do not run on the CUDA attention kernels "
-            "yet: compile "
-            "without --dtype bf16 for the CPU backend, or without --documents");
-  }
-}
-
 template <typename ConvArgs>
 Problems ConvProblems(const ConvArgs& k) {
   Problems problems;
@@ -296,7 +284,6 @@ Problems LogDecayProblems(const LogDecayArgs& k) {
 template <typename AttentionArgs>
 Problems AttentionProblems(const AttentionArgs& k) {
   Problems problems;
-  RequireOneDocument(problems, k);
   Require(problems, k.head_dim == 64 || k.head_dim == 128,
           absl::StrFormat("head_dim %d: the CUDA attention kernels take 64 or 128", k.head_dim));
   if (problems.empty()) {

@@ -99,6 +99,22 @@ for dtype in bf16 f32; do
 done
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
   --router-aux-loss 0.5 -o "$BUNDLE/plans/gpu-shapes-aux-bf16-cp2-zigzag.plan"
+# Packed documents (compile --documents; scripts/gpu/run_document_checks.sh): the small model and
+# the fixture's shapes, bf16 against f32, on one GPU; tiny at s = 8192 and 65536 for the cost.
+for dtype in bf16 f32; do
+  "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype $dtype --documents \
+    -o "$BUNDLE/plans/small-512-docs-$dtype.plan"
+  "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype $dtype --documents \
+    -o "$BUNDLE/plans/gpu-shapes-docs-$dtype.plan"
+done
+"$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --documents --cp 2 \
+  --layout zigzag -o "$BUNDLE/plans/small-512-docs-bf16-cp2-zigzag.plan"
+for seq in 8192 65536; do
+  "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --documents \
+    --recompute -o "$BUNDLE/plans/tiny-$seq-bf16-docs-recompute.plan"
+done
+"$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 --documents \
+  -o "$BUNDLE/plans/tiny-8192-bf16-docs.plan"
 # On 4 GPUs: contiguous only (300 tokens do not split into zigzag's 8 pieces), and with ep=4.
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 4 --layout contiguous \
   --state-scan chain -o "$BUNDLE/plans/gpu-shapes-bf16-cp4-chain.plan"

@@ -214,9 +214,20 @@ struct Routing {
   double flip_fraction = 0;
 };
 
+// The step's inputs: tokens, targets and (plans compiled with --documents) position_ids.
+struct StepInputs {
+  std::vector<int32_t> ids, targets, positions;
+};
+// Sets them on an executor.
+absl::Status SetStepInputs(Executor& executor, const StepInputs& in) {
+  absl::Status status = executor.SetInputs(in.ids, in.targets);
+  if (status.ok() && !in.positions.empty()) status = executor.SetPositions(in.positions);
+  return status;
+}
+
 Routing CompareRouting(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
                        const Weights& weights, int device, comm::NcclCommunicator* nccl,
-                       const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+                       const StepInputs& inputs) {
   comm::Communicator* ranks = nccl == nullptr ? nullptr : &nccl->host();
   const std::vector<size_t> cpu_steps = RoutingSteps(f32_plan);
   const std::vector<size_t> gpu_steps = RoutingSteps(bf16_plan);
@@ -233,7 +244,7 @@ Routing CompareRouting(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
     options.nccl = nccl;
     auto gpu = OrFail(CudaExecutor::Create(gpu_prefix, options));
     weights.Set(*gpu);
-    for (absl::Status s : {gpu->SetInputs(ids, targets), gpu->RunStep()}) {
+    for (absl::Status s : {SetStepInputs(*gpu, inputs), gpu->RunStep()}) {
       if (!s.ok()) Fail(s);
     }
     const uint32_t gpu_buffer = gpu_prefix.steps.back().outs[1];
@@ -247,7 +258,7 @@ Routing CompareRouting(const plan::Plan& f32_plan, const plan::Plan& bf16_plan,
     cpu_options.threads = CpuExecutor::ThreadsPerRank(ranks == nullptr ? 1 : ranks->world_size());
     auto cpu = OrFail(CpuExecutor::Create(cpu_prefix, cpu_options));
     weights.Set(*cpu);
-    for (absl::Status s : {cpu->SetInputs(ids, targets), cpu->RunStep()}) {
+    for (absl::Status s : {SetStepInputs(*cpu, inputs), cpu->RunStep()}) {
       if (!s.ok()) Fail(s);
     }
     const std::span<int32_t> cpu_choice = cpu->I32Buffer(cpu_prefix.steps.back().outs[1]);
@@ -393,11 +404,40 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(seed));
 
   // Tokens: from --inputs (input_ids and targets, as the transformers fixtures hold them), else
-  // pseudo-random ids with targets = the next token (the last of each sequence ignored).
+  // pseudo-random ids with targets = the next token (the last of each sequence ignored). Plans
+  // compiled with --documents also take position_ids: the file's, else rows packed with
+  // documents of 1, 2, 3, 40, 9, 200, 1, 44, ... tokens (starting anew in each row).
   const int64_t seq = f32_plan.seq, tokens = f32_plan.tokens();
-  std::vector<int32_t> ids(tokens), targets(tokens);
+  if (f32_plan.position_ids.has_value() != bf16_plan.position_ids.has_value()) {
+    Fail(absl::InvalidArgumentError("one plan packs documents (--documents), the other not"));
+  }
+  StepInputs inputs_of_step;
+  std::vector<int32_t>& ids = inputs_of_step.ids;
+  std::vector<int32_t>& targets = inputs_of_step.targets;
+  ids.resize(tokens);
+  targets.resize(tokens);
+  if (f32_plan.position_ids) {
+    static constexpr int32_t kLengths[] = {1, 2, 3, 40, 9, 200, 1, 44};
+    std::vector<int32_t>& positions = inputs_of_step.positions;
+    for (int64_t row = 0; row < tokens / seq; ++row) {
+      size_t next = 0;
+      int32_t left = 0, position = 0;
+      for (int64_t t = 0; t < seq; ++t) {
+        if (left == 0) {
+          left = kLengths[next++ % std::size(kLengths)];
+          position = 0;
+        }
+        positions.push_back(position++);
+        --left;
+      }
+    }
+  }
   if (!inputs_path.empty()) {
     const SafetensorsFile inputs = OrFail(SafetensorsFile::Open(inputs_path));
+    if (f32_plan.position_ids && inputs.Find("position_ids") != nullptr) {
+      const std::vector<int64_t> file_positions = OrFail(inputs.ReadInt("position_ids"));
+      inputs_of_step.positions.assign(file_positions.begin(), file_positions.end());
+    }
     const std::vector<int64_t> file_ids = OrFail(inputs.ReadInt("input_ids"));
     const std::vector<int64_t> file_targets = OrFail(inputs.ReadInt("targets"));
     if (file_ids.size() != ids.size() || file_targets.size() != targets.size()) {
@@ -420,7 +460,7 @@ int Main(int argc, char** argv) {
 
   // The reference, routed as the GPU routes.
   const Routing routing =
-      CompareRouting(f32_plan, bf16_plan, weights, device, nccl.get(), ids, targets);
+      CompareRouting(f32_plan, bf16_plan, weights, device, nccl.get(), inputs_of_step);
   const double flips = routing.flip_fraction;
   CpuExecutor::Options cpu_options;
   cpu_options.poison_activations = true;
@@ -430,7 +470,7 @@ int Main(int argc, char** argv) {
   for (const auto& [step, experts] : routing.gpu_experts) {
     if (absl::Status s = cpu->RouteWith(step, experts); !s.ok()) Fail(s);
   }
-  if (absl::Status s = cpu->SetInputs(ids, targets); !s.ok()) Fail(s);
+  if (absl::Status s = SetStepInputs(*cpu, inputs_of_step); !s.ok()) Fail(s);
   if (absl::Status s = cpu->RunStep(); !s.ok()) Fail(s);
   const double cpu_loss = cpu->Loss();
 
@@ -441,7 +481,7 @@ int Main(int argc, char** argv) {
   gpu_options.nccl = nccl.get();
   auto gpu = OrFail(CudaExecutor::Create(bf16_plan, gpu_options));
   weights.Set(*gpu);
-  if (absl::Status s = gpu->SetInputs(ids, targets); !s.ok()) Fail(s);
+  if (absl::Status s = SetStepInputs(*gpu, inputs_of_step); !s.ok()) Fail(s);
   if (absl::Status s = gpu->RunStepAndSumGradients(); !s.ok()) Fail(s);
   const double gpu_loss = gpu->Loss();
   const CudaExecutor::Memory memory = gpu->MemoryUse();

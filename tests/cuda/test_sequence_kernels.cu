@@ -785,7 +785,20 @@ struct AttnCase {
   int64_t q_pos0, k_pos0;
   double scale;  // 0: 1/sqrt(head_dim)
   bool sliced;   // oracle on slices (large shapes)
+  // Packed documents of the query rows, of at most this many tokens (0: one document); the first
+  // continued from 40 tokens before the block when q_pos0 >= 40.
+  int32_t documents = 0;
 };
+
+// Rows [r0, r0 + n) of a [B, S] int32 tensor.
+std::vector<int32_t> positions_rows_of(const std::vector<int32_t>& t, int64_t B, int64_t S,
+                                       int64_t r0, int64_t n) {
+  std::vector<int32_t> out(B * n);
+  for (int64_t b = 0; b < B; b++) {
+    std::copy(t.begin() + b * S + r0, t.begin() + b * S + r0 + n, out.begin() + b * n);
+  }
+  return out;
+}
 
 // Rows [r0, r0 + n) of a [B, S, H, D] tensor (double) as a [B, n, H, D] tensor.
 std::vector<double> rows_of(const std::vector<double>& t, int64_t B, int64_t S, int64_t H,
@@ -813,11 +826,11 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   std::printf(
       "attention %s: B=%lld Sq=%lld Sk=%lld Hq=%lld Hkv=%lld D=%lld causal=%d q_pos0=%lld "
-      "k_pos0=%lld scale=%.5f%s\n",
+      "k_pos0=%lld scale=%.5f documents=%d%s\n",
       c.name, static_cast<long long>(s.batch), static_cast<long long>(s.q_len),
       static_cast<long long>(s.kv_len), static_cast<long long>(s.q_heads),
       static_cast<long long>(s.kv_heads), static_cast<long long>(s.head_dim), c.causal,
-      static_cast<long long>(c.q_pos0), static_cast<long long>(c.k_pos0), scale,
+      static_cast<long long>(c.q_pos0), static_cast<long long>(c.k_pos0), scale, c.documents,
       c.sliced ? " (oracle on slices)" : "");
   if (!hcp::cuda::attention_supported(s)) {
     std::printf("  unsupported shape: FAIL\n");
@@ -830,6 +843,11 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
   const HostBf16 k = random_bf16(rng, B * Sk * Hkv * D, 1.0);
   const HostBf16 v = random_bf16(rng, B * Sk * Hkv * D, 1.0);
   const HostBf16 dout = random_bf16(rng, B * Sq * Hq * D, 1.0);
+  const std::vector<int32_t> positions =
+      c.documents > 0 ? packed_positions(rng, B, Sq, c.documents, c.q_pos0 >= 40 ? 40 : 0)
+                      : std::vector<int32_t>();
+  auto positions_d = upload_i32(positions);
+  const int32_t* positions_ptr = positions.empty() ? nullptr : positions_d.ptr;
 
   auto q_d = upload_bf16(q), k_d = upload_bf16(k), v_d = upload_bf16(v), dout_d = upload_bf16(dout);
   DevBuf<bf16> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
@@ -839,11 +857,12 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
   lse.poison();
   ws.poison();
   CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, q_d.ptr, k_d.ptr, v_d.ptr, s,
-                                        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0));
+                                        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0,
+                                        positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   CHECK_OK(hcp::cuda::attention_backward(
       nullptr, dq.ptr, dk.ptr, dv.ptr, dout_d.ptr, q_d.ptr, k_d.ptr, v_d.ptr, out.ptr, lse.ptr, s,
-      static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}));
+      static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}, positions_ptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<double> out_g = download_bf16(out), lse_g = download_f32(lse),
                             dq_g = download_bf16(dq), dk_g = download_bf16(dk),
@@ -853,7 +872,7 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
     // is not bit-reproducible by design).
     CHECK_OK(hcp::cuda::attention_backward(
         nullptr, dq.ptr, dk.ptr, dv.ptr, dout_d.ptr, q_d.ptr, k_d.ptr, v_d.ptr, out.ptr, lse.ptr, s,
-        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}));
+        static_cast<float>(scale), c.causal, c.q_pos0, c.k_pos0, {ws.ptr, ws.n}, positions_ptr));
     CHECK_CUDA(cudaDeviceSynchronize());
     const std::vector<double> dq2 = download_bf16(dq), dk2 = download_bf16(dk);
     size_t ndiff = 0;
@@ -891,11 +910,14 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
       const auto [r0, n] = qs[pi];
       hcp::cpu::AttentionShape sub{B, n, Sk, Hq, Hkv, D};
       const auto qsub = rows_of(q.val, B, Sq, Hq, D, r0, n);
+      const std::vector<int32_t> psub =
+          positions.empty() ? positions : positions_rows_of(positions, B, Sq, r0, n);
+      const int32_t* pp = psub.empty() ? nullptr : psub.data();
       p.out_ref.resize(B * n * Hq * D);
       p.lse_ref.resize(B * Hq * n);
       hcp::cpu::attention_forward<double>(p.out_ref.data(), p.lse_ref.data(), qsub.data(),
                                           k.val.data(), v.val.data(), sub, sc, c.causal,
-                                          c.q_pos0 + r0, c.k_pos0);
+                                          c.q_pos0 + r0, c.k_pos0, pp);
       p.out_got = rows_of(out_g, B, Sq, Hq, D, r0, n);
       p.lse_got = lse_rows_of(lse_g, B, Hq, Sq, r0, n);
       p.dq_got = rows_of(dq_g, B, Sq, Hq, D, r0, n);
@@ -905,7 +927,7 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
       hcp::cpu::attention_backward<double>(p.dq_ref.data(), dk_tmp.data(), dv_tmp.data(),
                                            gsub.data(), qsub.data(), k.val.data(), v.val.data(),
                                            p.out_got.data(), p.lse_got.data(), sub, sc, c.causal,
-                                           c.q_pos0 + r0, c.k_pos0);
+                                           c.q_pos0 + r0, c.k_pos0, pp);
     } else {
       const auto [c0, n] = ks[pi - qs.size()];
       hcp::cpu::AttentionShape sub{B, Sq, n, Hq, Hkv, D};
@@ -914,10 +936,10 @@ void run_attn_case(const AttnCase& c, uint64_t seed) {
       std::vector<double> dq_tmp(q.size());
       p.dk_ref.resize(ksub.size());
       p.dv_ref.resize(vsub.size());
-      hcp::cpu::attention_backward<double>(dq_tmp.data(), p.dk_ref.data(), p.dv_ref.data(),
-                                           dout.val.data(), q.val.data(), ksub.data(), vsub.data(),
-                                           out_g.data(), lse_g.data(), sub, sc, c.causal, c.q_pos0,
-                                           c.k_pos0 + c0);
+      hcp::cpu::attention_backward<double>(
+          dq_tmp.data(), p.dk_ref.data(), p.dv_ref.data(), dout.val.data(), q.val.data(),
+          ksub.data(), vsub.data(), out_g.data(), lse_g.data(), sub, sc, c.causal, c.q_pos0,
+          c.k_pos0 + c0, positions.empty() ? nullptr : positions.data());
       p.dk_got = rows_of(dk_g, B, Sk, Hkv, D, c0, n);
       p.dv_got = rows_of(dv_g, B, Sk, Hkv, D, c0, n);
     }
@@ -1145,8 +1167,14 @@ void time_ssd_init(int reps, Rng& rng) {
   add_row("SSD init-state cp=2 bwd", median_ms(reps, bwd), 2 * flop, 0.120);
 }
 
-void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
+// documents > 0: the rows packed with documents of that many tokens each.
+void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng,
+               int32_t documents = 0) {
   hcp::cuda::AttentionShape s{1, seq, seq, 12, 4, 128};
+  std::vector<int32_t> positions;
+  for (int64_t t = 0; documents > 0 && t < seq; t++) positions.push_back(t % documents);
+  auto positions_d = upload_i32(positions);
+  const int32_t* positions_ptr = positions.empty() ? nullptr : positions_d.ptr;
   const size_t nq = seq * 12 * 128, nk = seq * 4 * 128;
   const size_t set_bytes = (2 * nq + 2 * nk) * 2;
   const int sets =
@@ -1170,13 +1198,13 @@ void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& 
   auto fwd = [&](int i) {
     const Set& st = in[i % sets];
     CHECK_OK(hcp::cuda::attention_forward(nullptr, out.ptr, lse.ptr, st.q.ptr, st.k.ptr, st.v.ptr,
-                                          s, scale, true, 0, 0));
+                                          s, scale, true, 0, 0, positions_ptr));
   };
   auto bwd = [&](int i) {
     const Set& st = in[i % sets];
     CHECK_OK(hcp::cuda::attention_backward(nullptr, dq.ptr, dk.ptr, dv.ptr, st.dout.ptr, st.q.ptr,
                                            st.k.ptr, st.v.ptr, out.ptr, lse.ptr, s, scale, true, 0,
-                                           0, {ws.ptr, ws.n}));
+                                           0, {ws.ptr, ws.n}, positions_ptr));
   };
   auto fb = [&](int i) {
     fwd(i);
@@ -1184,7 +1212,8 @@ void time_attn(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& 
   };
   // Flash-attention convention: forward 4 S^2 D H / 2 (causal), backward 2.5x the forward.
   const double fwd_flop = 4.0 * seq * seq * 128 * 12 / 2;
-  const std::string tag = "attn" + g_impl_tag + " s=" + std::to_string(seq);
+  const std::string tag = "attn" + g_impl_tag + " s=" + std::to_string(seq) +
+                          (documents > 0 ? " docs=" + std::to_string(documents) : "");
   add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
   fwd(0);  // out / lse for the backward-only timing (inputs of set 0; the timing is what counts)
   add_row(tag + " bwd", median_ms(reps, bwd), 2.5 * fwd_flop, anchor_fb - anchor_fwd);
@@ -1308,6 +1337,15 @@ int main(int argc, char** argv) {
         {"ring: first rows see nothing off=-300", 1, 500, 900, 4, 2, 128, true, 0, 300, 0, false},
         {"ring: band off=37, Sq > Sk", 1, 450, 200, 4, 1, 128, true, 537, 500, 0, false},
         {"tiny s=8192 12/4 d128", 1, 8192, 8192, 12, 4, 128, true, 0, 0, 1.0 / 128, true},
+        // Packed documents (the mma.sync kernels, with block skipping): one rank's rows, and ring
+        // blocks whose rows continue a document from an earlier rank.
+        {"documents 12/4 d128 B=2", 2, 700, 700, 12, 4, 128, true, 0, 0, 0, false, 150},
+        {"documents 4/2 d64, short", 1, 300, 300, 4, 2, 64, true, 0, 0, 0, false, 20},
+        {"ring documents: band off=100", 1, 400, 333, 12, 4, 128, true, 1000, 900, 0, false, 120},
+        {"ring documents: block fully visible", 1, 256, 256, 12, 4, 128, true, 256, 0, 0, false,
+         200},
+        {"documents s=8192, up to 1024", 1, 8192, 8192, 12, 4, 128, true, 0, 0, 1.0 / 128, true,
+         1024},
     };
     for (const auto& c : cases) {
       if (!large && c.q_len > 2048) continue;
@@ -1326,6 +1364,9 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "attn") {
       time_attn(8192, 0.413, 1.584, reps, rng);
       time_attn(65536, 22.1, 79.5, reps, rng);
+      // 64 documents of 1,024 tokens (its times against the one-document rows just above: packed
+      // documents are to cost at most 1/16 of one document's attention).
+      time_attn(65536, 22.1, 79.5, reps, rng, 1024);
     }
     std::printf("\n%-34s %10s %10s %12s %8s\n", "kernel", "ms", "TFLOP/s", "anchor ms", "speed");
     for (const auto& r : g_rows) {

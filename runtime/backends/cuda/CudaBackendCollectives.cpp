@@ -332,6 +332,8 @@ struct RingShape {
   int64_t q_at(int64_t b, int64_t k) const { return (b * seq + k * len) * q_heads * dim; }
   int64_t kv_at(int64_t b, int64_t k) const { return (b * seq + k * len) * kv_heads * dim; }
   int64_t lse_at(int64_t b, int64_t k) const { return b * q_heads * seq + k * len; }
+  // ... and in the position_ids [batch, seq] of packed documents.
+  int64_t positions_at(int64_t b, int64_t k) const { return b * seq + k * len; }
   cuda::AttentionShape piece() const { return {1, len, len, q_heads, kv_heads, dim}; }
 };
 
@@ -438,6 +440,7 @@ absl::Status RunRingAttentionForward(const Args& a,
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_out, 0.f, r.q_count())));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_lse, -INFINITY, r.lse_count())));
   const bf16* q = args.q.as<bf16>();
+  const int32_t* positions = args.positions.as<int32_t>();  // the local queries' (documents)
   for (int64_t step = 0; step < cp; ++step) {
     const bf16* block = blocks[step % 2];
     if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
@@ -446,7 +449,8 @@ absl::Status RunRingAttentionForward(const Args& a,
       for (int64_t b = 0; b < r.batch; ++b) {
         HCP_RETURN_IF_ERROR(Done(cuda::attention_forward(
             a.stream(), part_out, part_lse, q + r.q_at(b, p.kq), block + r.kv_at(b, p.kk),
-            block + kv + r.kv_at(b, p.kk), r.piece(), scale, r.causal, p.q_pos0, p.k_pos0)));
+            block + kv + r.kv_at(b, p.kk), r.piece(), scale, r.causal, p.q_pos0, p.k_pos0,
+            positions != nullptr ? positions + r.positions_at(b, p.kq) : nullptr)));
         HCP_RETURN_IF_ERROR(Done(cuda::attention_merge(a.stream(), acc_out + r.q_at(b, p.kq),
                                                        acc_lse + r.lse_at(b, p.kq), r.seq, part_out,
                                                        part_lse, r.len, r.q_heads, r.dim)));
@@ -483,6 +487,7 @@ absl::Status RunRingAttentionBackward(const Args& a,
   const cuda::Workspace kernel_ws = t.kernel;
   const bf16 *dout = args.dout.as<bf16>(), *q = args.q.as<bf16>(), *out = args.out.as<bf16>();
   const float* lse = args.lse.as<float>();
+  const int32_t* positions = args.positions.as<int32_t>();  // the local queries' (documents)
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], args.k.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, args.v.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), grads[0], 0.f, 2 * kv)));
@@ -503,7 +508,8 @@ absl::Status RunRingAttentionBackward(const Args& a,
         HCP_RETURN_IF_ERROR(Done(cuda::attention_backward(
             a.stream(), dq_part, dk_part, dv_part, dout + r.q_at(b, p.kq), q + r.q_at(b, p.kq),
             block + r.kv_at(b, p.kk), block + kv + r.kv_at(b, p.kk), out + r.q_at(b, p.kq),
-            lse_piece, r.piece(), scale, r.causal, p.q_pos0, p.k_pos0, kernel_ws)));
+            lse_piece, r.piece(), scale, r.causal, p.q_pos0, p.k_pos0, kernel_ws,
+            positions != nullptr ? positions + r.positions_at(b, p.kq) : nullptr)));
         const int64_t q_piece = r.len * r.q_heads * r.dim, kv_piece = r.len * r.kv_heads * r.dim;
         HCP_RETURN_IF_ERROR(
             Done(cuda::accumulate(a.stream(), dq_sum + r.q_at(b, p.kq), dq_part, q_piece)));

@@ -119,7 +119,7 @@ absl::Status RunAttentionForward(const Args& a, const plan::AttentionForwardArgs
   return Done(cuda::attention_forward(a.stream(), k.out.as<bf16>(), k.lse.as<float>(),
                                       k.q.as<bf16>(), k.k.as<bf16>(), k.v.as<bf16>(),
                                       AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
-                                      /*q_pos0=*/0, /*k_pos0=*/0));
+                                      /*q_pos0=*/0, /*k_pos0=*/0, k.positions.as<int32_t>()));
 }
 
 absl::Status RunAttentionBackward(const Args& a,
@@ -128,7 +128,7 @@ absl::Status RunAttentionBackward(const Args& a,
       a.stream(), k.dq.as<bf16>(), k.dk.as<bf16>(), k.dv.as<bf16>(), k.dout.as<bf16>(),
       k.q.as<bf16>(), k.k.as<bf16>(), k.v.as<bf16>(), k.out.as<bf16>(), k.lse.as<float>(),
       AttentionShapeOf(k), static_cast<float>(k.scale), k.causal, /*q_pos0=*/0, /*k_pos0=*/0,
-      a.workspace()));
+      a.workspace(), k.positions.as<int32_t>()));
 }
 size_t WorkspaceBytes(const plan::AttentionBackwardArgs<DeviceBuffer>& k) {
   return cuda::attention_backward_workspace_bytes(AttentionShapeOf(k));

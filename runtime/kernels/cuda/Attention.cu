@@ -11,6 +11,8 @@
 //   the A operand of P V straight from the accumulator registers.
 // GQA: query head h reads kv head h / (q_heads / kv_heads). Query blocks are issued in reverse so
 // the longest causal rows start first. A row that sees no key gets out = 0, lse = -inf.
+// Packed documents (q_positions): a row sees no key before its document's start; the key blocks
+// before the block's first row's document are never loaded (attn_first_key).
 //
 // Expected speed: this is the mma.sync (sm_80-class) formulation; on H100-class parts it reaches
 // roughly 300-350 TFLOP/s in the forward, about 55% of what a wgmma (FA3 / cuDNN) kernel reaches.
@@ -41,8 +43,9 @@ struct FwdSmem {
 template <int D>
 __global__ void __launch_bounds__(128, 2)
     attn_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                    const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t Sq, int64_t Sk,
-                    int Hq, int Hkv, float scale_log2, bool causal, int64_t off) {
+                    const bf16* __restrict__ k, const bf16* __restrict__ v,
+                    const int32_t* __restrict__ q_positions, int64_t Sq, int64_t Sk, int Hq,
+                    int Hkv, float scale_log2, bool causal, int64_t off) {
   using Sm = FwdSmem<D>;
   constexpr int kLd = Sm::kLd, kKd = D / 16, kDt = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -57,6 +60,13 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t q_stride = static_cast<int64_t>(Hq) * D, kv_stride = static_cast<int64_t>(Hkv) * D;
   const int q_valid = static_cast<int>(Sq - i0 < kB ? Sq - i0 : kB);
   const int64_t nkb = attn_key_blocks(i0, Sk, causal, off);
+  const bool documents = q_positions != nullptr;
+  const int32_t* q_positions_b = documents ? q_positions + static_cast<int64_t>(b) * Sq : nullptr;
+  int64_t kb_begin = 0;
+  if (documents) {
+    const int64_t first = attn_first_key(q_positions_b, i0, off);
+    kb_begin = first <= 0 ? 0 : first / kB;
+  }
 
   tile_load_async<kB, D, 128>(
       Qs, q + (static_cast<int64_t>(b) * Sq + i0) * q_stride + static_cast<int64_t>(h) * D,
@@ -70,7 +80,7 @@ __global__ void __launch_bounds__(128, 2)
     tile_load_async<kB, D, 128>(Ks + stage * Sm::kTile, kbase + j0 * kv_stride, kv_stride, valid);
     tile_load_async<kB, D, 128>(Vs + stage * Sm::kTile, vbase + j0 * kv_stride, kv_stride, valid);
   };
-  if (nkb > 0) load_kv(0, 0);
+  if (kb_begin < nkb) load_kv(kb_begin, 0);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -80,11 +90,14 @@ __global__ void __launch_bounds__(128, 2)
   for (int kk = 0; kk < kKd; kk++) load_a_mk(qf[kk], Qs, kLd, warp * 16, kk * 16);
 
   const int64_t row_a = i0 + warp * 16 + gq, row_b = row_a + 8;
+  // The rows' first visible keys (documents; rows past Sq see nothing they would store).
+  const int64_t first_a = documents && row_a < Sq ? attn_first_key(q_positions_b, row_a, off) : 0;
+  const int64_t first_b = documents && row_b < Sq ? attn_first_key(q_positions_b, row_b, off) : 0;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
   float o[kDt][4] = {};
 
-  for (int64_t kb = 0; kb < nkb; kb++) {
-    const int stage = static_cast<int>(kb & 1);
+  for (int64_t kb = kb_begin; kb < nkb; kb++) {
+    const int stage = static_cast<int>((kb - kb_begin) & 1);
     if (kb + 1 < nkb) load_kv(kb + 1, stage ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
@@ -104,9 +117,12 @@ __global__ void __launch_bounds__(128, 2)
       }
     }
     const int64_t j0 = kb * kB;
-    const bool need_mask = j0 + kB > Sk || (causal && j0 + kB - 1 > i0 + off);
+    const bool need_mask = j0 + kB > Sk || (causal && j0 + kB - 1 > i0 + off) || documents;
     const int k_valid = static_cast<int>(Sk - j0 < kB ? Sk - j0 : kB);
     const int diag = causal ? attn_diag(i0, j0, off) : 128;
+    // Keys jr below these (block-relative) are in an earlier document than row a's, b's.
+    const int start_a = documents ? attn_relative_key(first_a, j0) : -128;
+    const int start_b = documents ? attn_relative_key(first_b, j0) : -128;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
@@ -115,7 +131,7 @@ __global__ void __launch_bounds__(128, 2)
         if (need_mask) {
           const int jr = nt * 8 + 2 * tq + (e & 1);
           const int ir = warp * 16 + gq + (e < 2 ? 0 : 8);
-          if (jr >= k_valid || jr > ir + diag) x = -INFINITY;
+          if (jr >= k_valid || jr > ir + diag || jr < (e < 2 ? start_a : start_b)) x = -INFINITY;
         }
         s[nt][e] = x;
       }
@@ -200,8 +216,8 @@ __global__ void __launch_bounds__(128, 2)
 
 template <int D>
 cudaError_t launch_fwd(cudaStream_t stream, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, const AttentionShape& s, float scale, bool causal,
-                       int64_t off) {
+                       const bf16* v, const int32_t* q_positions, const AttentionShape& s,
+                       float scale, bool causal, int64_t off) {
   const size_t smem = FwdSmem<D>::kBytes;
   cudaError_t err = cudaFuncSetAttribute(
       attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -209,7 +225,7 @@ cudaError_t launch_fwd(cudaStream_t stream, bf16* out, float* lse, const bf16* q
   dim3 grid(static_cast<unsigned>((s.q_len + kB - 1) / kB), static_cast<unsigned>(s.q_heads),
             static_cast<unsigned>(s.batch));
   attn_fwd_kernel<D><<<grid, 128, smem, stream>>>(
-      out, lse, q, k, v, s.q_len, s.kv_len, static_cast<int>(s.q_heads),
+      out, lse, q, k, v, q_positions, s.q_len, s.kv_len, static_cast<int>(s.q_heads),
       static_cast<int>(s.kv_heads), scale * kLog2e, causal, off);
   return cudaGetLastError();
 }
@@ -227,24 +243,26 @@ bool attention_supported(const AttentionShape& s) {
 
 Status attention_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* q, const bf16* k,
                          const bf16* v, const AttentionShape& s, float scale, bool causal,
-                         int64_t q_pos0, int64_t k_pos0) {
+                         int64_t q_pos0, int64_t k_pos0, const int32_t* q_positions) {
   if (!attention_supported(s)) {
     return Status("attention_forward",
                   "unsupported shape (needs head_dim 64 or 128, q_heads % kv_heads == 0)");
   }
   const int64_t off = q_pos0 - k_pos0;
-  if (seq_detail::attn_hopper_usable(s, scale) && seq_detail::attn_aligned16(out) &&
-      seq_detail::attn_aligned16(q) && seq_detail::attn_aligned16(k) &&
-      seq_detail::attn_aligned16(v)) {
+  // Packed documents run on the mma.sync kernels (the Hopper kernels take no positions).
+  if (q_positions == nullptr && seq_detail::attn_hopper_usable(s, scale) &&
+      seq_detail::attn_aligned16(out) && seq_detail::attn_aligned16(q) &&
+      seq_detail::attn_aligned16(k) && seq_detail::attn_aligned16(v)) {
     const cudaError_t err =
         seq_detail::attn_hopper_forward(stream, out, lse, q, k, v, s, scale, causal, off);
     if (err != cudaSuccess) return Status::Cuda("attention_forward", err);
     return Status();
   }
-  const cudaError_t err =
-      s.head_dim == 128
-          ? seq_detail::launch_fwd<128>(stream, out, lse, q, k, v, s, scale, causal, off)
-          : seq_detail::launch_fwd<64>(stream, out, lse, q, k, v, s, scale, causal, off);
+  const cudaError_t err = s.head_dim == 128
+                              ? seq_detail::launch_fwd<128>(stream, out, lse, q, k, v, q_positions,
+                                                            s, scale, causal, off)
+                              : seq_detail::launch_fwd<64>(stream, out, lse, q, k, v, q_positions,
+                                                           s, scale, causal, off);
   if (err != cudaSuccess) return Status::Cuda("attention_forward", err);
   return Status();
 }

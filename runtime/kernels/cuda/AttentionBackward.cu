@@ -17,6 +17,10 @@
 //                          structure: S = q K^T, dP = dout V^T, dS, dq += dS K.
 // Recomputing S and dP in launch 3 costs 2 extra products of the 5 (7 in all, against FA2's 5 with
 // fp32 atomics for dq): deterministic results and no 0.4 GB fp32 dq accumulator at 64K tokens.
+// Packed documents (q_positions): a query row sees no key before its document's start; launch 2
+// visits only the query blocks with a row that sees one of its keys (a prefix of the rows past
+// the causal start, attn_rows_seeing), launch 3 only the key blocks from its first row's
+// document start on.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -70,8 +74,9 @@ template <int D>
 struct DkdvSmem {
   static constexpr int kLd = D + 8;
   static constexpr int kTile = kB * kLd;
-  // K, V, then 2 stages of [q, dout] tiles, then 2 stages of [lse, Delta] (64 floats each).
-  static constexpr size_t kBytes = sizeof(bf16) * 6 * kTile + sizeof(float) * 4 * kB;
+  // K, V, then 2 stages of [q, dout] tiles, then 2 stages of [lse, Delta] (64 floats each), then
+  // 2 stages of the query rows' first visible keys relative to the block's (64 ints each).
+  static constexpr size_t kBytes = sizeof(bf16) * 6 * kTile + sizeof(float) * 6 * kB;
 };
 
 template <int D>
@@ -79,8 +84,9 @@ __global__ void __launch_bounds__(128, 2)
     attn_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                      const bf16* __restrict__ q, const bf16* __restrict__ k,
                      const bf16* __restrict__ v, const float* __restrict__ lse,
-                     const float* __restrict__ delta, int64_t Sq, int64_t Sk, int Hq, int Hkv,
-                     float scale, float scale_log2, bool causal, int64_t off) {
+                     const float* __restrict__ delta, const int32_t* __restrict__ q_positions,
+                     int64_t Sq, int64_t Sk, int Hq, int Hkv, float scale, float scale_log2,
+                     bool causal, int64_t off) {
   using Sm = DkdvSmem<D>;
   constexpr int kLd = Sm::kLd, kKd = D / 16, kDt = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -90,6 +96,7 @@ __global__ void __launch_bounds__(128, 2)
   bf16* Gs = Qs + 2 * Sm::kTile;                             // dout, 2 stages
   float* Ls = reinterpret_cast<float*>(Gs + 2 * Sm::kTile);  // lse, 2 stages
   float* Es = Ls + 2 * kB;                                   // Delta, 2 stages
+  int* Fs = reinterpret_cast<int*>(Es + 2 * kB);             // first keys, 2 stages
 
   const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int group = Hq / Hkv;
@@ -104,7 +111,13 @@ __global__ void __launch_bounds__(128, 2)
   tile_load_async<kB, D, 128>(Vs, v + kv_off, kv_stride, k_valid);
   cp_async_commit();
 
-  const int64_t nqb = (Sq + kB - 1) / kB;
+  const bool documents = q_positions != nullptr;
+  const int32_t* q_positions_b = documents ? q_positions + static_cast<int64_t>(b) * Sq : nullptr;
+  int64_t nqb = (Sq + kB - 1) / kB;
+  if (documents) {
+    // Rows past those that see any of this block's keys see none of them.
+    nqb = (attn_rows_seeing(q_positions_b, Sq, off, j0 + k_valid) + kB - 1) / kB;
+  }
   int64_t qb_begin = attn_first_query_block(j0, causal, off);
   if (qb_begin > nqb) qb_begin = nqb;
   const int64_t per_head = nqb - qb_begin, iters = per_head * group;
@@ -118,6 +131,11 @@ __global__ void __launch_bounds__(128, 2)
     tile_load_async<kB, D, 128>(Gs + stage * Sm::kTile, dout + qo, q_stride, valid);
     const int64_t lo = (static_cast<int64_t>(b) * Hq + h) * Sq + i0;
     const int t = threadIdx.x;  // 16 chunks of lse, 16 of Delta (4 floats each)
+    if (documents && t >= 64) {
+      const int c = t - 64;  // the 64 rows' first visible keys, relative to the block's
+      Fs[stage * kB + c] =
+          c < valid ? attn_relative_key(attn_first_key(q_positions_b, i0 + c, off), j0) : 0;
+    }
     if (t < 32) {
       const int c = t & 15;
       const bool ok = c * 4 < valid;  // Sq is not a multiple of 4 in general: see below
@@ -153,6 +171,7 @@ __global__ void __launch_bounds__(128, 2)
       const bf16* Gt = Gs + stage * Sm::kTile;
       const float* Lt = Ls + stage * kB;
       const float* Et = Es + stage * kB;
+      const int* Ft = Fs + stage * kB;
       float st[8][4] = {}, dpt[8][4] = {};
       // Not unrolled: unrolling lets the compiler hoist the next steps' fragment loads, which
       // spills at this kernel's 255 registers (dk and dv accumulators take 2 * D / 2 of them).
@@ -180,10 +199,11 @@ __global__ void __launch_bounds__(128, 2)
           const int ci = nt * 8 + 2 * tq + j;
           const float L = lse_log2(Lt[ci]), E = Et[ci];
           const bool row_ok = ci < q_valid;
+          const int first = documents ? Ft[ci] : -128;
 #pragma unroll
           for (int half = 0; half < 2; half++) {
             const int kr = warp * 16 + gq + 8 * half;
-            const bool vis = row_ok && kr < k_valid && kr <= ci + diag;
+            const bool vis = row_ok && kr < k_valid && kr <= ci + diag && kr >= first;
             const int e = 2 * half + j;
             const float p = vis ? fast_exp2(st[nt][e] * scale_log2 - L) : 0.f;
             st[nt][e] = p;
@@ -243,8 +263,9 @@ __global__ void __launch_bounds__(128, 2)
     attn_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
                    const bf16* __restrict__ k, const bf16* __restrict__ v,
                    const float* __restrict__ lse, const float* __restrict__ delta,
-                   int64_t delta_stride, int64_t Sq, int64_t Sk, int Hq, int Hkv, float scale,
-                   float scale_log2, bool causal, int64_t off) {
+                   int64_t delta_stride, const int32_t* __restrict__ q_positions, int64_t Sq,
+                   int64_t Sk, int Hq, int Hkv, float scale, float scale_log2, bool causal,
+                   int64_t off) {
   using Sm = DqSmem<D>;
   constexpr int kLd = Sm::kLd, kKd = D / 16, kDt = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -260,6 +281,13 @@ __global__ void __launch_bounds__(128, 2)
   const int q_valid = static_cast<int>(Sq - i0 < kB ? Sq - i0 : kB);
   const int64_t nkb = attn_key_blocks(i0, Sk, causal, off);
   const int64_t qo = (static_cast<int64_t>(b) * Sq + i0) * q_stride + static_cast<int64_t>(h) * D;
+  const bool documents = q_positions != nullptr;
+  const int32_t* q_positions_b = documents ? q_positions + static_cast<int64_t>(b) * Sq : nullptr;
+  int64_t kb_begin = 0;
+  if (documents) {
+    const int64_t first = attn_first_key(q_positions_b, i0, off);
+    kb_begin = first <= 0 ? 0 : first / kB;
+  }
 
   const bf16* kbase = k + static_cast<int64_t>(b) * Sk * kv_stride + static_cast<int64_t>(kvh) * D;
   const bf16* vbase = v + static_cast<int64_t>(b) * Sk * kv_stride + static_cast<int64_t>(kvh) * D;
@@ -274,7 +302,7 @@ __global__ void __launch_bounds__(128, 2)
   uint32_t qf[kKd][4], gf[kKd][4];
   tile_load_async<kB, D, 128>(Xs, q + qo, q_stride, q_valid);
   cp_async_commit();
-  if (nkb > 0) load_kv(0, 0);
+  if (kb_begin < nkb) load_kv(kb_begin, 0);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -295,10 +323,12 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t lo_d = (static_cast<int64_t>(b) * Hq + h) * delta_stride;
   const float E_a = row_a < Sq ? delta[lo_d + row_a] : 0.f;
   const float E_b = row_b < Sq ? delta[lo_d + row_b] : 0.f;
+  const int64_t first_a = documents && row_a < Sq ? attn_first_key(q_positions_b, row_a, off) : 0;
+  const int64_t first_b = documents && row_b < Sq ? attn_first_key(q_positions_b, row_b, off) : 0;
 
   float acc[kDt][4] = {};
-  for (int64_t kb = 0; kb < nkb; kb++) {
-    const int stage = static_cast<int>(kb & 1);
+  for (int64_t kb = kb_begin; kb < nkb; kb++) {
+    const int stage = static_cast<int>((kb - kb_begin) & 1);
     if (kb + 1 < nkb) load_kv(kb + 1, stage ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
@@ -321,9 +351,11 @@ __global__ void __launch_bounds__(128, 2)
       }
     }
     const int64_t j0 = kb * kB;
-    const bool need_mask = j0 + kB > Sk || (causal && j0 + kB - 1 > i0 + off);
+    const bool need_mask = j0 + kB > Sk || (causal && j0 + kB - 1 > i0 + off) || documents;
     const int k_valid = static_cast<int>(Sk - j0 < kB ? Sk - j0 : kB);
     const int diag = causal ? attn_diag(i0, j0, off) : 128;
+    const int start_a = documents ? attn_relative_key(first_a, j0) : -128;
+    const int start_b = documents ? attn_relative_key(first_b, j0) : -128;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
@@ -333,7 +365,7 @@ __global__ void __launch_bounds__(128, 2)
         if (need_mask) {
           const int jr = nt * 8 + 2 * tq + (e & 1);
           const int ir = warp * 16 + gq + (upper ? 8 : 0);
-          vis = jr < k_valid && jr <= ir + diag;
+          vis = jr < k_valid && jr <= ir + diag && jr >= (upper ? start_b : start_a);
         }
         const float p = vis ? fast_exp2(s[nt][e] * scale_log2 - (upper ? L_b : L_a)) : 0.f;
         s[nt][e] = p * (dp[nt][e] - (upper ? E_b : E_a));
@@ -368,9 +400,9 @@ __global__ void __launch_bounds__(128, 2)
 }
 
 template <int D>
-cudaError_t launch_dq(cudaStream_t stream, bf16* dq, const bf16* dout, const bf16* q,
-                      const bf16* k, const bf16* v, const float* lse, const float* delta,
-                      int64_t delta_stride, const AttentionShape& s, float scale, bool causal,
+cudaError_t launch_dq(cudaStream_t stream, bf16* dq, const bf16* dout, const bf16* q, const bf16* k,
+                      const bf16* v, const float* lse, const float* delta, int64_t delta_stride,
+                      const int32_t* q_positions, const AttentionShape& s, float scale, bool causal,
                       int64_t off) {
   const int Hq = static_cast<int>(s.q_heads), Hkv = static_cast<int>(s.kv_heads);
   const size_t smem = DqSmem<D>::kBytes;
@@ -380,7 +412,7 @@ cudaError_t launch_dq(cudaStream_t stream, bf16* dq, const bf16* dout, const bf1
   dim3 grid(static_cast<unsigned>((s.q_len + kB - 1) / kB), static_cast<unsigned>(Hq),
             static_cast<unsigned>(s.batch));
   attn_dq_kernel<D><<<grid, 128, smem, stream>>>(dq, dout, q, k, v, lse, delta, delta_stride,
-                                                 s.q_len, s.kv_len, Hq, Hkv, scale,
+                                                 q_positions, s.q_len, s.kv_len, Hq, Hkv, scale,
                                                  scale * kLog2e, causal, off);
   return cudaGetLastError();
 }
@@ -388,8 +420,8 @@ cudaError_t launch_dq(cudaStream_t stream, bf16* dq, const bf16* dout, const bf1
 template <int D>
 cudaError_t launch_bwd(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v, const bf16* out,
-                       const float* lse, float* delta, const AttentionShape& s, float scale,
-                       bool causal, int64_t off) {
+                       const float* lse, float* delta, const int32_t* q_positions,
+                       const AttentionShape& s, float scale, bool causal, int64_t off) {
   const int64_t rows = s.batch * s.q_len * s.q_heads;
   attn_delta_kernel<D><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
       delta, dout, out, rows, s.q_len, static_cast<int>(s.q_heads));
@@ -403,13 +435,14 @@ cudaError_t launch_bwd(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const 
     if (err != cudaSuccess) return err;
     dim3 grid(static_cast<unsigned>((s.kv_len + kB - 1) / kB), static_cast<unsigned>(Hkv),
               static_cast<unsigned>(s.batch));
-    attn_dkdv_kernel<D><<<grid, 128, smem, stream>>>(dk, dv, dout, q, k, v, lse, delta, s.q_len,
-                                                     s.kv_len, Hq, Hkv, scale, scale * kLog2e,
-                                                     causal, off);
+    attn_dkdv_kernel<D><<<grid, 128, smem, stream>>>(dk, dv, dout, q, k, v, lse, delta, q_positions,
+                                                     s.q_len, s.kv_len, Hq, Hkv, scale,
+                                                     scale * kLog2e, causal, off);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  return launch_dq<D>(stream, dq, dout, q, k, v, lse, delta, s.q_len, s, scale, causal, off);
+  return launch_dq<D>(stream, dq, dout, q, k, v, lse, delta, s.q_len, q_positions, s, scale, causal,
+                      off);
 }
 
 }  // namespace
@@ -431,7 +464,8 @@ size_t attention_backward_workspace_bytes(const AttentionShape& s) {
 Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                           const bf16* q, const bf16* k, const bf16* v, const bf16* out,
                           const float* lse, const AttentionShape& s, float scale, bool causal,
-                          int64_t q_pos0, int64_t k_pos0, Workspace workspace) {
+                          int64_t q_pos0, int64_t k_pos0, Workspace workspace,
+                          const int32_t* q_positions) {
   if (!attention_supported(s)) {
     return Status("attention_backward",
                   "unsupported shape (needs head_dim 64 or 128, q_heads % kv_heads == 0)");
@@ -441,9 +475,11 @@ Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, con
   }
   float* delta = static_cast<float*>(workspace.ptr);
   const int64_t off = q_pos0 - k_pos0;
-  if (seq_detail::attn_hopper_usable(s, scale) && seq_detail::attn_aligned16(q) &&
-      seq_detail::attn_aligned16(k) && seq_detail::attn_aligned16(v) &&
-      seq_detail::attn_aligned16(dout) && seq_detail::attn_aligned16(workspace.ptr)) {
+  // Packed documents run on the mma.sync kernels (the Hopper kernels take no positions).
+  if (q_positions == nullptr && seq_detail::attn_hopper_usable(s, scale) &&
+      seq_detail::attn_aligned16(q) && seq_detail::attn_aligned16(k) &&
+      seq_detail::attn_aligned16(v) && seq_detail::attn_aligned16(dout) &&
+      seq_detail::attn_aligned16(workspace.ptr)) {
     const bool det = seq_detail::attn_impl() == seq_detail::AttnImpl::kHopperDeterministic;
     const seq_detail::AttnHopperBwdBuffers buf =
         seq_detail::attn_hopper_bwd_buffers(s, !det, workspace.ptr);
@@ -451,17 +487,17 @@ Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, con
     cudaError_t err = seq_detail::attn_hopper_backward(stream, dq, dk, dv, dout, q, k, v, out, lse,
                                                        s, scale, causal, off, buf);
     if (err == cudaSuccess && det) {
-      err = seq_detail::launch_dq<128>(stream, dq, dout, q, k, v, lse, buf.delta, buf.sq_pad, s,
-                                       scale, causal, off);
+      err = seq_detail::launch_dq<128>(stream, dq, dout, q, k, v, lse, buf.delta, buf.sq_pad,
+                                       /*q_positions=*/nullptr, s, scale, causal, off);
     }
     if (err != cudaSuccess) return Status::Cuda("attention_backward", err);
     return Status();
   }
-  const cudaError_t err = s.head_dim == 128
-                              ? seq_detail::launch_bwd<128>(stream, dq, dk, dv, dout, q, k, v, out,
-                                                            lse, delta, s, scale, causal, off)
-                              : seq_detail::launch_bwd<64>(stream, dq, dk, dv, dout, q, k, v, out,
-                                                           lse, delta, s, scale, causal, off);
+  const cudaError_t err =
+      s.head_dim == 128 ? seq_detail::launch_bwd<128>(stream, dq, dk, dv, dout, q, k, v, out, lse,
+                                                      delta, q_positions, s, scale, causal, off)
+                        : seq_detail::launch_bwd<64>(stream, dq, dk, dv, dout, q, k, v, out, lse,
+                                                     delta, q_positions, s, scale, causal, off);
   if (err != cudaSuccess) return Status::Cuda("attention_backward", err);
   return Status();
 }

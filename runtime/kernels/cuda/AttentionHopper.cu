@@ -132,10 +132,10 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 }
 // global[dst .. dst + bytes) += shared[src ..] (fp32), by the copy engine.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   dst),
-               "r"(src), "r"(bytes)
-               : "memory");
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -230,14 +230,14 @@ __device__ __forceinline__ int clamp_diag(int64_t d) {
 
 // ---------------------------------------------------------------------------------------------
 // Forward.
-constexpr int kFwdM = 128;  // query rows per CTA (2 consumer warpgroups x 64)
-constexpr int kFwdN = 128;  // keys per block
+constexpr int kFwdM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
+constexpr int kFwdN = 128;        // keys per block
 constexpr int kFwdThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 struct FwdSmem {
-  static constexpr uint32_t kQ = 0;                // [2 halves][128 rows][64] bf16, 32 KB
-  static constexpr uint32_t kK = 32768;            // 2 stages x [2 halves][128 keys][64]
-  static constexpr uint32_t kV = kK + 2 * 32768;   // 2 stages x [2 halves][128 keys][64]
-  static constexpr uint32_t kBar = kV + 2 * 32768; // q_full, k_full[2], v_full[2], empty[2]
+  static constexpr uint32_t kQ = 0;                     // [2 halves][128 rows][64] bf16, 32 KB
+  static constexpr uint32_t kK = 32768;                 // 2 stages x [2 halves][128 keys][64]
+  static constexpr uint32_t kV = kK + 2 * 32768;        // 2 stages x [2 halves][128 keys][64]
+  static constexpr uint32_t kBar = kV + 2 * 32768;      // q_full, k_full[2], v_full[2], empty[2]
   static constexpr uint32_t kBytes = kBar + 64 + 1024;  // + alignment slack
 };
 
@@ -306,172 +306,175 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       }
     }
   } else {
-  // Consumers.
-  setmaxnreg_inc<240>();
-  const int w = wg - 1;  // 0 or 1: query rows 64w .. 64w + 63 of the tile
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int r_a = 64 * w + 16 * warp + g;  // tile-local rows of this thread: r_a, r_a + 8
+    // Consumers.
+    setmaxnreg_inc<240>();
+    const int w = wg - 1;  // 0 or 1: query rows 64w .. 64w + 63 of the tile
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int r_a = 64 * w + 16 * warp + g;  // tile-local rows of this thread: r_a, r_a + 8
 
-  float o[64];
+    float o[64];
 #pragma unroll
-  for (int i = 0; i < 64; i++) o[i] = 0.f;
-  float s[64];
-  uint32_t p[8][4];
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+    for (int i = 0; i < 64; i++) o[i] = 0.f;
+    float s[64];
+    uint32_t p[8][4];
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
-  const uint32_t q_addr = base + FwdSmem::kQ + w * 8192;
-  auto issue_qk = [&](int st) {
-    const uint32_t k_addr = base + FwdSmem::kK + st * 32768;
+    const uint32_t q_addr = base + FwdSmem::kQ + w * 8192;
+    auto issue_qk = [&](int st) {
+      const uint32_t k_addr = base + FwdSmem::kK + st * 32768;
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      const uint32_t off_b = (kk >> 2) * 16384 + (kk & 3) * 32;
-      wgmma_ss_n128<0, 0>(s, make_desc(q_addr + off_b, 16, 1024),
-                          make_desc(k_addr + off_b, 16, 1024), kk > 0 ? 1 : 0);
-    }
-  };
-  auto issue_pv = [&](int st) {
-    const uint32_t v_addr = base + FwdSmem::kV + st * 32768;
+      for (int kk = 0; kk < 8; kk++) {
+        const uint32_t off_b = (kk >> 2) * 16384 + (kk & 3) * 32;
+        wgmma_ss_n128<0, 0>(s, make_desc(q_addr + off_b, 16, 1024),
+                            make_desc(k_addr + off_b, 16, 1024), kk > 0 ? 1 : 0);
+      }
+    };
+    auto issue_pv = [&](int st) {
+      const uint32_t v_addr = base + FwdSmem::kV + st * 32768;
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      wgmma_rs_n128<1>(o, p[kk], make_desc(v_addr + kk * 2048, 16384, 1024), 1);
-    }
-  };
-  // Mask (when needed), running max, exponentials in place, running sums; returns the factors
-  // by which the old O rows must be scaled.
-  auto softmax = [&](int kb, float& alpha_a, float& alpha_b) {
-    const int64_t j0 = static_cast<int64_t>(kb) * kFwdN;
-    const bool need_mask =
-        j0 + kFwdN > Sk || (causal && j0 + kFwdN - 1 > static_cast<int64_t>(i0) + off);
-    if (need_mask) {
-      const int kvalid = static_cast<int>(Sk - j0 < kFwdN ? Sk - j0 : kFwdN);
-      const int diag = causal ? clamp_diag(static_cast<int64_t>(i0) + off - j0) : 512;
-      const int lim_a = min(kvalid - 1, r_a + diag), lim_b = min(kvalid - 1, r_a + 8 + diag);
+      for (int kk = 0; kk < 8; kk++) {
+        wgmma_rs_n128<1>(o, p[kk], make_desc(v_addr + kk * 2048, 16384, 1024), 1);
+      }
+    };
+    // Mask (when needed), running max, exponentials in place, running sums; returns the factors
+    // by which the old O rows must be scaled.
+    auto softmax = [&](int kb, float& alpha_a, float& alpha_b) {
+      const int64_t j0 = static_cast<int64_t>(kb) * kFwdN;
+      const bool need_mask =
+          j0 + kFwdN > Sk || (causal && j0 + kFwdN - 1 > static_cast<int64_t>(i0) + off);
+      if (need_mask) {
+        const int kvalid = static_cast<int>(Sk - j0 < kFwdN ? Sk - j0 : kFwdN);
+        const int diag = causal ? clamp_diag(static_cast<int64_t>(i0) + off - j0) : 512;
+        const int lim_a = min(kvalid - 1, r_a + diag), lim_b = min(kvalid - 1, r_a + 8 + diag);
+#pragma unroll
+        for (int n8 = 0; n8 < 16; n8++) {
+          const int j = 8 * n8 + 2 * tq;
+          if (j > lim_a) s[4 * n8 + 0] = -INFINITY;
+          if (j + 1 > lim_a) s[4 * n8 + 1] = -INFINITY;
+          if (j > lim_b) s[4 * n8 + 2] = -INFINITY;
+          if (j + 1 > lim_b) s[4 * n8 + 3] = -INFINITY;
+        }
+      }
+      float mx_a = m_a, mx_b = m_b;
 #pragma unroll
       for (int n8 = 0; n8 < 16; n8++) {
-        const int j = 8 * n8 + 2 * tq;
-        if (j > lim_a) s[4 * n8 + 0] = -INFINITY;
-        if (j + 1 > lim_a) s[4 * n8 + 1] = -INFINITY;
-        if (j > lim_b) s[4 * n8 + 2] = -INFINITY;
-        if (j + 1 > lim_b) s[4 * n8 + 3] = -INFINITY;
+        mx_a = fmaxf(mx_a, fmaxf(s[4 * n8 + 0], s[4 * n8 + 1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[4 * n8 + 2], s[4 * n8 + 3]));
       }
-    }
-    float mx_a = m_a, mx_b = m_b;
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // A row that has seen only masked keys keeps max -inf: exponentiate around 0 then.
+      const float mu_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
+      const float mu_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
+      alpha_a = fast_exp2(m_a * scale_log2 - mu_a);
+      alpha_b = fast_exp2(m_b * scale_log2 - mu_b);
+      m_a = mx_a;
+      m_b = mx_b;
+      float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
-    for (int n8 = 0; n8 < 16; n8++) {
-      mx_a = fmaxf(mx_a, fmaxf(s[4 * n8 + 0], s[4 * n8 + 1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[4 * n8 + 2], s[4 * n8 + 3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    // A row that has seen only masked keys keeps max -inf: exponentiate around 0 then.
-    const float mu_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
-    const float mu_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
-    alpha_a = fast_exp2(m_a * scale_log2 - mu_a);
-    alpha_b = fast_exp2(m_b * scale_log2 - mu_b);
-    m_a = mx_a;
-    m_b = mx_b;
-    float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-    for (int n8 = 0; n8 < 16; n8++) {
-      s[4 * n8 + 0] = fast_exp2(fmaf(s[4 * n8 + 0], scale_log2, -mu_a));
-      s[4 * n8 + 1] = fast_exp2(fmaf(s[4 * n8 + 1], scale_log2, -mu_a));
-      s[4 * n8 + 2] = fast_exp2(fmaf(s[4 * n8 + 2], scale_log2, -mu_b));
-      s[4 * n8 + 3] = fast_exp2(fmaf(s[4 * n8 + 3], scale_log2, -mu_b));
-      sum_a += s[4 * n8 + 0] + s[4 * n8 + 1];
-      sum_b += s[4 * n8 + 2] + s[4 * n8 + 3];
-    }
-    l_a = l_a * alpha_a + sum_a;
-    l_b = l_b * alpha_b + sum_b;
-  };
-  auto release = [&](int st) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar_empty + 8 * st);
-  };
+      for (int n8 = 0; n8 < 16; n8++) {
+        s[4 * n8 + 0] = fast_exp2(fmaf(s[4 * n8 + 0], scale_log2, -mu_a));
+        s[4 * n8 + 1] = fast_exp2(fmaf(s[4 * n8 + 1], scale_log2, -mu_a));
+        s[4 * n8 + 2] = fast_exp2(fmaf(s[4 * n8 + 2], scale_log2, -mu_b));
+        s[4 * n8 + 3] = fast_exp2(fmaf(s[4 * n8 + 3], scale_log2, -mu_b));
+        sum_a += s[4 * n8 + 0] + s[4 * n8 + 1];
+        sum_b += s[4 * n8 + 2] + s[4 * n8 + 3];
+      }
+      l_a = l_a * alpha_a + sum_a;
+      l_b = l_b * alpha_b + sum_b;
+    };
+    auto release = [&](int st) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_empty + 8 * st);
+    };
 
-  mbar_wait(bar_q, 0);
-  if (nkb > 0) {
-    float alpha_a, alpha_b;
-    mbar_wait(bar_k, 0);
-    wgmma_fence();
-    issue_qk(0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    softmax(nkb - 1, alpha_a, alpha_b);
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) acc_to_a(p[kk], s, kk);
-    for (int it = 1; it < nkb; it++) {
-      const int st = it & 1, ph = (it >> 1) & 1;
-      const int pst = st ^ 1, pph = ((it - 1) >> 1) & 1;
-      mbar_wait(bar_k + 8 * st, ph);
+    mbar_wait(bar_q, 0);
+    if (nkb > 0) {
+      float alpha_a, alpha_b;
+      mbar_wait(bar_k, 0);
       wgmma_fence();
-      issue_qk(st);
+      issue_qk(0);
       wgmma_commit();
-      mbar_wait(bar_v + 8 * pst, pph);
-      wgmma_fence();
-      issue_pv(pst);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs(s);
-      softmax(nkb - 1 - it, alpha_a, alpha_b);
       wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(p);
-      release(pst);
-#pragma unroll
-      for (int n8 = 0; n8 < 16; n8++) {
-        o[4 * n8 + 0] *= alpha_a;
-        o[4 * n8 + 1] *= alpha_a;
-        o[4 * n8 + 2] *= alpha_b;
-        o[4 * n8 + 3] *= alpha_b;
-      }
+      fence_regs(s);
+      softmax(nkb - 1, alpha_a, alpha_b);
 #pragma unroll
       for (int kk = 0; kk < 8; kk++) acc_to_a(p[kk], s, kk);
-    }
-    const int lst = (nkb - 1) & 1, lph = ((nkb - 1) >> 1) & 1;
-    mbar_wait(bar_v + 8 * lst, lph);
-    wgmma_fence();
-    issue_pv(lst);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o);
-  }
-
-  // Epilogue.
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  // O rows into this warpgroup's own Q rows (row-local rl = 16 warp + g (+8); 128-byte rows of
-  // 64 columns per half, 16-byte chunks XOR-swizzled by row % 8, as the TMA store expects).
-  const int rl = 16 * warp + g;
+      for (int it = 1; it < nkb; it++) {
+        const int st = it & 1, ph = (it >> 1) & 1;
+        const int pst = st ^ 1, pph = ((it - 1) >> 1) & 1;
+        mbar_wait(bar_k + 8 * st, ph);
+        wgmma_fence();
+        issue_qk(st);
+        wgmma_commit();
+        mbar_wait(bar_v + 8 * pst, pph);
+        wgmma_fence();
+        issue_pv(pst);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(s);
+        softmax(nkb - 1 - it, alpha_a, alpha_b);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        release(pst);
 #pragma unroll
-  for (int n8 = 0; n8 < 16; n8++) {
-    const uint32_t half = q_addr + (n8 >> 3) * 16384;
-    const uint32_t chunk = static_cast<uint32_t>(((n8 & 7) ^ (rl & 7)) << 4) + 4 * tq;
-    st_shared_u32(half + rl * 128 + chunk, pack_bf16(o[4 * n8 + 0] * inv_a, o[4 * n8 + 1] * inv_a));
-    st_shared_u32(half + (rl + 8) * 128 + chunk,
-                  pack_bf16(o[4 * n8 + 2] * inv_b, o[4 * n8 + 3] * inv_b));
-  }
-  fence_proxy_async();
-  named_bar_sync(1 + w, 128);
-  if (tid == 0) {
-    for (int hh = 0; hh < 2; hh++) {
-      tma_store_4d(&tm_o, q_addr + hh * 16384, hh * 64, h, i0 + 64 * w, b);
+        for (int n8 = 0; n8 < 16; n8++) {
+          o[4 * n8 + 0] *= alpha_a;
+          o[4 * n8 + 1] *= alpha_a;
+          o[4 * n8 + 2] *= alpha_b;
+          o[4 * n8 + 3] *= alpha_b;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) acc_to_a(p[kk], s, kk);
+      }
+      const int lst = (nkb - 1) & 1, lph = ((nkb - 1) >> 1) & 1;
+      mbar_wait(bar_v + 8 * lst, lph);
+      wgmma_fence();
+      issue_pv(lst);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
     }
-    bulk_commit();
-  }
-  if (tq == 0) {
-    const int row_a = i0 + r_a, row_b = row_a + 8;
-    float* lrow = lse + (static_cast<int64_t>(b) * Hq + h) * Sq;
-    if (row_a < Sq) lrow[row_a] = l_a > 0.f ? (m_a * scale_log2 + __log2f(l_a)) * kLn2 : -INFINITY;
-    if (row_b < Sq) lrow[row_b] = l_b > 0.f ? (m_b * scale_log2 + __log2f(l_b)) * kLn2 : -INFINITY;
-  }
-  if (tid == 0) bulk_wait<0>();
+
+    // Epilogue.
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    // O rows into this warpgroup's own Q rows (row-local rl = 16 warp + g (+8); 128-byte rows of
+    // 64 columns per half, 16-byte chunks XOR-swizzled by row % 8, as the TMA store expects).
+    const int rl = 16 * warp + g;
+#pragma unroll
+    for (int n8 = 0; n8 < 16; n8++) {
+      const uint32_t half = q_addr + (n8 >> 3) * 16384;
+      const uint32_t chunk = static_cast<uint32_t>(((n8 & 7) ^ (rl & 7)) << 4) + 4 * tq;
+      st_shared_u32(half + rl * 128 + chunk,
+                    pack_bf16(o[4 * n8 + 0] * inv_a, o[4 * n8 + 1] * inv_a));
+      st_shared_u32(half + (rl + 8) * 128 + chunk,
+                    pack_bf16(o[4 * n8 + 2] * inv_b, o[4 * n8 + 3] * inv_b));
+    }
+    fence_proxy_async();
+    named_bar_sync(1 + w, 128);
+    if (tid == 0) {
+      for (int hh = 0; hh < 2; hh++) {
+        tma_store_4d(&tm_o, q_addr + hh * 16384, hh * 64, h, i0 + 64 * w, b);
+      }
+      bulk_commit();
+    }
+    if (tq == 0) {
+      const int row_a = i0 + r_a, row_b = row_a + 8;
+      float* lrow = lse + (static_cast<int64_t>(b) * Hq + h) * Sq;
+      if (row_a < Sq)
+        lrow[row_a] = l_a > 0.f ? (m_a * scale_log2 + __log2f(l_a)) * kLn2 : -INFINITY;
+      if (row_b < Sq)
+        lrow[row_b] = l_b > 0.f ? (m_b * scale_log2 + __log2f(l_b)) * kLn2 : -INFINITY;
+    }
+    if (tid == 0) bulk_wait<0>();
   }
 #else
   __trap();
@@ -480,19 +483,19 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Backward.
-constexpr int kBwdN = 128;  // keys per CTA (2 consumer warpgroups x 64)
-constexpr int kBwdM = 64;   // query rows per step
+constexpr int kBwdN = 128;        // keys per CTA (2 consumer warpgroups x 64)
+constexpr int kBwdM = 64;         // query rows per step
 constexpr int kBwdThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 struct BwdSmem {
-  static constexpr uint32_t kK = 0;                    // [2 halves][128 keys][64] bf16
-  static constexpr uint32_t kV = 32768;                // same
-  static constexpr uint32_t kQ = 65536;                // 2 stages x [2 halves][64 rows][64]
-  static constexpr uint32_t kdO = kQ + 2 * 16384;      // 2 stages x [2 halves][64 rows][64]
-  static constexpr uint32_t kdS = kdO + 2 * 16384;     // 2 buffers x [128 keys][64 rows] bf16
-  static constexpr uint32_t kdQ = kdS + 2 * 16384;     // [2 warpgroups][8][128 threads][4] f32
-  static constexpr uint32_t kL = kdQ + 32768;          // 2 stages x 64 lse2 (f32)
-  static constexpr uint32_t kE = kL + 512;             // 2 stages x 64 Delta (f32)
-  static constexpr uint32_t kBar = kE + 512;           // kv_full, q_full[2], q_empty[2]
+  static constexpr uint32_t kK = 0;                 // [2 halves][128 keys][64] bf16
+  static constexpr uint32_t kV = 32768;             // same
+  static constexpr uint32_t kQ = 65536;             // 2 stages x [2 halves][64 rows][64]
+  static constexpr uint32_t kdO = kQ + 2 * 16384;   // 2 stages x [2 halves][64 rows][64]
+  static constexpr uint32_t kdS = kdO + 2 * 16384;  // 2 buffers x [128 keys][64 rows] bf16
+  static constexpr uint32_t kdQ = kdS + 2 * 16384;  // [2 warpgroups][8][128 threads][4] f32
+  static constexpr uint32_t kL = kdQ + 32768;       // 2 stages x 64 lse2 (f32)
+  static constexpr uint32_t kE = kL + 512;          // 2 stages x 64 Delta (f32)
+  static constexpr uint32_t kBar = kE + 512;        // kv_full, q_full[2], q_empty[2]
   static constexpr uint32_t kBytes = kBar + 64 + 1024;
 };
 
@@ -520,8 +523,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   int qb_begin = 0;
   if (causal) {
     const int64_t first_row = static_cast<int64_t>(j0) - off;
-    qb_begin = first_row <= 0 ? 0
-                              : static_cast<int>(first_row / kBwdM < nqb ? first_row / kBwdM : nqb);
+    qb_begin =
+        first_row <= 0 ? 0 : static_cast<int>(first_row / kBwdM < nqb ? first_row / kBwdM : nqb);
   }
   const int per_head = nqb - qb_begin;
   const int iters = per_head * group;
@@ -565,178 +568,180 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       }
     }
   } else {
-  setmaxnreg_inc<240>();
-  const int w = wg - 1;  // keys 64w .. 64w + 63 of the block
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int k_a = 64 * w + 16 * warp + g;  // block-local keys of this thread: k_a, k_a + 8
-  const int kvalid = Sk - j0 < kBwdN ? Sk - j0 : kBwdN;
+    setmaxnreg_inc<240>();
+    const int w = wg - 1;  // keys 64w .. 64w + 63 of the block
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int k_a = 64 * w + 16 * warp + g;  // block-local keys of this thread: k_a, k_a + 8
+    const int kvalid = Sk - j0 < kBwdN ? Sk - j0 : kBwdN;
 
-  float dka[64], dva[64];
+    float dka[64], dva[64];
 #pragma unroll
-  for (int i = 0; i < 64; i++) {
-    dka[i] = 0.f;
-    dva[i] = 0.f;
-  }
-  const uint32_t k_addr = base + BwdSmem::kK + w * 8192;  // this warpgroup's 64 key rows
-  const uint32_t v_addr = base + BwdSmem::kV + w * 8192;
-  mbar_wait(bar_kv, 0);
+    for (int i = 0; i < 64; i++) {
+      dka[i] = 0.f;
+      dva[i] = 0.f;
+    }
+    const uint32_t k_addr = base + BwdSmem::kK + w * 8192;  // this warpgroup's 64 key rows
+    const uint32_t v_addr = base + BwdSmem::kV + w * 8192;
+    mbar_wait(bar_kv, 0);
 
-  for (int it = 0; it < iters; it++) {
-    const int st = it & 1, ph = (it >> 1) & 1;
-    const int hq = kvh * group + it / per_head;
-    const int i0 = (qb_begin + it % per_head) * kBwdM;
-    const uint32_t q_addr = base + BwdSmem::kQ + st * 16384;
-    const uint32_t do_addr = base + BwdSmem::kdO + st * 16384;
-    mbar_wait(bar_full + 8 * st, ph);
+    for (int it = 0; it < iters; it++) {
+      const int st = it & 1, ph = (it >> 1) & 1;
+      const int hq = kvh * group + it / per_head;
+      const int i0 = (qb_begin + it % per_head) * kBwdM;
+      const uint32_t q_addr = base + BwdSmem::kQ + st * 16384;
+      const uint32_t do_addr = base + BwdSmem::kdO + st * 16384;
+      mbar_wait(bar_full + 8 * st, ph);
 
-    float sacc[32], dpacc[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      const uint32_t oa = (kk >> 2) * 16384 + (kk & 3) * 32;
-      const uint32_t ob = (kk >> 2) * 8192 + (kk & 3) * 32;
-      wgmma_ss_n64<0, 0>(sacc, make_desc(k_addr + oa, 16, 1024), make_desc(q_addr + ob, 16, 1024),
-                         kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      const uint32_t oa = (kk >> 2) * 16384 + (kk & 3) * 32;
-      const uint32_t ob = (kk >> 2) * 8192 + (kk & 3) * 32;
-      wgmma_ss_n64<0, 0>(dpacc, make_desc(v_addr + oa, 16, 1024),
-                         make_desc(do_addr + ob, 16, 1024), kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_regs(sacc);
-
-    // P^T (rows = keys, columns = query rows of the block).
-    const uint32_t l_addr = base + BwdSmem::kL + st * 256, e_addr = base + BwdSmem::kE + st * 256;
-    const bool need_mask =
-        j0 + kBwdN > Sk || (causal && static_cast<int64_t>(j0) + kBwdN - 1 >
-                                          static_cast<int64_t>(i0) + off);
-    // Column (query row) c sees this thread's key k iff c >= lim: lim = k - diag (causal), and
-    // no column sees a key past the end.
-    int lim_a = -(1 << 20), lim_b = -(1 << 20);
-    if (need_mask) {
-      const int diag = causal ? clamp_diag(static_cast<int64_t>(i0) + off - j0) : 512;
-      lim_a = k_a < kvalid ? k_a - diag : (1 << 20);
-      lim_b = k_a + 8 < kvalid ? k_a + 8 - diag : (1 << 20);
-    }
-#pragma unroll
-    for (int n8 = 0; n8 < 8; n8++) {
-      const int c = 8 * n8 + 2 * tq;
-      const float2 L = ld_shared_f2(l_addr + 4 * c);
-      sacc[4 * n8 + 0] = c >= lim_a ? fast_exp2(fmaf(sacc[4 * n8 + 0], scale_log2, -L.x)) : 0.f;
-      sacc[4 * n8 + 1] = c + 1 >= lim_a ? fast_exp2(fmaf(sacc[4 * n8 + 1], scale_log2, -L.y)) : 0.f;
-      sacc[4 * n8 + 2] = c >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 2], scale_log2, -L.x)) : 0.f;
-      sacc[4 * n8 + 3] = c + 1 >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 3], scale_log2, -L.y)) : 0.f;
-    }
-    wgmma_wait<0>();
-    fence_regs(dpacc);
-#pragma unroll
-    for (int n8 = 0; n8 < 8; n8++) {
-      const float2 E = ld_shared_f2(e_addr + 4 * (8 * n8 + 2 * tq));
-      dpacc[4 * n8 + 0] = sacc[4 * n8 + 0] * (dpacc[4 * n8 + 0] - E.x);
-      dpacc[4 * n8 + 1] = sacc[4 * n8 + 1] * (dpacc[4 * n8 + 1] - E.y);
-      dpacc[4 * n8 + 2] = sacc[4 * n8 + 2] * (dpacc[4 * n8 + 2] - E.x);
-      dpacc[4 * n8 + 3] = sacc[4 * n8 + 3] * (dpacc[4 * n8 + 3] - E.y);
-    }
-    uint32_t pa[4][4], sa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      acc_to_a(pa[kk], sacc, kk);
-      acc_to_a(sa[kk], dpacc, kk);
-    }
-    if constexpr (kDq) {
-      // dS^T -> shared memory, [128 keys][64 rows] bf16, 128-byte rows, chunks swizzled.
-      const uint32_t ds_addr = base + BwdSmem::kdS + (it & 1) * 16384;
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) {
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-          const int n8 = 2 * kk + j;
-          const uint32_t chunk = static_cast<uint32_t>((n8 ^ (k_a & 7)) << 4) + 4 * tq;
-          st_shared_u32(ds_addr + k_a * 128 + chunk, sa[kk][2 * j]);
-          st_shared_u32(ds_addr + (k_a + 8) * 128 + chunk, sa[kk][2 * j + 1]);
-        }
-      }
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      wgmma_rs_n128<1>(dva, pa[kk], make_desc(do_addr + kk * 2048, 8192, 1024), 1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      wgmma_rs_n128<1>(dka, sa[kk], make_desc(q_addr + kk * 2048, 8192, 1024), 1);
-    }
-    wgmma_commit();
-    if constexpr (kDq) {
-      fence_proxy_async();
-      if (tid == 0) bulk_wait_read<0>();  // the previous step's dQ staging has been read
-      named_bar_sync(1, 256);             // dS^T of both warpgroups in shared memory
-      float dq[32];
+      float sacc[32], dpacc[32];
       wgmma_fence();
-      const uint32_t ds_addr = base + BwdSmem::kdS + (it & 1) * 16384;
-      const uint32_t kd_addr = base + BwdSmem::kK + w * 16384;  // columns 64w.. of K, all keys
 #pragma unroll
       for (int kk = 0; kk < 8; kk++) {
-        wgmma_ss_n64<1, 1>(dq, make_desc(ds_addr + kk * 2048, 8192, 1024),
-                           make_desc(kd_addr + kk * 2048, 8192, 1024), kk > 0 ? 1 : 0);
+        const uint32_t oa = (kk >> 2) * 16384 + (kk & 3) * 32;
+        const uint32_t ob = (kk >> 2) * 8192 + (kk & 3) * 32;
+        wgmma_ss_n64<0, 0>(sacc, make_desc(k_addr + oa, 16, 1024), make_desc(q_addr + ob, 16, 1024),
+                           kk > 0 ? 1 : 0);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(dq);
-      fence_regs(dka);
-      fence_regs(dva);
-      fence_regs(pa);
-      fence_regs(sa);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar_empty + 8 * st);
-      const uint32_t dq_addr = base + BwdSmem::kdQ + w * 16384;
+#pragma unroll
+      for (int kk = 0; kk < 8; kk++) {
+        const uint32_t oa = (kk >> 2) * 16384 + (kk & 3) * 32;
+        const uint32_t ob = (kk >> 2) * 8192 + (kk & 3) * 32;
+        wgmma_ss_n64<0, 0>(dpacc, make_desc(v_addr + oa, 16, 1024),
+                           make_desc(do_addr + ob, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs(sacc);
+
+      // P^T (rows = keys, columns = query rows of the block).
+      const uint32_t l_addr = base + BwdSmem::kL + st * 256, e_addr = base + BwdSmem::kE + st * 256;
+      const bool need_mask = j0 + kBwdN > Sk || (causal && static_cast<int64_t>(j0) + kBwdN - 1 >
+                                                               static_cast<int64_t>(i0) + off);
+      // Column (query row) c sees this thread's key k iff c >= lim: lim = k - diag (causal), and
+      // no column sees a key past the end.
+      int lim_a = -(1 << 20), lim_b = -(1 << 20);
+      if (need_mask) {
+        const int diag = causal ? clamp_diag(static_cast<int64_t>(i0) + off - j0) : 512;
+        lim_a = k_a < kvalid ? k_a - diag : (1 << 20);
+        lim_b = k_a + 8 < kvalid ? k_a + 8 - diag : (1 << 20);
+      }
 #pragma unroll
       for (int n8 = 0; n8 < 8; n8++) {
-        st_shared_v4(dq_addr + (n8 * 128 + tid) * 16, dq[4 * n8 + 0], dq[4 * n8 + 1],
-                     dq[4 * n8 + 2], dq[4 * n8 + 3]);
+        const int c = 8 * n8 + 2 * tq;
+        const float2 L = ld_shared_f2(l_addr + 4 * c);
+        sacc[4 * n8 + 0] = c >= lim_a ? fast_exp2(fmaf(sacc[4 * n8 + 0], scale_log2, -L.x)) : 0.f;
+        sacc[4 * n8 + 1] =
+            c + 1 >= lim_a ? fast_exp2(fmaf(sacc[4 * n8 + 1], scale_log2, -L.y)) : 0.f;
+        sacc[4 * n8 + 2] = c >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 2], scale_log2, -L.x)) : 0.f;
+        sacc[4 * n8 + 3] =
+            c + 1 >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 3], scale_log2, -L.y)) : 0.f;
       }
-      fence_proxy_async();
-      named_bar_sync(2 + w, 128);
-      if (tid == 0) {
-        float* dst =
-            dq_acc + ((static_cast<int64_t>(b) * Hq + hq) * Sq_pad + i0) * kD + w * (kBwdM * 64);
-        bulk_reduce_add_f32(dst, dq_addr, 16384);
-        bulk_commit();
-      }
-    } else {
       wgmma_wait<0>();
-      fence_regs(dka);
-      fence_regs(dva);
-      fence_regs(pa);
-      fence_regs(sa);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar_empty + 8 * st);
+      fence_regs(dpacc);
+#pragma unroll
+      for (int n8 = 0; n8 < 8; n8++) {
+        const float2 E = ld_shared_f2(e_addr + 4 * (8 * n8 + 2 * tq));
+        dpacc[4 * n8 + 0] = sacc[4 * n8 + 0] * (dpacc[4 * n8 + 0] - E.x);
+        dpacc[4 * n8 + 1] = sacc[4 * n8 + 1] * (dpacc[4 * n8 + 1] - E.y);
+        dpacc[4 * n8 + 2] = sacc[4 * n8 + 2] * (dpacc[4 * n8 + 2] - E.x);
+        dpacc[4 * n8 + 3] = sacc[4 * n8 + 3] * (dpacc[4 * n8 + 3] - E.y);
+      }
+      uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        acc_to_a(pa[kk], sacc, kk);
+        acc_to_a(sa[kk], dpacc, kk);
+      }
+      if constexpr (kDq) {
+        // dS^T -> shared memory, [128 keys][64 rows] bf16, 128-byte rows, chunks swizzled.
+        const uint32_t ds_addr = base + BwdSmem::kdS + (it & 1) * 16384;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+          for (int j = 0; j < 2; j++) {
+            const int n8 = 2 * kk + j;
+            const uint32_t chunk = static_cast<uint32_t>((n8 ^ (k_a & 7)) << 4) + 4 * tq;
+            st_shared_u32(ds_addr + k_a * 128 + chunk, sa[kk][2 * j]);
+            st_shared_u32(ds_addr + (k_a + 8) * 128 + chunk, sa[kk][2 * j + 1]);
+          }
+        }
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        wgmma_rs_n128<1>(dva, pa[kk], make_desc(do_addr + kk * 2048, 8192, 1024), 1);
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        wgmma_rs_n128<1>(dka, sa[kk], make_desc(q_addr + kk * 2048, 8192, 1024), 1);
+      }
+      wgmma_commit();
+      if constexpr (kDq) {
+        fence_proxy_async();
+        if (tid == 0) bulk_wait_read<0>();  // the previous step's dQ staging has been read
+        named_bar_sync(1, 256);             // dS^T of both warpgroups in shared memory
+        float dq[32];
+        wgmma_fence();
+        const uint32_t ds_addr = base + BwdSmem::kdS + (it & 1) * 16384;
+        const uint32_t kd_addr = base + BwdSmem::kK + w * 16384;  // columns 64w.. of K, all keys
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+          wgmma_ss_n64<1, 1>(dq, make_desc(ds_addr + kk * 2048, 8192, 1024),
+                             make_desc(kd_addr + kk * 2048, 8192, 1024), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        fence_regs(dka);
+        fence_regs(dva);
+        fence_regs(pa);
+        fence_regs(sa);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_empty + 8 * st);
+        const uint32_t dq_addr = base + BwdSmem::kdQ + w * 16384;
+#pragma unroll
+        for (int n8 = 0; n8 < 8; n8++) {
+          st_shared_v4(dq_addr + (n8 * 128 + tid) * 16, dq[4 * n8 + 0], dq[4 * n8 + 1],
+                       dq[4 * n8 + 2], dq[4 * n8 + 3]);
+        }
+        fence_proxy_async();
+        named_bar_sync(2 + w, 128);
+        if (tid == 0) {
+          float* dst =
+              dq_acc + ((static_cast<int64_t>(b) * Hq + hq) * Sq_pad + i0) * kD + w * (kBwdM * 64);
+          bulk_reduce_add_f32(dst, dq_addr, 16384);
+          bulk_commit();
+        }
+      } else {
+        wgmma_wait<0>();
+        fence_regs(dka);
+        fence_regs(dva);
+        fence_regs(pa);
+        fence_regs(sa);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_empty + 8 * st);
+      }
     }
-  }
-  if (kDq && tid == 0) bulk_wait<0>();
+    if (kDq && tid == 0) bulk_wait<0>();
 
-  // dK (scaled), dV -> global bf16.
-  const int64_t kv_stride = static_cast<int64_t>(Hkv) * kD;
+    // dK (scaled), dV -> global bf16.
+    const int64_t kv_stride = static_cast<int64_t>(Hkv) * kD;
 #pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int key = j0 + k_a + 8 * half;
-    if (key >= Sk) continue;
-    const int64_t o = (static_cast<int64_t>(b) * Sk + key) * kv_stride + static_cast<int64_t>(kvh) * kD;
+    for (int half = 0; half < 2; half++) {
+      const int key = j0 + k_a + 8 * half;
+      if (key >= Sk) continue;
+      const int64_t o =
+          (static_cast<int64_t>(b) * Sk + key) * kv_stride + static_cast<int64_t>(kvh) * kD;
 #pragma unroll
-    for (int n8 = 0; n8 < 16; n8++) {
-      const int d = 8 * n8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(dk + o + d) =
-          pack_bf16(scale * dka[4 * n8 + 2 * half], scale * dka[4 * n8 + 2 * half + 1]);
-      *reinterpret_cast<uint32_t*>(dv + o + d) =
-          pack_bf16(dva[4 * n8 + 2 * half], dva[4 * n8 + 2 * half + 1]);
+      for (int n8 = 0; n8 < 16; n8++) {
+        const int d = 8 * n8 + 2 * tq;
+        *reinterpret_cast<uint32_t*>(dk + o + d) =
+            pack_bf16(scale * dka[4 * n8 + 2 * half], scale * dka[4 * n8 + 2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(dv + o + d) =
+            pack_bf16(dva[4 * n8 + 2 * half], dva[4 * n8 + 2 * half + 1]);
+      }
     }
-  }
   }
 #else
   __trap();
@@ -840,10 +845,10 @@ bool make_map(CUtensorMap* map, const bf16* ptr, int64_t B, int64_t S, int64_t H
                                  static_cast<cuuint64_t>(S * H * kD * 2)};
   const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
-  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(ptr), dims,
-                        strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(ptr), dims, strides, box, estr,
+         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
@@ -950,8 +955,8 @@ cudaError_t attn_hopper_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* 
             static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
   kernel<<<grid, kBwdThreads, smem, stream>>>(
       tq, tk, tv, tdo, buf.dq_acc, dk, dv, buf.lse2, buf.delta, static_cast<int>(s.q_len),
-      static_cast<int>(s.kv_len), static_cast<int>(s.q_heads), static_cast<int>(s.kv_heads),
-      Sq_pad, scale, scale * kLog2e, causal, off);
+      static_cast<int>(s.kv_len), static_cast<int>(s.q_heads), static_cast<int>(s.kv_heads), Sq_pad,
+      scale, scale * kLog2e, causal, off);
   err = cudaGetLastError();
   if (err != cudaSuccess || !with_dq) return err;
   const int64_t tiles = s.batch * s.q_heads * (buf.sq_pad / kBwdM);

@@ -262,6 +262,36 @@ __host__ __device__ inline int64_t attn_first_query_block(int64_t j0, bool causa
 }
 
 // i0 + off - j0 clamped to [-128, 128]: within a (query block i0, key block j0) pair, key row
+// Packed documents (q_positions [B, Sq] of the query rows, nullable): query row i sees no key
+// before its document's start, key index i + off - q_positions[i] (off = q_pos0 - k_pos0). That
+// first visible key never decreases along the rows (a document goes on, or a new one starts at
+// the row itself), so a block of rows sees no key before its first row's, and the rows that see
+// any key of a block below j_end form a prefix (attn_rows_seeing).
+__device__ __forceinline__ int64_t attn_first_key(const int32_t* q_positions_b, int64_t i,
+                                                  int64_t off) {
+  return i + off - q_positions_b[i];
+}
+// The number of leading rows (of Sq) whose first visible key is below j_end.
+__device__ __forceinline__ int64_t attn_rows_seeing(const int32_t* q_positions_b, int64_t Sq,
+                                                    int64_t off, int64_t j_end) {
+  int64_t lo = 0, hi = Sq;  // rows [0, lo) see below j_end; rows [hi, Sq) do not
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (attn_first_key(q_positions_b, mid, off) < j_end) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+// A key index relative to a block's first key j0, clamped to 32 bits (the masks compare it with
+// 0..63).
+__device__ __forceinline__ int attn_relative_key(int64_t key, int64_t j0) {
+  const int64_t d = key - j0;
+  return static_cast<int>(d < -128 ? -128 : (d > 128 ? 128 : d));
+}
+
 // jr (0..63) is causally visible to query row ir iff jr <= ir + attn_diag(...). 32-bit, so the
 // per-element masks cost no 64-bit arithmetic.
 __host__ __device__ inline int attn_diag(int64_t i0, int64_t j0, int64_t off) {

@@ -121,9 +121,12 @@ struct AttentionShape {
 };
 bool attention_supported(const AttentionShape& shape);
 
+// q_positions [B,Sq] int32 nullable: packed documents, as the CPU kernel's (key j is visible to
+// row i only if k_pos0 + j >= q_pos0 + i - q_positions[b, i]); these run on the mma.sync kernels,
+// skipping the key blocks no row of a query block can see.
 Status attention_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* q, const bf16* k,
                          const bf16* v, const AttentionShape& shape, float scale, bool causal,
-                         int64_t q_pos0, int64_t k_pos0);
+                         int64_t q_pos0, int64_t k_pos0, const int32_t* q_positions = nullptr);
 
 // Gradients of one (query block, key block) pair given the FINAL out and lse of the query rows
 // (after any merging over key blocks), as ring attention needs: dq [B,Sq,Hq,D] is this block's
@@ -132,6 +135,7 @@ size_t attention_backward_workspace_bytes(const AttentionShape& shape);
 Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                           const bf16* q, const bf16* k, const bf16* v, const bf16* out,
                           const float* lse, const AttentionShape& shape, float scale, bool causal,
-                          int64_t q_pos0, int64_t k_pos0, Workspace workspace);
+                          int64_t q_pos0, int64_t k_pos0, Workspace workspace,
+                          const int32_t* q_positions = nullptr);
 
 }  // namespace hcp::cuda

@@ -62,11 +62,7 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t nkb = attn_key_blocks(i0, Sk, causal, off);
   const bool documents = q_positions != nullptr;
   const int32_t* q_positions_b = documents ? q_positions + static_cast<int64_t>(b) * Sq : nullptr;
-  int64_t kb_begin = 0;
-  if (documents) {
-    const int64_t first = attn_first_key(q_positions_b, i0, off);
-    kb_begin = first <= 0 ? 0 : first / kB;
-  }
+  const int64_t kb_begin = attn_first_key_block(q_positions_b, i0, off);
 
   tile_load_async<kB, D, 128>(
       Qs, q + (static_cast<int64_t>(b) * Sq + i0) * q_stride + static_cast<int64_t>(h) * D,

@@ -283,11 +283,7 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t qo = (static_cast<int64_t>(b) * Sq + i0) * q_stride + static_cast<int64_t>(h) * D;
   const bool documents = q_positions != nullptr;
   const int32_t* q_positions_b = documents ? q_positions + static_cast<int64_t>(b) * Sq : nullptr;
-  int64_t kb_begin = 0;
-  if (documents) {
-    const int64_t first = attn_first_key(q_positions_b, i0, off);
-    kb_begin = first <= 0 ? 0 : first / kB;
-  }
+  const int64_t kb_begin = attn_first_key_block(q_positions_b, i0, off);
 
   const bf16* kbase = k + static_cast<int64_t>(b) * Sk * kv_stride + static_cast<int64_t>(kvh) * D;
   const bf16* vbase = v + static_cast<int64_t>(b) * Sk * kv_stride + static_cast<int64_t>(kvh) * D;

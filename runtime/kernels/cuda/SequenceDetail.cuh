@@ -271,6 +271,13 @@ __device__ __forceinline__ int64_t attn_first_key(const int32_t* q_positions_b, 
                                                   int64_t off) {
   return i + off - q_positions_b[i];
 }
+// The first key block the query rows from i0 on can see (0 without documents).
+__device__ __forceinline__ int64_t attn_first_key_block(const int32_t* q_positions_b, int64_t i0,
+                                                        int64_t off) {
+  if (q_positions_b == nullptr) return 0;
+  const int64_t first = attn_first_key(q_positions_b, i0, off);
+  return first <= 0 ? 0 : first / kAttnBlock;
+}
 // The number of leading rows (of Sq) whose first visible key is below j_end.
 __device__ __forceinline__ int64_t attn_rows_seeing(const int32_t* q_positions_b, int64_t Sq,
                                                     int64_t off, int64_t j_end) {

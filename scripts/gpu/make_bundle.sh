@@ -100,11 +100,12 @@ done
 "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype bf16 --cp 2 --layout zigzag \
   --router-aux-loss 0.5 -o "$BUNDLE/plans/gpu-shapes-aux-bf16-cp2-zigzag.plan"
 # Packed documents (compile --documents; scripts/gpu/run_document_checks.sh): the small model and
-# the fixture's shapes, bf16 against f32, on one GPU; tiny at s = 8192 and 65536 for the cost.
+# the fixture's shapes (two rows, as tests/fixtures/gpu-shapes-packed), bf16 against f32, on one
+# GPU; tiny at s = 8192 and 65536 for the cost.
 for dtype in bf16 f32; do
   "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype $dtype --documents \
     -o "$BUNDLE/plans/small-512-docs-$dtype.plan"
-  "$HCP" compile "$gpu_config" --seq 300 --micro-batch 1 --dtype $dtype --documents \
+  "$HCP" compile "$gpu_config" --seq 300 --micro-batch 2 --dtype $dtype --documents \
     -o "$BUNDLE/plans/gpu-shapes-docs-$dtype.plan"
 done
 "$HCP" compile "$config" --seq 512 --micro-batch 2 --dtype bf16 --documents --cp 2 \

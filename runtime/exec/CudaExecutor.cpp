@@ -551,7 +551,8 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
       .nccl = nccl_,
       .comm_stream = comm_stream_,
       .compute_done = compute_done_,
-      .comm_done = comm_done_};
+      .comm_done = comm_done_,
+      .packs_documents = packs_documents_};
   cuda_backend::StepResources beside = resources;
   beside.stream = beside_stream_;
   beside.workspace = beside_workspace_;

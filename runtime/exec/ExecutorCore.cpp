@@ -151,6 +151,7 @@ absl::Status ExecutorCore::SetInputs(std::span<const int32_t> input_ids,
     status = WriteInts(*plan_.position_ids,
                        CutRankTokens(plan_, comm_->cp_index(), OneDocumentPerRow(plan_)));
   }
+  packs_documents_ = false;
   return comm::AgreeOnStatus(*comm_, status);
 }
 
@@ -164,6 +165,8 @@ absl::Status ExecutorCore::SetPositions(std::span<const int32_t> position_ids) {
   if (status.ok()) {
     status = WriteInts(*plan_.position_ids, CutRankTokens(plan_, comm_->cp_index(), position_ids));
   }
+  // Every rank has the whole micro-batch's position_ids, so all decide alike.
+  packs_documents_ = status.ok() && !IsOneDocumentPerRow(plan_, position_ids);
   return comm::AgreeOnStatus(*comm_, status);
 }
 

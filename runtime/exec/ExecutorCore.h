@@ -113,6 +113,10 @@ class ExecutorCore : public Executor {
   // Set by a backend whose last gradient sums reduce-scattered the split slices: only this
   // rank's slice of those gradients holds the sum.
   bool gradients_scattered_ = false;
+  // Packed documents: whether the micro-batch's position_ids (SetPositions) start a document
+  // anywhere but at a row's first token. When not, a backend may run the step as a plan without
+  // --documents (the same values); the CPU backend, the oracle, reads the positions always.
+  bool packs_documents_ = false;
 
  private:
   std::unique_ptr<comm::Communicator> owned_comm_;  // one rank's LocalCommunicator

@@ -75,4 +75,11 @@ std::vector<int32_t> OneDocumentPerRow(const plan::Plan& plan) {
   return positions;
 }
 
+bool IsOneDocumentPerRow(const plan::Plan& plan, std::span<const int32_t> position_ids) {
+  for (size_t i = 0; i < position_ids.size(); ++i) {
+    if (position_ids[i] == 0 && i % plan.seq != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace hcp

@@ -41,5 +41,8 @@ std::vector<int32_t> CutRankTokens(const plan::Plan& plan, int64_t cp_index,
 absl::Status CheckPositionIds(const plan::Plan& plan, std::span<const int32_t> position_ids);
 // One document per row: 0, 1, ..., seq - 1 in every row.
 std::vector<int32_t> OneDocumentPerRow(const plan::Plan& plan);
+// Whether checked `position_ids` start no document but at each row's first token (then they are
+// OneDocumentPerRow's, and the step is that of a plan without --documents).
+bool IsOneDocumentPerRow(const plan::Plan& plan, std::span<const int32_t> position_ids);
 
 }  // namespace hcp

@@ -52,6 +52,10 @@ struct StepResources {
   cudaStream_t comm_stream = nullptr;
   cudaEvent_t compute_done = nullptr;
   cudaEvent_t comm_done = nullptr;
+  // Packed documents (a plan with position_ids): false when the micro-batch holds one document
+  // per row. The steps then read the positions as absent and run the kernels of a plan without
+  // --documents, which give the same values at no extra cost.
+  bool packs_documents = true;
 };
 
 // The largest workspace any step of `plan` needs (the max over steps of its kernel's

@@ -17,11 +17,12 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/CpuExecutor.h"
 #include "runtime/exec/ParameterValues.h"
+#include "runtime/exec/RankInputs.h"
 #include "runtime/kernels/cpu/Kernels.h"
 #include "runtime/plan/PlanFile.h"
+#include "runtime/support/DType.h"
 #include "runtime/support/Status.h"
 #include "runtime/weights/Checkpoint.h"
-#include "runtime/support/DType.h"
 #include "runtime/weights/Init.h"
 #include "tests/unit/plan/TinyLm.h"
 
@@ -561,6 +562,17 @@ TEST(CpuExecutor, SetInputsKeepsThisRanksSegments) {
   std::span<int32_t> got = (*exec)->I32Buffer(plan_c.input_ids);
   EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()),
             (std::vector<int32_t>{8, 9, 10, 11, 24, 25, 26, 27}));
+}
+
+TEST(RankInputs, OneDocumentPerRowIsToldApart) {
+  // A backend runs a micro-batch of one document per row as a plan without --documents: only
+  // rows that restart nowhere but at their first token are.
+  const plan::Plan plan = InputsOnlyPlan(2, 4, plan::Mesh{});
+  EXPECT_TRUE(IsOneDocumentPerRow(plan, OneDocumentPerRow(plan)));
+  EXPECT_FALSE(IsOneDocumentPerRow(plan, std::vector<int32_t>{0, 1, 2, 3, 0, 1, 0, 1}));
+  EXPECT_FALSE(IsOneDocumentPerRow(plan, std::vector<int32_t>{0, 0, 1, 2, 0, 1, 2, 3}));
+  EXPECT_TRUE(CheckPositionIds(plan, std::vector<int32_t>{0, 1, 0, 1, 0, 1, 2, 3}).ok());
+  EXPECT_FALSE(IsOneDocumentPerRow(plan, std::vector<int32_t>{0, 1, 0, 1, 0, 1, 2, 3}));
 }
 
 TEST(CpuExecutor, CreateNeedsThePlansRanks) {

@@ -8,7 +8,7 @@
 #      model and the fixture's shapes with rows of documents of 1, 2, 3, 40, 9, 200, 1, 44 ...
 #      tokens; the transformers fixture gpu-shapes-packed (each document run alone) when present;
 #   3. the cost: tiny at s = 8192 with one document per row against the plan without
-#      --documents, and at s = 65536 with 64 documents of 1,024 tokens against one document
+#      --documents (and with 8 documents of 1,024 tokens), and at s = 65536 with 64 documents of 1,024 tokens against one document
 #      (attention's share from the profile), and the attention kernels alone (s = 65536).
 #
 #   run(command="scripts/gpu/run_document_checks.sh", carry=["build-gpu/carry"])
@@ -36,6 +36,7 @@ fi
 # 3. The cost.
 run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
 run "$HCP" bench "$P/tiny-8192-bf16-docs.plan" --steps 5 --warmup 2
+run "$HCP" bench "$P/tiny-8192-bf16-docs.plan" --steps 5 --warmup 2 --document-length 1024
 run "$HCP" bench "$P/tiny-65536-bf16-docs-recompute.plan" --steps 2 --warmup 1 --profile
 run "$HCP" bench "$P/tiny-65536-bf16-docs-recompute.plan" --steps 2 --warmup 1 --profile \
   --document-length 1024

@@ -6,7 +6,6 @@
 // __fsqrt_rn, __fdiv_rn) so that nvcc cannot contract them into fused multiply-adds, which the
 // CPU (x86-64 without -mfma) does not use either: the results are bit-identical.
 #include <cmath>
-#include <type_traits>
 
 #include "runtime/kernels/cuda/Common.cuh"
 
@@ -23,91 +22,23 @@ struct AdamWScalars {
       eps;
 };
 
-// One element: the explicitly rounded operations of the CPU kernel, in its order.
-__device__ __forceinline__ float adamw_element(float master, float grad, float& m, float& v,
-                                               const AdamWScalars& s) {
-  const float g = __fmul_rn(grad, s.clip);
-  m = __fadd_rn(__fmul_rn(s.beta1, m), __fmul_rn(s.one_minus_beta1, g));
-  v = __fadd_rn(__fmul_rn(s.beta2, v), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
-  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), s.inv_sqrt_bc2), s.eps);
-  return __fadd_rn(__fmul_rn(master, s.decay_factor), -__fmul_rn(s.step_size, __fdiv_rn(m, denom)));
-}
-
-template <typename G>
-__device__ __forceinline__ void adamw_one(float* master, bf16* param, const G* grad, float* m,
-                                          float* v, int64_t i, const AdamWScalars& s) {
-  float mi = m[i], vi = v[i];
-  const float p = adamw_element(master[i], to_float(grad[i]), mi, vi, s);
-  m[i] = mi;
-  v[i] = vi;
-  master[i] = p;
-  if (param != nullptr) param[i] = __float2bfloat16_rn(p);
-}
-
-// Four gradient elements as one load: 8 bytes of bf16 or 16 of fp32.
-struct alignas(8) Bf16x4 {
-  bf16 x[4];
-};
-template <typename G>
-using GradVec = std::conditional_t<std::is_same_v<G, bf16>, Bf16x4, float4>;
-
-__device__ __forceinline__ float4 to_float4(const float4& g) { return g; }
-__device__ __forceinline__ float4 to_float4(const Bf16x4& g) {
-  return make_float4(to_float(g.x[0]), to_float(g.x[1]), to_float(g.x[2]), to_float(g.x[3]));
-}
-
-// The elements [0, head) and [head + 4 * vectors, n) one at a time, the groups of four between
-// with 16-byte loads and stores (AdamW moves 28 bytes an element and nothing else: the loads'
-// width decides its speed). `vectors` 0: all one at a time.
 template <typename G>
 __global__ void adamw_kernel(float* master, bf16* param, const G* grad, float* m, float* v,
-                             int64_t n, int64_t head, int64_t vectors, AdamWScalars s) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  for (int64_t j = first; j < vectors; j += stride) {
-    const int64_t i = head + 4 * j;
-    const float4 w = *reinterpret_cast<const float4*>(master + i);
-    const float4 g = to_float4(*reinterpret_cast<const GradVec<G>*>(grad + i));
-    float4 mv = *reinterpret_cast<const float4*>(m + i);
-    float4 vv = *reinterpret_cast<const float4*>(v + i);
-    float4 p;
-    p.x = adamw_element(w.x, g.x, mv.x, vv.x, s);
-    p.y = adamw_element(w.y, g.y, mv.y, vv.y, s);
-    p.z = adamw_element(w.z, g.z, mv.z, vv.z, s);
-    p.w = adamw_element(w.w, g.w, mv.w, vv.w, s);
-    *reinterpret_cast<float4*>(m + i) = mv;
-    *reinterpret_cast<float4*>(v + i) = vv;
-    *reinterpret_cast<float4*>(master + i) = p;
-    if (param != nullptr) {
-      Bf16x4 out;
-      out.x[0] = __float2bfloat16_rn(p.x);
-      out.x[1] = __float2bfloat16_rn(p.y);
-      out.x[2] = __float2bfloat16_rn(p.z);
-      out.x[3] = __float2bfloat16_rn(p.w);
-      *reinterpret_cast<Bf16x4*>(param + i) = out;
-    }
+                             int64_t n, AdamWScalars s) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = __fmul_rn(to_float(grad[i]), s.clip);
+    const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(s.one_minus_beta1, g));
+    const float vi =
+        __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), s.inv_sqrt_bc2), s.eps);
+    const float p = __fadd_rn(__fmul_rn(master[i], s.decay_factor),
+                              -__fmul_rn(s.step_size, __fdiv_rn(mi, denom)));
+    m[i] = mi;
+    v[i] = vi;
+    master[i] = p;
+    if (param != nullptr) param[i] = __float2bfloat16_rn(p);
   }
-  const int64_t tail = head + 4 * vectors;
-  for (int64_t k = first; k < head + (n - tail); k += stride) {
-    adamw_one(master, param, grad, m, v, k < head ? k : tail + (k - head), s);
-  }
-}
-
-// Where the groups of four can start: the first element from which master, m, v (16 bytes),
-// the gradient (4 elements) and the compute copy (8 bytes) are all aligned; -1 if there is none
-// (the arrays' alignments disagree).
-template <typename G>
-int64_t aligned_head(const float* master, const bf16* param, const G* grad, const float* m,
-                     const float* v) {
-  const auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-  for (int64_t head = 0; head < 4; ++head) {
-    const bool ok = address(master + head) % 16 == 0 && address(m + head) % 16 == 0 &&
-                    address(v + head) % 16 == 0 &&
-                    address(grad + head) % (4 * sizeof(G)) == 0 &&
-                    (param == nullptr || address(param + head) % 8 == 0);
-    if (ok) return head;
-  }
-  return -1;
 }
 
 // Per-block sums of squares (fp32 per group of 8, double across groups), then one block sums
@@ -159,11 +90,7 @@ Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* gr
   s.step_size = static_cast<float>(step.lr / (1.0 - std::pow(step.beta1, t)));
   s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(step.beta2, t)));
   s.eps = static_cast<float>(step.eps);
-  int64_t head = aligned_head(master, param, grad, m, v);
-  int64_t vectors = head < 0 || head >= n ? 0 : (n - head) / 4;
-  if (vectors == 0) head = n;  // one at a time
-  adamw_kernel<<<grid_for(vectors + (n - 4 * vectors), kThreads), kThreads, 0, stream>>>(
-      master, param, grad, m, v, n, head, vectors, s);
+  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(master, param, grad, m, v, n, s);
   return launch_status(name);
 }
 

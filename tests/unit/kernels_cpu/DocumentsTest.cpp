@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/Kernels.h"
+#include "tests/unit/kernels_cpu/SsdData.h"
 #include "tests/unit/kernels_cpu/TestUtil.h"
 
 namespace hcp::cpu {
 namespace {
 
+using testing::SsdData;
 using testing::Vec;
 
 // Documents of these lengths, back to back in one row: Hugging Face's position_ids.
@@ -99,26 +101,11 @@ TEST(Documents, ConvBackwardMatchesFiniteDifferences) {
 // ---------------------------------------------------------------------------------------------
 // SSD scan.
 
-struct Scan {
-  SsdShape s;
-  Vec x, dt, A, B, C, D, init;
-  Scan(const SsdShape& shape, std::mt19937& rng) : s(shape) {
-    x = testing::random_vec(rng, s.batch * s.seq * s.heads * s.head_dim);
-    dt = testing::random_vec(rng, s.batch * s.seq * s.heads, 0.05, 0.8);
-    A = testing::random_vec(rng, s.heads, -1.5, -0.2);
-    B = testing::random_vec(rng, s.batch * s.seq * s.groups * s.state);
-    C = testing::random_vec(rng, B.size());
-    D = testing::random_vec(rng, s.heads);
-    init = testing::random_vec(rng, s.batch * s.heads * s.head_dim * s.state);
-  }
-  int64_t state_size() const { return s.batch * s.heads * s.head_dim * s.state; }
-};
-
 TEST(Documents, SsdScanEqualsEachDocumentAlone) {
   std::mt19937 rng(103);
   // Chunks of 4: documents start inside chunks, at chunk starts, and span several.
   const SsdShape shape{1, kSeq, 2, 3, 1, 2, 4};
-  Scan d(shape, rng);
+  SsdData d(shape, rng);
   const std::vector<int32_t> pos = Positions(kLengths);
   Vec y(d.x.size()), final_state(d.state_size());
   ssd_scan_forward<double>(y.data(), final_state.data(), d.x.data(), d.dt.data(), d.A.data(),
@@ -145,7 +132,7 @@ TEST(Documents, SsdScanEqualsEachDocumentAlone) {
 TEST(Documents, SsdScanBackwardMatchesFiniteDifferences) {
   std::mt19937 rng(104);
   const SsdShape shape{2, 9, 2, 2, 1, 2, 4};
-  Scan d(shape, rng);
+  SsdData d(shape, rng);
   std::vector<int32_t> pos = Positions({2, 4, 3});
   for (int32_t p : std::vector<int32_t>{5, 6, 7, 8, 0, 0, 1, 2, 3}) pos.push_back(p);
   const Vec ry = testing::random_vec(rng, d.x.size()),
@@ -184,7 +171,7 @@ void ExpectSegmentsCompose(const std::vector<int64_t>& lengths, int64_t cut) {
   const std::vector<int32_t> pos = Positions(lengths);
   const int64_t seq = static_cast<int64_t>(pos.size());
   const SsdShape whole{1, seq, 2, 3, 1, 2, 4};
-  Scan d(whole, rng);
+  SsdData d(whole, rng);
   Vec y(d.x.size()), final_state(d.state_size());
   ssd_scan_forward<double>(y.data(), final_state.data(), d.x.data(), d.dt.data(), d.A.data(),
                            d.B.data(), d.C.data(), d.D.data(), nullptr, whole, {}, pos.data());
@@ -233,7 +220,7 @@ TEST(Documents, SegmentsPassNothingAcrossADocumentStart) {
 TEST(Documents, InitialStateCorrectionBackwardMatchesFiniteDifferences) {
   std::mt19937 rng(106);
   const SsdShape shape{2, 7, 2, 2, 1, 3, 4};
-  Scan d(shape, rng);
+  SsdData d(shape, rng);
   Vec y = testing::random_vec(rng, d.x.size());
   std::vector<int32_t> pos = {4, 5, 6, 0, 1, 0, 1};  // row 0: 3 reached
   for (int32_t p : std::vector<int32_t>{7, 8, 9, 10, 11, 12, 13}) pos.push_back(p);  // row 1: all

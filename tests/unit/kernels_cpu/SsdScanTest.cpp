@@ -5,37 +5,14 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/Kernels.h"
+#include "tests/unit/kernels_cpu/SsdData.h"
 #include "tests/unit/kernels_cpu/TestUtil.h"
 
 namespace hcp::cpu {
 namespace {
 
+using testing::SsdData;
 using testing::Vec;
-
-// All inputs of one scan, as double vectors the finite differences can perturb.
-struct SsdData {
-  SsdShape shape;
-  Vec x, dt, A, B, C, D, init;
-
-  SsdData(const SsdShape& s, std::mt19937& rng) : shape(s) {
-    x = testing::random_vec(rng, s.batch * s.seq * s.heads * s.head_dim);
-    dt = testing::random_vec(rng, s.batch * s.seq * s.heads, 0.05, 0.8);
-    A = testing::random_vec(rng, s.heads, -1.5, -0.2);
-    B = testing::random_vec(rng, s.batch * s.seq * s.groups * s.state);
-    C = testing::random_vec(rng, B.size());
-    D = testing::random_vec(rng, s.heads);
-    init = testing::random_vec(rng, state_size());
-  }
-  int64_t state_size() const { return shape.batch * shape.heads * shape.head_dim * shape.state; }
-
-  // Runs the kernel; with_init = false passes a null initial state.
-  void forward(Vec& y, Vec& final_state, bool with_init) const {
-    y.assign(x.size(), NAN);
-    final_state.assign(state_size(), NAN);
-    ssd_scan_forward<double>(y.data(), final_state.data(), x.data(), dt.data(), A.data(), B.data(),
-                             C.data(), D.data(), with_init ? init.data() : nullptr, shape);
-  }
-};
 
 // The definition, one step at a time: S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T,
 // y_t = S_t C_t + D x_t.

@@ -24,13 +24,32 @@ int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNu
 using GemmArgs = plan::GemmArgs<Value>;
 using GemmAddArgs = plan::GemmAddArgs<Value>;
 
-// One chain to fold: the GEMM (with its arguments), its optional scale, the add, and what the
-// fused launch takes.
+int64_t bytesOf(Value value) {
+  auto type = cast<MemRefType>(value.getType());
+  return type.getNumElements() * type.getElementTypeBitWidth() / 8;
+}
+
+// Moving the GEMM from `from` to the add's place `to` keeps its activation operands live until
+// there, where they may have died at the GEMM: their bytes that would live longer.
+int64_t bytesLiveLonger(const GemmArgs& gemm, const Accesses& accesses, int64_t to) {
+  int64_t bytes = 0;
+  for (Value operand : {gemm.a, gemm.b}) {
+    exec::BufferOp root = rootOf(operand);
+    if (!root || root.getArena() != exec::Arena::Activations) continue;
+    std::vector<Accesses::Touch> touches = accesses.touches(operand);
+    if (!touches.empty() && touches.back().index < to) bytes += bytesOf(root.getResult());
+  }
+  return bytes;
+}
+
+// One chain to fold: the GEMM (with its arguments), its optional scale, the add, what the
+// fused launch takes, and where it runs (the GEMM's place, or the add's).
 struct Chain {
   exec::LaunchOp gemmLaunch, scale, add;
   GemmArgs gemm;
   Value addend, out;
   double alpha = 1.0;
+  bool atAdd = false;
 };
 
 // The chain that starts at `launch`, if it is a GEMM that can take it in (see Passes.td).
@@ -61,11 +80,24 @@ std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) 
   if (elementsOf(chain.addend) != elements || elementsOf(chain.out) != elements) {
     return std::nullopt;
   }
-  // The fused launch runs at the GEMM's place: the addend must already hold what the add read,
-  // and the add's output must not be read or written in between.
+  // The fused launch runs at the GEMM's place when the addend already holds there what the add
+  // read and the add's output is not read or written in between. Otherwise (the addend is
+  // computed after the GEMM: the experts' output the shared MLP's product is added to) it runs
+  // at the add's place, when the GEMM's operands still hold there what the GEMM read.
   const int64_t from = accesses.position(launch), to = accesses.position(next);
-  if (accesses.touchedBetween(chain.addend, from, to, /*any=*/false)) return std::nullopt;
-  if (accesses.touchedBetween(chain.out, from, to, /*any=*/true)) return std::nullopt;
+  if (!accesses.touchedBetween(chain.addend, from, to, /*any=*/false) &&
+      !accesses.touchedBetween(chain.out, from, to, /*any=*/true)) {
+    return chain;
+  }
+  if (accesses.touchedBetween(gemm->a, from + 1, to, /*any=*/false) ||
+      accesses.touchedBetween(gemm->b, from + 1, to, /*any=*/false)) {
+    return std::nullopt;
+  }
+  // The product was live over the same span and is gone: no more memory than before.
+  if (bytesLiveLonger(*gemm, accesses, to) > bytesOf(rootOf(gemm->c).getResult())) {
+    return std::nullopt;
+  }
+  chain.atAdd = true;
   return chain;
 }
 
@@ -141,8 +173,9 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
   }
 
   void fold(Chain chain, Accesses& accesses) {
-    accesses.defineBefore(chain.addend, chain.gemmLaunch);
-    accesses.defineBefore(chain.out, chain.gemmLaunch);
+    exec::LaunchOp place = chain.atAdd ? chain.add : chain.gemmLaunch;
+    accesses.defineBefore(chain.addend, place);
+    accesses.defineBefore(chain.out, place);
     GemmAddArgs fused;
     fused.trans_a = chain.gemm.trans_a;
     fused.trans_b = chain.gemm.trans_b;
@@ -154,9 +187,9 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
     fused.b = chain.gemm.b;
     fused.c = chain.addend;
     fused.out = chain.out;
-    OpBuilder b(chain.gemmLaunch);
-    accesses.replace(chain.gemmLaunch, createLaunch(b, chain.gemmLaunch.getLoc(), fused));
-    accesses.forget(chain.add);
+    OpBuilder b(place);
+    accesses.replace(place, createLaunch(b, chain.gemmLaunch.getLoc(), fused));
+    accesses.forget(chain.atAdd ? chain.gemmLaunch : chain.add);
     if (chain.scale) accesses.forget(chain.scale);
     chain.add.erase();
     if (chain.scale) {

@@ -31,9 +31,12 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     GEMM's place: the scale's factor multiplies alpha, the add's other operand becomes c. The
     residual adds of every layer (hidden + multiplier * projection) and most gradient sums of
     the backward have this shape. The product is then neither stored nor read back, and the sum
-    is rounded once instead of three times. A chain is left alone when its add broadcasts, when
-    the other operand is written after the GEMM, or when the add's output is touched between
-    the GEMM and the add. A scale whose result only GEMMs read as an operand (the backward's
+    is rounded once instead of three times. When the other operand is written after the GEMM
+    (the MoE experts' output, to which the shared MLP's product is added) or the add's output is
+    touched in between, the fused launch runs at the add's place instead, if the GEMM's operands
+    still hold there what it read and the activations among them that would live longer are no
+    larger than the product (the activation peak does not rise). A chain is left alone when its
+    add broadcasts, or when neither place works. A scale whose result only GEMMs read as an operand (the backward's
     gradient times the residual multiplier, before the projections' products) goes into their
     alphas instead, unless its input changes before the last of them reads it.
   }];

@@ -1,5 +1,5 @@
-// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add at the GEMM's place,
-// and only when nothing else can see the difference.
+// hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add at the GEMM's place
+// (or the add's, when the addend comes later), and only when nothing else can see the difference.
 // RUN: hybridcp-opt %s --split-input-file --hcp-fuse-gemm-epilogue | FileCheck %s
 
 // A residual: h = x + 0.5 * (y W). The scale goes into alpha, x becomes the addend, and the
@@ -74,13 +74,40 @@ func.func @broadcast() {
 
 // -----
 
-// The addend is computed after the GEMM: at the GEMM's place it does not hold its value yet.
+// The addend is computed after the GEMM (the experts' output, to which the shared MLP's
+// product is added): at the GEMM's place it does not hold its value yet, so the fused launch
+// runs at the add's place, where the GEMM's operands still hold what it read. Its input lives
+// on until there, where the product lived before: no more bytes.
 // CHECK-LABEL: func.func @addend_written_later
+// CHECK-NOT: exec.launch "gemm"
+// CHECK: exec.launch "fill"
+// CHECK: exec.launch "fill"
+// CHECK: exec.launch "gemm_add" {{.*}} ints = array<i64: 0, 1, 4, 8, 4>
+// CHECK-NOT: exec.launch "add"
+func.func @addend_written_later() {
+  %y = exec.buffer activations "y" : memref<4x4xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x4xf32>
+  exec.launch "fill" outs(%y : memref<4x4xf32>) {ints = array<i64: 16>, floats = array<f64: 1.0>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x4xf32>, memref<8x4xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 4>, floats = array<f64: 1.0>}
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The addend is computed after the GEMM, but the GEMM's input is larger than its product:
+// keeping it live until the add would raise the activation peak. Left alone.
+// CHECK-LABEL: func.func @addend_later_input_larger
 // CHECK: exec.launch "gemm"
 // CHECK: exec.launch "fill"
 // CHECK: exec.launch "add"
 // CHECK-NOT: gemm_add
-func.func @addend_written_later() {
+func.func @addend_later_input_larger() {
   %y = exec.buffer activations "y" : memref<4x16xf32>
   %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
   exec.launch "fill" outs(%y : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
@@ -91,6 +118,30 @@ func.func @addend_written_later() {
   %h = exec.buffer activations "h" : memref<4x8xf32>
   exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
   exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The addend is computed after the GEMM and the GEMM's input is overwritten before the add:
+// neither place sees what the add and the GEMM saw. Left alone.
+// CHECK-LABEL: func.func @addend_later_operand_rewritten
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @addend_later_operand_rewritten() {
+  %y = exec.buffer activations "y" : memref<4x4xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x4xf32>
+  exec.launch "fill" outs(%y : memref<4x4xf32>) {ints = array<i64: 16>, floats = array<f64: 1.0>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x4xf32>, memref<8x4xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 4>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%y : memref<4x4xf32>) {ints = array<i64: 16>, floats = array<f64: 2.0>}
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  exec.result "y", %y : memref<4x4xf32>
   return
 }
 

@@ -53,7 +53,11 @@ void buildContextParallelPipeline(mlir::OpPassManager& pm, const TrainingPipelin
 void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options) {
   buildContextParallelPipeline(pm, options);
   pm.addNestedPass<mlir::func::FuncOp>(createAutodiff());
-  if (options.recompute) pm.addNestedPass<mlir::func::FuncOp>(createRecompute());
+  if (options.recompute) {
+    RecomputeOptions recompute;
+    recompute.recomputeAttention = options.recomputeAttention;
+    pm.addNestedPass<mlir::func::FuncOp>(createRecompute(recompute));
+  }
   pm.addPass(createLowerToExec());
   pm.addPass(createFuseGemmEpilogue());
   if (options.fuseConvSilu) pm.addPass(createFuseConvSilu());

@@ -32,6 +32,10 @@ struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptio
       *this, "fuse-conv-silu",
       llvm::cl::desc("fold the SiLU after each causal conv1d into the conv (hcp-fuse-conv-silu)"),
       llvm::cl::init(false)};
+  Option<bool> recomputeAttention{
+      *this, "recompute-attention",
+      llvm::cl::desc("with recompute: recompute attention's output too instead of keeping it"),
+      llvm::cl::init(false)};
   Option<bool> recomputeExpertH{
       *this, "recompute-expert-h",
       llvm::cl::desc("recompute the MoE experts' first product in the backward instead of "

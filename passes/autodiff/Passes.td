@@ -39,10 +39,18 @@ def Recompute : Pass<"hcp-recompute", "mlir::func::FuncOp"> {
     backward reads the clones. Peak activation memory then holds the checkpoints plus one layer
     instead of every layer; the results are the same (the clones are the same ops on the same
     inputs), for about one more forward of the layers.
+
+    Attention's results (its output and log-sum-exp, all a FlashAttention-style backward reads
+    of it besides q, k and v) are checkpoints too, unless recompute-attention: recomputing them
+    costs a whole attention forward, a layer's largest op at long context (tiny at s = 131072:
+    about a tenth of the step), for 2 * heads * head_dim + 4 * heads bytes a token. Its q, k and
+    v are recomputed (their projections).
   }];
   let options = [
     Option<"functionName", "function", "std::string", /*default=*/"\"train_step\"",
-           "the training step function">
+           "the training step function">,
+    Option<"recomputeAttention", "recompute-attention", "bool", /*default=*/"false",
+           "recompute attention's output and log-sum-exp as well">
   ];
   let statistics = [
     Statistic<"numClonedOps", "cloned-ops", "forward ops cloned into the backward">

@@ -12,10 +12,12 @@
 // The forward values then die inside the layer's forward, and the clones inside its backward,
 // which hcp-plan-memory turns into a lower peak. The clones are the same ops on the same inputs,
 // so the step's results do not change. Collectives inside a layer (halo exchange, state scan,
-// ring attention, expert all-to-alls) run again with their ops.
+// ring attention, expert all-to-alls) run again with their ops; attention's own results are kept
+// (Passes.td).
 #include <optional>
 #include <string>
 
+#include "dialects/dist/DistOps.h"
 #include "dialects/model/ModelOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -46,7 +48,8 @@ std::optional<int64_t> layerOf(Operation* op) {
 
 class Recomputation {
  public:
-  explicit Recomputation(func::FuncOp func) : func_(func) {}
+  Recomputation(func::FuncOp func, bool recomputeAttention)
+      : func_(func), recomputeAttention_(recomputeAttention) {}
 
   LogicalResult run(int64_t& clonedOps) {
     Block& body = func_.getBody().front();
@@ -98,6 +101,13 @@ class Recomputation {
         }
       }
     }
+    // Attention's output and log-sum-exp (Passes.td says why).
+    if (!recomputeAttention_) {
+      for (Operation* op : ops) {
+        if (!isa<model::AttentionOp, dist::RingAttentionOp>(op)) continue;
+        for (Value result : op->getResults()) checkpoints.insert(result);
+      }
+    }
     auto recomputed = [&](Value value) {
       Operation* def = value.getDefiningOp();
       return def && inLayer.contains(def) && !checkpoints.contains(value);
@@ -140,6 +150,7 @@ class Recomputation {
   }
 
   func::FuncOp func_;
+  bool recomputeAttention_;
   DenseSet<Operation*> forward_;
   SmallVector<Operation*> backward_;
   // Forward ops per layer, in program order (MapVector: layers in order, for stable output).
@@ -153,7 +164,7 @@ struct RecomputePass : impl::RecomputeBase<RecomputePass> {
     func::FuncOp func = getOperation();
     if (func.getName() != functionName) return;
     int64_t cloned = 0;
-    if (failed(Recomputation(func).run(cloned))) return signalPassFailure();
+    if (failed(Recomputation(func, recomputeAttention).run(cloned))) return signalPassFailure();
     numClonedOps += cloned;
   }
 };

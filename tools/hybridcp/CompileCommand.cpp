@@ -124,6 +124,11 @@ absl::Status Compile(const Args& args) {
   pipeline.recompute = args.Has("recompute");
   pipeline.fuseConvSilu = args.Has("fuse-conv-silu");
   pipeline.recomputeExpertH = args.Has("recompute-expert-h");
+  pipeline.recomputeAttention = args.Has("recompute-attention");
+  if (pipeline.recomputeAttention && !pipeline.recompute) {
+    return absl::InvalidArgumentError(
+        "--recompute-attention chooses what --recompute recomputes: add --recompute");
+  }
   std::optional<std::string> emit = args.Get("emit");
   std::optional<std::string> output = args.Get("o");
   if (emit && *emit != "model" && *emit != "dist" && *emit != "exec") {
@@ -198,7 +203,8 @@ Command MakeCompileCommand() {
       "f32|bf16] "
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
-      "[--recompute] [--fuse-conv-silu] [--recompute-expert-h] [--router-aux-loss COEF] "
+      "[--recompute [--recompute-attention]] [--fuse-conv-silu] [--recompute-expert-h] "
+      "[--router-aux-loss COEF] "
       "[--documents] "
       "(-o FILE.plan | "
       "--emit=model|dist|exec [-o FILE])",
@@ -221,7 +227,11 @@ Command MakeCompileCommand() {
         "from the state)"},
        {"recompute", "",
         "keep only each layer's inputs from the forward and recompute the rest in the backward "
-        "(lower peak memory, about one more forward)"},
+        "(lower peak memory, about one more forward); attention's output is kept (a few bytes "
+        "a token) rather than recomputed"},
+       {"recompute-attention", "",
+        "with --recompute: recompute attention's output as well (one more attention forward "
+        "per layer, 2 * heads * head_dim + 4 * heads bytes a token and attention layer less)"},
        {"fuse-conv-silu", "",
         "fold the SiLU after each Mamba conv into the conv's kernels: the conv output is not "
         "kept for the backward (tiny: 1.8 GiB less per 8192 tokens without --recompute), the "

@@ -247,7 +247,7 @@ Command MakeCompileCommand() {
        {"documents", "",
         "packed documents: the step also takes position_ids (each token's position in its "
         "document, Hugging Face's padding-free convention; every row starts a document), and "
-        "no layer reads across a document start, under every split (CPU backend)"},
+        "no layer reads across a document start, under every split"},
        {"emit", "STAGE",
         "print IR instead: model (imported), dist (per-rank forward), exec (lowered)"},
        {"o", "FILE", "the plan file to write (or where --emit writes; default stdout)"}},

@@ -93,6 +93,10 @@ std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) 
       accesses.touchedBetween(gemm->b, from + 1, to, /*any=*/false)) {
     return std::nullopt;
   }
+  // Nor may the add write over what the GEMM reads: a GEMM's output is none of its operands.
+  if (rootOf(chain.out) == rootOf(gemm->a) || rootOf(chain.out) == rootOf(gemm->b)) {
+    return std::nullopt;
+  }
   // The product was live over the same span and is gone: no more memory than before.
   if (bytesLiveLonger(*gemm, accesses, to) > bytesOf(rootOf(gemm->c).getResult())) {
     return std::nullopt;

@@ -147,6 +147,27 @@ func.func @addend_later_operand_rewritten() {
 
 // -----
 
+// The addend comes later and the add writes its sum over the GEMM's own input: a gemm_add there
+// would read and write the same buffer. Left alone.
+// CHECK-LABEL: func.func @addend_later_sum_over_input
+// CHECK: exec.launch "gemm"
+// CHECK: exec.launch "add"
+// CHECK-NOT: gemm_add
+func.func @addend_later_sum_over_input() {
+  %y = exec.buffer activations "y" : memref<4x8xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x8xf32>
+  exec.launch "fill" outs(%y : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x8xf32>, memref<8x8xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 8>, floats = array<f64: 1.0>}
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "add" ins(%p, %x : memref<4x8xf32>, memref<4x8xf32>) outs(%y : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "y", %y : memref<4x8xf32>
+  return
+}
+
+// -----
+
 // The product is also read by another launch (kept for the backward): it must be stored.
 // CHECK-LABEL: func.func @product_used_twice
 // CHECK: exec.launch "gemm"

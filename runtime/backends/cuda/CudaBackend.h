@@ -53,8 +53,8 @@ struct StepResources {
   cudaEvent_t compute_done = nullptr;
   cudaEvent_t comm_done = nullptr;
   // Packed documents (a plan with position_ids): false when the micro-batch holds one document
-  // per row. The steps then read the positions as absent and run the kernels of a plan without
-  // --documents, which give the same values at no extra cost.
+  // per row. The steps then pass no positions (Args::positions) and run the kernels of a plan
+  // without --documents, which give the same values at no extra cost.
   bool packs_documents = true;
 };
 

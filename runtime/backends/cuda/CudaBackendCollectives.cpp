@@ -440,7 +440,7 @@ absl::Status RunRingAttentionForward(const Args& a,
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_out, 0.f, r.q_count())));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), acc_lse, -INFINITY, r.lse_count())));
   const bf16* q = args.q.as<bf16>();
-  const int32_t* positions = args.positions.as<int32_t>();  // the local queries' (documents)
+  const int32_t* positions = a.positions(args.positions);  // the local queries' (documents)
   for (int64_t step = 0; step < cp; ++step) {
     const bf16* block = blocks[step % 2];
     if (step + 1 < cp) StartRingShift(a, block, blocks[(step + 1) % 2], 2 * kv, ncclBfloat16);
@@ -487,7 +487,7 @@ absl::Status RunRingAttentionBackward(const Args& a,
   const cuda::Workspace kernel_ws = t.kernel;
   const bf16 *dout = args.dout.as<bf16>(), *q = args.q.as<bf16>(), *out = args.out.as<bf16>();
   const float* lse = args.lse.as<float>();
-  const int32_t* positions = args.positions.as<int32_t>();  // the local queries' (documents)
+  const int32_t* positions = a.positions(args.positions);  // the local queries' (documents)
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0], args.k.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::copy<bf16>(a.stream(), blocks[0] + kv, args.v.as<bf16>(), kv)));
   HCP_RETURN_IF_ERROR(Done(cuda::fill<float>(a.stream(), grads[0], 0.f, 2 * kv)));

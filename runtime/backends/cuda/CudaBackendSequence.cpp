@@ -13,7 +13,7 @@ absl::Status RunCausalConv1dForward(const Args& a,
                                     const plan::CausalConv1dForwardArgs<DeviceBuffer>& k) {
   return Done(cuda::causal_conv1d_forward(
       a.stream(), k.y.as<bf16>(), k.x.as<bf16>(), k.halo.as<bf16>(), k.w.as<bf16>(),
-      k.bias.as<bf16>(), k.batch, k.seq, k.channels, k.width, k.silu, k.positions.as<int32_t>()));
+      k.bias.as<bf16>(), k.batch, k.seq, k.channels, k.width, k.silu, a.positions(k.positions)));
 }
 
 // With silu, dy is the gradient of silu's output (the conv output recomputed from x and the
@@ -23,7 +23,7 @@ absl::Status RunCausalConv1dBackward(const Args& a,
   return Done(cuda::causal_conv1d_backward(
       a.stream(), k.dx.as<bf16>(), k.dhalo.as<bf16>(), k.dw.as<bf16>(), k.dbias.as<bf16>(),
       k.dy.as<bf16>(), k.x.as<bf16>(), k.halo.as<bf16>(), k.w.as<bf16>(), k.bias.as<bf16>(),
-      k.batch, k.seq, k.channels, k.width, k.silu, a.workspace(), k.positions.as<int32_t>()));
+      k.batch, k.seq, k.channels, k.width, k.silu, a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::CausalConv1dBackwardArgs<DeviceBuffer>& k) {
   return cuda::causal_conv1d_backward_workspace_bytes(k.batch, k.seq, k.channels, k.width);
@@ -33,7 +33,7 @@ absl::Status RunSsdScanForward(const Args& a, const plan::SsdScanForwardArgs<Dev
   return Done(cuda::ssd_scan_forward(
       a.stream(), k.y.as<bf16>(), k.final_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(),
       k.A.as<float>(), k.B.as<bf16>(), k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(),
-      SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
+      SsdShapeOf(k), a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdScanForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_forward_workspace_bytes(SsdShapeOf(k));
@@ -45,7 +45,7 @@ absl::Status RunSsdScanBackward(const Args& a, const plan::SsdScanBackwardArgs<D
       k.dC.as<bf16>(), k.dD.as<float>(), k.dinit_state.as<float>(), k.dy.as<bf16>(),
       k.dfinal_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
       k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(), SsdShapeOf(k), a.workspace(),
-      k.positions.as<int32_t>()));
+      a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdScanBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_backward_workspace_bytes(SsdShapeOf(k));
@@ -55,7 +55,7 @@ absl::Status RunSsdLogDecayForward(const Args& a,
                                    const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k) {
   return Done(cuda::ssd_log_decay_forward(a.stream(), k.g.as<float>(), k.dt.as<float>(),
                                           k.A.as<float>(), k.batch, k.seq, k.heads, a.workspace(),
-                                          k.positions.as<int32_t>()));
+                                          a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdLogDecayForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_log_decay_workspace_bytes(k.batch, k.seq, k.heads);
@@ -75,7 +75,7 @@ absl::Status RunSsdFinalStateForward(const Args& a,
                                      const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k) {
   return Done(cuda::ssd_final_state_forward(
       a.stream(), k.final_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(),
-      k.B.as<bf16>(), SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
+      k.B.as<bf16>(), SsdShapeOf(k), a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdFinalStateForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_final_state_forward_workspace_bytes(SsdShapeOf(k));
@@ -86,7 +86,7 @@ absl::Status RunSsdFinalStateBackward(const Args& a,
   return Done(cuda::ssd_final_state_backward(
       a.stream(), k.dx.as<bf16>(), k.ddt.as<float>(), k.dA.as<float>(), k.dB.as<bf16>(),
       k.dfinal_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
-      SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
+      SsdShapeOf(k), a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdFinalStateBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_final_state_backward_workspace_bytes(SsdShapeOf(k));
@@ -97,7 +97,7 @@ absl::Status RunSsdAddInitialStateForward(
   return Done(cuda::ssd_add_initial_state_forward(a.stream(), k.out.as<bf16>(), k.y.as<bf16>(),
                                                   k.dt.as<float>(), k.A.as<float>(), k.C.as<bf16>(),
                                                   k.init_state.as<float>(), SsdShapeOf(k),
-                                                  a.workspace(), k.positions.as<int32_t>()));
+                                                  a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdAddInitialStateForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_add_initial_state_forward_workspace_bytes(SsdShapeOf(k));
@@ -108,7 +108,7 @@ absl::Status RunSsdAddInitialStateBackward(
   return Done(cuda::ssd_add_initial_state_backward(
       a.stream(), k.ddt.as<float>(), k.dA.as<float>(), k.dC.as<bf16>(), k.dinit_state.as<float>(),
       k.dout.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.C.as<bf16>(),
-      k.init_state.as<float>(), SsdShapeOf(k), a.workspace(), k.positions.as<int32_t>()));
+      k.init_state.as<float>(), SsdShapeOf(k), a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::SsdAddInitialStateBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_add_initial_state_backward_workspace_bytes(SsdShapeOf(k));
@@ -119,7 +119,7 @@ absl::Status RunAttentionForward(const Args& a, const plan::AttentionForwardArgs
   return Done(cuda::attention_forward(a.stream(), k.out.as<bf16>(), k.lse.as<float>(),
                                       k.q.as<bf16>(), k.k.as<bf16>(), k.v.as<bf16>(),
                                       AttentionShapeOf(k), static_cast<float>(k.scale), k.causal,
-                                      /*q_pos0=*/0, /*k_pos0=*/0, k.positions.as<int32_t>()));
+                                      /*q_pos0=*/0, /*k_pos0=*/0, a.positions(k.positions)));
 }
 
 absl::Status RunAttentionBackward(const Args& a,
@@ -128,7 +128,7 @@ absl::Status RunAttentionBackward(const Args& a,
       a.stream(), k.dq.as<bf16>(), k.dk.as<bf16>(), k.dv.as<bf16>(), k.dout.as<bf16>(),
       k.q.as<bf16>(), k.k.as<bf16>(), k.v.as<bf16>(), k.out.as<bf16>(), k.lse.as<float>(),
       AttentionShapeOf(k), static_cast<float>(k.scale), k.causal, /*q_pos0=*/0, /*k_pos0=*/0,
-      a.workspace(), k.positions.as<int32_t>()));
+      a.workspace(), a.positions(k.positions)));
 }
 size_t WorkspaceBytes(const plan::AttentionBackwardArgs<DeviceBuffer>& k) {
   return cuda::attention_backward_workspace_bytes(AttentionShapeOf(k));

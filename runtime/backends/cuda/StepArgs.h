@@ -45,15 +45,19 @@ class Args {
        const StepResources& resources)
       : plan_(plan), step_(step), arenas_(arenas), resources_(resources) {}
 
-  // The step's arguments in its kernel's struct (KernelArgs<>::kId is the step's kernel). The
-  // position_ids are absent for a micro-batch of one document per row (packs_documents).
+  // The step's arguments in its kernel's struct (KernelArgs<>::kId is the step's kernel).
   template <template <typename> class KernelArgs>
   KernelArgs<DeviceBuffer> Get() const {
     return plan::DecodeStep<KernelArgs>(step_, [this](uint32_t buffer) {
-      if (!resources_.packs_documents && buffer == plan_.position_ids) return DeviceBuffer();
       const plan::Buffer& b = plan_.buffers[buffer];
       return DeviceBuffer(arenas_[static_cast<int>(b.arena)] + b.offset, b.dtype);
     });
+  }
+
+  // Packed documents: the step's `positions` for its kernels, or null (the kernels of a plan
+  // without --documents, the same values) for a micro-batch of one document per row.
+  const int32_t* positions(const DeviceBuffer& positions) const {
+    return resources_.packs_documents ? positions.as<int32_t>() : nullptr;
   }
 
   cudaStream_t stream() const { return resources_.stream; }

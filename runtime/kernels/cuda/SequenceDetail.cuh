@@ -261,7 +261,6 @@ __host__ __device__ inline int64_t attn_first_query_block(int64_t j0, bool causa
   return first_row <= 0 ? 0 : first_row / kAttnBlock;
 }
 
-// i0 + off - j0 clamped to [-128, 128]: within a (query block i0, key block j0) pair, key row
 // Packed documents (q_positions [B, Sq] of the query rows, nullable): query row i sees no key
 // before its document's start, key index i + off - q_positions[i] (off = q_pos0 - k_pos0). That
 // first visible key never decreases along the rows (a document goes on, or a new one starts at
@@ -294,16 +293,18 @@ __device__ __forceinline__ int64_t attn_rows_seeing(const int32_t* q_positions_b
 }
 // A key index relative to a block's first key j0, clamped to 32 bits (the masks compare it with
 // 0..63).
-__device__ __forceinline__ int attn_relative_key(int64_t key, int64_t j0) {
-  const int64_t d = key - j0;
+__host__ __device__ inline int attn_clamp128(int64_t d) {
   return static_cast<int>(d < -128 ? -128 : (d > 128 ? 128 : d));
 }
+__device__ __forceinline__ int attn_relative_key(int64_t key, int64_t j0) {
+  return attn_clamp128(key - j0);
+}
 
+// i0 + off - j0 clamped to [-128, 128]: within a (query block i0, key block j0) pair, key row
 // jr (0..63) is causally visible to query row ir iff jr <= ir + attn_diag(...). 32-bit, so the
 // per-element masks cost no 64-bit arithmetic.
 __host__ __device__ inline int attn_diag(int64_t i0, int64_t j0, int64_t off) {
-  const int64_t d = i0 + off - j0;
-  return static_cast<int>(d < -128 ? -128 : (d > 128 ? 128 : d));
+  return attn_clamp128(i0 + off - j0);
 }
 
 // The Hopper attention path (AttentionHopper.cu: wgmma + TMA, head_dim 128, sm_90a builds).

@@ -18,6 +18,12 @@ inline exec::BufferOp rootOf(mlir::Value value) {
   return value.getDefiningOp<exec::BufferOp>();
 }
 
+// A buffer's size in bytes.
+inline int64_t bytesOf(exec::BufferOp buffer) {
+  mlir::MemRefType type = buffer.getType();
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
 // Who touches each buffer, in step order: the launches (and results) that read or write it
 // directly or through a view.
 class Accesses {

@@ -24,11 +24,6 @@ int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNu
 using GemmArgs = plan::GemmArgs<Value>;
 using GemmAddArgs = plan::GemmAddArgs<Value>;
 
-int64_t bytesOf(Value value) {
-  auto type = cast<MemRefType>(value.getType());
-  return type.getNumElements() * type.getElementTypeBitWidth() / 8;
-}
-
 // Moving the GEMM from `from` to the add's place `to` keeps its activation operands live until
 // there, where they may have died at the GEMM: their bytes that would live longer.
 int64_t bytesLiveLonger(const GemmArgs& gemm, const Accesses& accesses, int64_t to) {
@@ -37,7 +32,7 @@ int64_t bytesLiveLonger(const GemmArgs& gemm, const Accesses& accesses, int64_t 
     exec::BufferOp root = rootOf(operand);
     if (!root || root.getArena() != exec::Arena::Activations) continue;
     std::vector<Accesses::Touch> touches = accesses.touches(operand);
-    if (!touches.empty() && touches.back().index < to) bytes += bytesOf(root.getResult());
+    if (!touches.empty() && touches.back().index < to) bytes += bytesOf(root);
   }
   return bytes;
 }
@@ -98,7 +93,7 @@ std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) 
     return std::nullopt;
   }
   // The product was live over the same span and is gone: no more memory than before.
-  if (bytesLiveLonger(*gemm, accesses, to) > bytesOf(rootOf(gemm->c).getResult())) {
+  if (bytesLiveLonger(*gemm, accesses, to) > bytesOf(rootOf(gemm->c))) {
     return std::nullopt;
   }
   chain.atAdd = true;

@@ -8,6 +8,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "passes/lowering/ExecBuffers.h"
 #include "passes/lowering/Passes.h"
 
 namespace hcp {
@@ -18,11 +19,6 @@ namespace hcp {
 namespace {
 
 using namespace mlir;
-
-int64_t bytesOf(exec::BufferOp buffer) {
-  MemRefType type = buffer.getType();
-  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-}
 
 int64_t alignUp(int64_t value, int64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;

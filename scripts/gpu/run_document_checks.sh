@@ -6,7 +6,7 @@
 #      attention (test_sequence_kernels, small shapes, rows of uneven documents);
 #   2. whole plans: bf16 on the GPU against f32 on the CPU (test_plan_step's tolerances), the small
 #      model and the fixture's shapes with rows of documents of 1, 2, 3, 40, 9, 200, 1, 44 ...
-#      tokens; the transformers fixture gpu-shapes-packed (each document run alone) when present;
+#      tokens; the transformers fixture gpu-shapes-packed (each document run alone);
 #   3. the cost: tiny at s = 8192 with one document per row against the plan without
 #      --documents (and with 8 documents of 1,024 tokens), and at s = 65536 with 64 documents of 1,024 tokens against one document
 #      (attention's share from the profile), and the attention kernels alone (s = 65536).
@@ -29,10 +29,8 @@ run "$BUNDLE/bin/test_sequence_kernels" --no-large --no-timing
 run "$BUNDLE/bin/test_plan_step" "$P/small-512-docs-bf16.plan" "$P/small-512-docs-f32.plan"
 run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-docs-bf16.plan" "$P/gpu-shapes-docs-f32.plan"
 FIX=$ROOT/tests/fixtures/gpu-shapes-packed
-if [ -f "$FIX/reference.safetensors" ]; then
-  run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-docs-bf16.plan" "$P/gpu-shapes-docs-f32.plan" \
-    --weights "$FIX" --inputs "$FIX/reference.safetensors" --reference "$FIX/reference.safetensors"
-fi
+run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-docs-bf16.plan" "$P/gpu-shapes-docs-f32.plan" \
+  --weights "$FIX" --inputs "$FIX/reference.safetensors" --reference "$FIX/reference.safetensors"
 # 3. The cost.
 run "$HCP" bench "$P/tiny-8192-bf16.plan" --steps 5 --warmup 2
 run "$HCP" bench "$P/tiny-8192-bf16-docs.plan" --steps 5 --warmup 2

@@ -122,10 +122,16 @@ class Writer {
   absl::Status Translate(Operation* op) {
     if (auto buffer = dyn_cast<exec::BufferOp>(op)) return AddBuffer(buffer);
     if (auto view = dyn_cast<exec::ViewOp>(op)) {
-      // The same bytes under another shape: a plan buffer aliasing the source.
+      // The same bytes under another shape, or a part of them: a plan buffer aliasing the
+      // source.
       plan::Buffer alias = builder_.buffer(indexOf_[view.getSource()]);
       alias.name += ".view";
       alias.shape.assign(view.getType().getShape().begin(), view.getType().getShape().end());
+      alias.elements = view.getType().getNumElements();
+      if (std::optional<uint64_t> offset = view.getOffset()) {
+        alias.offset += *offset * plan::DTypeSize(alias.dtype);
+        absl::StrAppend(&alias.name, "@", *offset);
+      }
       indexOf_[view.getResult()] = builder_.AddBuffer(std::move(alias));
       return absl::OkStatus();
     }

@@ -51,8 +51,19 @@ LogicalResult BufferOp::verify() {
 
 LogicalResult ViewOp::verify() {
   MemRefType from = getSource().getType(), to = getResult().getType();
-  if (from.getElementType() != to.getElementType() || from.getNumElements() != to.getNumElements())
-    return emitOpError() << "a view keeps the element type and count: " << from << " vs " << to;
+  if (!getOffset()) {
+    if (from.getElementType() != to.getElementType() ||
+        from.getNumElements() != to.getNumElements())
+      return emitOpError() << "a view keeps the element type and count: " << from << " vs " << to;
+    return success();
+  }
+  if (from.getElementType() != to.getElementType())
+    return emitOpError() << "a view keeps the element type: " << from << " vs " << to;
+  const int64_t offset = getOffsetAttr().getInt();  // signed, to see a sign
+  if (offset < 0 || offset + to.getNumElements() > from.getNumElements()) {
+    return emitOpError() << "a view of elements [" << offset << ", " << offset + to.getNumElements()
+                         << ") lies outside its source of " << from.getNumElements();
+  }
   return success();
 }
 

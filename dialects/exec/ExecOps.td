@@ -31,10 +31,18 @@ def Exec_BufferOp : Exec_Op<"buffer", [MemoryEffects<[MemAlloc]>]> {
 }
 
 def Exec_ViewOp : Exec_Op<"view", [Pure]> {
-  let summary = "the same bytes with another shape (a reshape costs nothing)";
-  let arguments = (ins Exec_Buffer:$source);
+  let summary = "the same bytes with another shape, or a contiguous part of them";
+  let description = [{
+    `%v = exec.view %w : memref<4x8xf32> to memref<32xf32>`: a reshape, which costs nothing.
+    `%rows = exec.view %w offset 8 : memref<4x8xf32> to memref<2x8xf32>`: the source's elements
+    [offset, offset + the view's count), here rows 1 and 2 of %w (hcp-slice-gemms reads and
+    writes a weight's row blocks so).
+  }];
+  let arguments = (ins Exec_Buffer:$source, OptionalAttr<I64Attr>:$offset);
   let results = (outs Exec_Buffer:$result);
-  let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+  let assemblyFormat = [{
+    $source (`offset` $offset^)? attr-dict `:` type($source) `to` type($result)
+  }];
   let hasVerifier = 1;
 }
 

@@ -46,6 +46,33 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def SliceGemms : Pass<"hcp-slice-gemms", "mlir::ModuleOp"> {
+  let summary = "compute a GEMM's column slices as GEMMs of their own, and a gradient's column "
+                "blocks into its GEMMs block by block";
+  let description = [{
+    Mamba's in_proj computes z, xBC and dt as one product whose columns are then copied out
+    (`slice_columns`), and its backward copies their gradients into one buffer again
+    (`insert_columns`) for the two GEMMs of the projection's backward. Those copies go:
+    - a `gemm` y = a b^T whose activation y only `slice_columns` launches of whole rows read
+      becomes one GEMM per slice, at the product's place, with the weight's rows of that slice
+      (an `exec.view` with an offset) and the slice's output as its own;
+    - an activation dy written only by `insert_columns` launches that fill each of its columns
+      once, then read only as the left operand of GEMMs, is never assembled: dy w (w's rows
+      are dy's columns) becomes the sum of the blocks' products, each `gemm_add`ed to the ones
+      before it (and to the reader's addend) through partial sums of the output's shape; dy^T x
+      becomes one GEMM per block into the output's rows of that block.
+    The blocks must still hold at each reader what was inserted, and a slice's output must be
+    untouched between the product and the slice. The backward's sum is rounded once per block,
+    where the assembled product rounded once in all (bf16 plans: a few more roundings of the
+    input gradient; f32 plans: the order of the sum).
+  }];
+  let statistics = [
+    Statistic<"slicedProducts", "sliced-products", "products computed slice by slice">,
+    Statistic<"assembledGradients", "assembled-gradients",
+              "gradients read block by block instead of assembled">
+  ];
+}
+
 def FuseConvSilu : Pass<"hcp-fuse-conv-silu", "mlir::ModuleOp"> {
   let summary = "fold the SiLU after each causal conv1d into the conv's kernels";
   let description = [{

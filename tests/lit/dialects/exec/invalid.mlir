@@ -65,6 +65,15 @@ func.func @bad_view(%a: memref<4x2xf32>) {
 
 // -----
 
+// A view with an offset is a part of its source: it ends inside it.
+func.func @view_past_the_end(%a: memref<4x2xf32>) {
+  // expected-error @+1 {{a view of elements [6, 10) lies outside its source of 8}}
+  %0 = exec.view %a offset 6 : memref<4x2xf32> to memref<2x2xf32>
+  return
+}
+
+// -----
+
 // Only parameters and their gradients are split into shards (expert parallelism).
 func.func @shards_on_activation() {
   // expected-error @+1 {{buffer 'act.0': only parameters and their gradients are split into shards}}

@@ -23,6 +23,8 @@ func.func @step() {
   exec.launch "embedding.forward" ins(%table, %ids : memref<8x2xf32>, memref<1x4xi32>) outs(%e : memref<1x4x2xf32>) {ints = array<i64: 4, 8, 2>, floats = array<f64: 12.0>}
   // CHECK: %[[V:.+]] = exec.view %[[E]] : memref<1x4x2xf32> to memref<4x2xf32>
   %v = exec.view %e : memref<1x4x2xf32> to memref<4x2xf32>
+  // CHECK: exec.view %[[T]] offset 4 : memref<8x2xf32> to memref<3x2xf32>
+  %rows = exec.view %table offset 4 : memref<8x2xf32> to memref<3x2xf32>
   // CHECK: exec.launch "fill" outs(%[[G]] : memref<8x2xf32>)
   exec.launch "fill" outs(%grad : memref<8x2xf32>) {ints = array<i64: 16>, floats = array<f64: 0.0>}
   %loss = exec.buffer activations "act.1" offset 64 : memref<f32>

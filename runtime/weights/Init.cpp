@@ -37,7 +37,9 @@ uint64_t InitStreamKey(uint64_t seed, std::string_view name) {
 void FillNormal(float* out, int64_t begin, int64_t count, uint64_t seed, std::string_view name,
                 float stddev) {
   const uint64_t key = InitStreamKey(seed, name);
-  for (int64_t j = 0; j < count; ++j) {
+  // A pair at a time (both of its elements share the radius and angle), but for an element
+  // whose partner lies outside [begin, begin + count).
+  for (int64_t j = 0; j < count;) {
     const uint64_t i = static_cast<uint64_t>(begin + j);
     const uint64_t pair = i >> 1;
     // 1 - u lies in (0, 1], so the log is finite. Computed in double: a float log and sqrt
@@ -46,8 +48,11 @@ void FillNormal(float* out, int64_t begin, int64_t count, uint64_t seed, std::st
     const double u2 = Uniform(Draw(key, 2 * pair + 1));
     const double radius = std::sqrt(-2.0 * std::log(u1));
     const double angle = 2.0 * std::numbers::pi * u2;
-    const double z = (i & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
-    out[j] = static_cast<float>(z * stddev);
+    if ((i & 1) == 0) {
+      out[j++] = static_cast<float>(radius * std::cos(angle) * stddev);
+      if (j == count) break;
+    }
+    out[j++] = static_cast<float>(radius * std::sin(angle) * stddev);
   }
 }
 

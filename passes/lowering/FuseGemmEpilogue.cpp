@@ -1,5 +1,5 @@
 // hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch, and a scale
-// that only GEMMs read goes into their alphas.
+// that only GEMMs read, or that alone reads a GEMM's product, goes into their alphas.
 #include <optional>
 #include <vector>
 
@@ -152,6 +152,32 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   return true;
 }
 
+// A GEMM whose product only a scale reads (the logits divided by logits_scaling, read by the
+// cross entropy): the GEMM takes the factor into its alpha and writes the scale's output.
+// Returns whether it folded.
+bool foldScaleIntoProduct(exec::LaunchOp launch, Accesses& accesses) {
+  std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch);
+  if (!gemm || elementsOf(gemm->c) != gemm->m * gemm->n) return false;
+  exec::LaunchOp next = accesses.soleReader(gemm->c, launch);
+  std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(next);
+  if (!scale || scale->n != gemm->m * gemm->n || elementsOf(scale->y) != scale->n) return false;
+  // The GEMM writes the scaled values where it ran: nothing may look at them in between, and
+  // they overwrite none of its operands.
+  if (accesses.touchedBetween(scale->y, accesses.position(launch), accesses.position(next),
+                              /*any=*/true)) {
+    return false;
+  }
+  if (rootOf(scale->y) == rootOf(gemm->a) || rootOf(scale->y) == rootOf(gemm->b)) return false;
+  accesses.defineBefore(scale->y, launch);
+  gemm->alpha *= scale->factor;
+  gemm->c = scale->y;
+  updateLaunch(launch, *gemm);
+  accesses.replace(launch, launch);
+  accesses.forget(next);
+  next.erase();
+  return true;
+}
+
 struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>()) fuseFunction(func);
@@ -163,7 +189,7 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
         fold(*chain, accesses);
         return true;
       }
-      if (foldScaleIntoReaders(launch, accesses)) {
+      if (foldScaleIntoReaders(launch, accesses) || foldScaleIntoProduct(launch, accesses)) {
         ++fusedScales;
         return true;
       }

@@ -38,7 +38,9 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     larger than the product (the activation peak does not rise). A chain is left alone when its
     add broadcasts, or when neither place works. A scale whose result only GEMMs read as an operand (the backward's
     gradient times the residual multiplier, before the projections' products) goes into their
-    alphas instead, unless its input changes before the last of them reads it.
+    alphas instead, unless its input changes before the last of them reads it. A scale that is
+    the only reader of a GEMM's product (the logits divided by logits_scaling) goes into that
+    GEMM's alpha, which then writes the scaled values, unless they are touched in between.
   }];
   let statistics = [
     Statistic<"fusedAdds", "fused-adds", "adds folded into a GEMM">,

@@ -285,3 +285,48 @@ func.func @scale_input_overwritten() {
   exec.result "dy", %dy : memref<4x16xf32>
   return
 }
+
+// -----
+
+// The logits divided by logits_scaling: the product only feeds the scale, so the GEMM takes the
+// factor into its alpha and writes the scaled logits (declared after it, moved up).
+// CHECK-LABEL: func.func @scaled_product
+// CHECK-DAG: %[[H:.*]] = exec.buffer activations "h"
+// CHECK-DAG: %[[W:.*]] = exec.buffer parameters "w"
+// CHECK-DAG: %[[S:.*]] = exec.buffer activations "scaled"
+// CHECK: exec.launch "gemm" ins(%[[H]], %[[W]] : {{.*}}) outs(%[[S]] : {{.*}}) {floats = array<f64: 5.000000e-01>, ints = array<i64: 0, 1, 4, 8, 16>}
+// CHECK-NOT: exec.launch "scale"
+// CHECK-NOT: "logits"
+// CHECK: exec.launch "silu.forward" ins(%[[S]]
+func.func @scaled_product() {
+  %h = exec.buffer activations "h" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
+  exec.launch "fill" outs(%h : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  %l = exec.buffer activations "logits" : memref<4x8xf32>
+  exec.launch "gemm" ins(%h, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%l : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 2.0>}
+  %s = exec.buffer activations "scaled" : memref<4x8xf32>
+  exec.launch "scale" ins(%l : memref<4x8xf32>) outs(%s : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 0.25>}
+  %k = exec.buffer activations "k" : memref<4x8xf32>
+  exec.launch "silu.forward" ins(%s : memref<4x8xf32>) outs(%k : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64>}
+  exec.result "k", %k : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The product is read by something besides the scale: it must be stored. Left alone.
+// CHECK-LABEL: func.func @scaled_product_read_twice
+// CHECK: exec.launch "gemm" {{.*}} {floats = array<f64: 2.000000e+00>
+// CHECK: exec.launch "scale"
+func.func @scaled_product_read_twice() {
+  %h = exec.buffer activations "h" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x16xf32>
+  exec.launch "fill" outs(%h : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  %l = exec.buffer activations "logits" : memref<4x8xf32>
+  exec.launch "gemm" ins(%h, %w : memref<4x16xf32>, memref<8x16xf32>) outs(%l : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 16>, floats = array<f64: 2.0>}
+  %s = exec.buffer activations "scaled" : memref<4x8xf32>
+  exec.launch "scale" ins(%l : memref<4x8xf32>) outs(%s : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 0.25>}
+  exec.result "scaled", %s : memref<4x8xf32>
+  exec.result "logits", %l : memref<4x8xf32>
+  return
+}

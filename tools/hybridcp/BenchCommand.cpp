@@ -277,7 +277,11 @@ absl::Status RunBench(const Args& args) {
   std::fflush(stdout);
 
   Executor& exec = rank.executor();
+  const auto init_start = std::chrono::steady_clock::now();
   HCP_RETURN_IF_ERROR(exec.InitializeParameters(static_cast<uint64_t>(o.seed)));
+  // A large model's random start takes a while on the host: say how long, apart from the steps.
+  std::printf("parameters: initialised in %.1f s\n", Seconds(init_start));
+  std::fflush(stdout);
   std::unique_ptr<train::Optimizer> optimizer;
   if (o.optimizer) {
     HCP_ASSIGN_OR_RETURN(optimizer,

@@ -18,6 +18,11 @@ inline exec::BufferOp rootOf(mlir::Value value) {
   return value.getDefiningOp<exec::BufferOp>();
 }
 
+// The element count of a buffer or view.
+inline int64_t elementsOf(mlir::Value value) {
+  return mlir::cast<mlir::MemRefType>(value.getType()).getNumElements();
+}
+
 // A buffer's size in bytes.
 inline int64_t bytesOf(exec::BufferOp buffer) {
   mlir::MemRefType type = buffer.getType();

@@ -19,8 +19,6 @@ namespace {
 
 using namespace mlir;
 
-int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
-
 using GemmArgs = plan::GemmArgs<Value>;
 using GemmAddArgs = plan::GemmAddArgs<Value>;
 
@@ -201,17 +199,8 @@ struct FuseGemmEpiloguePass : impl::FuseGemmEpilogueBase<FuseGemmEpiloguePass> {
     exec::LaunchOp place = chain.atAdd ? chain.add : chain.gemmLaunch;
     accesses.defineBefore(chain.addend, place);
     accesses.defineBefore(chain.out, place);
-    GemmAddArgs fused;
-    fused.trans_a = chain.gemm.trans_a;
-    fused.trans_b = chain.gemm.trans_b;
-    fused.m = chain.gemm.m;
-    fused.n = chain.gemm.n;
-    fused.k = chain.gemm.k;
+    GemmAddArgs fused = withAddend(chain.gemm, chain.addend, chain.out);
     fused.alpha = chain.alpha;
-    fused.a = chain.gemm.a;
-    fused.b = chain.gemm.b;
-    fused.c = chain.addend;
-    fused.out = chain.out;
     OpBuilder b(place);
     accesses.replace(place, createLaunch(b, chain.gemmLaunch.getLoc(), fused));
     accesses.forget(chain.atAdd ? chain.gemmLaunch : chain.add);

@@ -35,6 +35,38 @@ exec::LaunchOp createLaunch(mlir::OpBuilder& builder, mlir::Location loc, const 
                                 builder.getDenseF64ArrayAttr(lists.floats));
 }
 
+// A gemm's arguments as a gemm_add's that adds `addend` and writes `out`.
+inline plan::GemmAddArgs<mlir::Value> withAddend(const plan::GemmArgs<mlir::Value>& gemm,
+                                                 mlir::Value addend, mlir::Value out) {
+  plan::GemmAddArgs<mlir::Value> args;
+  args.trans_a = gemm.trans_a;
+  args.trans_b = gemm.trans_b;
+  args.m = gemm.m;
+  args.n = gemm.n;
+  args.k = gemm.k;
+  args.alpha = gemm.alpha;
+  args.a = gemm.a;
+  args.b = gemm.b;
+  args.c = addend;
+  args.out = out;
+  return args;
+}
+
+// A gemm_add's arguments without the addend: the gemm that writes its out.
+inline plan::GemmArgs<mlir::Value> withoutAddend(const plan::GemmAddArgs<mlir::Value>& args) {
+  plan::GemmArgs<mlir::Value> gemm;
+  gemm.trans_a = args.trans_a;
+  gemm.trans_b = args.trans_b;
+  gemm.m = args.m;
+  gemm.n = args.n;
+  gemm.k = args.k;
+  gemm.alpha = args.alpha;
+  gemm.a = args.a;
+  gemm.b = args.b;
+  gemm.c = args.out;
+  return gemm;
+}
+
 // Writes `args` into `launch`, a launch of Args' kernel, in place (the op stays the same op).
 template <typename Args>
 void updateLaunch(exec::LaunchOp launch, const Args& args) {

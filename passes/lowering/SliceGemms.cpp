@@ -29,8 +29,6 @@ using GemmAddArgs = plan::GemmAddArgs<Value>;
 using SliceArgs = plan::SliceColumnsArgs<Value>;
 using InsertArgs = plan::InsertColumnsArgs<Value>;
 
-int64_t elementsOf(Value value) { return cast<MemRefType>(value.getType()).getNumElements(); }
-
 // Rows [first, first + count) of `matrix`, a row-major buffer of rows of `width` elements.
 Value rowsOf(OpBuilder& b, Location loc, Value matrix, int64_t first, int64_t count,
              int64_t width) {
@@ -45,19 +43,8 @@ struct Product {
 };
 
 std::optional<Product> productOf(exec::LaunchOp launch) {
-  if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch)) {
-    GemmAddArgs args;
-    args.trans_a = gemm->trans_a;
-    args.trans_b = gemm->trans_b;
-    args.m = gemm->m;
-    args.n = gemm->n;
-    args.k = gemm->k;
-    args.alpha = gemm->alpha;
-    args.a = gemm->a;
-    args.b = gemm->b;
-    args.out = gemm->c;
-    return Product{launch, args};
-  }
+  if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch))
+    return Product{launch, withAddend(*gemm, /*addend=*/Value(), gemm->c)};
   if (std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(launch))
     return Product{launch, *gemmAdd};
   return std::nullopt;
@@ -66,17 +53,7 @@ std::optional<Product> productOf(exec::LaunchOp launch) {
 // Launches `args` at `builder`'s place: a gemm when it has no addend, else a gemm_add.
 exec::LaunchOp launchProduct(OpBuilder& builder, Location loc, const GemmAddArgs& args) {
   if (args.c) return createLaunch(builder, loc, args);
-  GemmArgs gemm;
-  gemm.trans_a = args.trans_a;
-  gemm.trans_b = args.trans_b;
-  gemm.m = args.m;
-  gemm.n = args.n;
-  gemm.k = args.k;
-  gemm.alpha = args.alpha;
-  gemm.a = args.a;
-  gemm.b = args.b;
-  gemm.c = args.out;
-  return createLaunch(builder, loc, gemm);
+  return createLaunch(builder, loc, withoutAddend(args));
 }
 
 // --- the forward: a product read only by column slices ------------------------------------------
@@ -100,7 +77,6 @@ std::optional<SlicedProduct> slicedProduct(exec::LaunchOp launch, const Accesses
   for (exec::LaunchOp reader : sliced.slices) {
     std::optional<SliceArgs> slice = decodeLaunch<plan::SliceColumnsArgs>(reader);
     if (!slice || slice->rows != gemm->m || slice->in_cols != gemm->n) return std::nullopt;
-    if (rootOf(slice->in) != product) return std::nullopt;
     // The slice's output is written earlier now: nothing may touch it in between, and it is
     // none of the GEMM's operands.
     if (accesses.touchedBetween(slice->out, at, accesses.position(reader), /*any=*/true))

@@ -1337,9 +1337,13 @@ int main(int argc, char** argv) {
         {"ring: first rows see nothing off=-300", 1, 500, 900, 4, 2, 128, true, 0, 300, 0, false},
         {"ring: band off=37, Sq > Sk", 1, 450, 200, 4, 1, 128, true, 537, 500, 0, false},
         {"tiny s=8192 12/4 d128", 1, 8192, 8192, 12, 4, 128, true, 0, 0, 1.0 / 128, true},
-        // Packed documents (the mma.sync kernels, with block skipping): one rank's rows, and ring
-        // blocks whose rows continue a document from an earlier rank.
+        // Packed documents (key blocks no row sees are skipped; head_dim 128 on the Hopper
+        // kernels, as the others, unless HCP_ATTN_IMPL=fa2): one rank's rows, and ring blocks
+        // whose rows continue a document from an earlier rank.
         {"documents 12/4 d128 B=2", 2, 700, 700, 12, 4, 128, true, 0, 0, 0, false, 150},
+        {"documents 6/2 d128 B=2, long", 2, 1000, 1000, 6, 2, 128, true, 0, 0, 0, false, 700},
+        {"ring documents: first rows see nothing", 1, 500, 900, 4, 2, 128, true, 0, 300, 0, false,
+         400},
         {"documents 4/2 d64, short", 1, 300, 300, 4, 2, 64, true, 0, 0, 0, false, 20},
         {"ring documents: band off=100", 1, 400, 333, 12, 4, 128, true, 1000, 900, 0, false, 120},
         {"ring documents: block fully visible", 1, 256, 256, 12, 4, 128, true, 256, 0, 0, false,

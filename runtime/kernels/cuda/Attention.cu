@@ -245,12 +245,12 @@ Status attention_forward(cudaStream_t stream, bf16* out, float* lse, const bf16*
                   "unsupported shape (needs head_dim 64 or 128, q_heads % kv_heads == 0)");
   }
   const int64_t off = q_pos0 - k_pos0;
-  // Packed documents run on the mma.sync kernels (the Hopper kernels take no positions).
-  if (q_positions == nullptr && seq_detail::attn_hopper_usable(s, scale) &&
+  if (seq_detail::attn_hopper_usable(s, scale) &&
       seq_detail::attn_aligned16(out) && seq_detail::attn_aligned16(q) &&
       seq_detail::attn_aligned16(k) && seq_detail::attn_aligned16(v)) {
     const cudaError_t err =
-        seq_detail::attn_hopper_forward(stream, out, lse, q, k, v, s, scale, causal, off);
+        seq_detail::attn_hopper_forward(stream, out, lse, q, k, v, s, scale, causal, off,
+                                        q_positions);
     if (err != cudaSuccess) return Status::Cuda("attention_forward", err);
     return Status();
   }

@@ -471,8 +471,7 @@ Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, con
   }
   float* delta = static_cast<float*>(workspace.ptr);
   const int64_t off = q_pos0 - k_pos0;
-  // Packed documents run on the mma.sync kernels (the Hopper kernels take no positions).
-  if (q_positions == nullptr && seq_detail::attn_hopper_usable(s, scale) &&
+  if (seq_detail::attn_hopper_usable(s, scale) &&
       seq_detail::attn_aligned16(q) && seq_detail::attn_aligned16(k) &&
       seq_detail::attn_aligned16(v) && seq_detail::attn_aligned16(dout) &&
       seq_detail::attn_aligned16(workspace.ptr)) {
@@ -481,10 +480,10 @@ Status attention_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* dv, con
         seq_detail::attn_hopper_bwd_buffers(s, !det, workspace.ptr);
     if (workspace.bytes < buf.bytes) return Status("attention_backward", "workspace too small");
     cudaError_t err = seq_detail::attn_hopper_backward(stream, dq, dk, dv, dout, q, k, v, out, lse,
-                                                       s, scale, causal, off, buf);
+                                                       s, scale, causal, off, buf, q_positions);
     if (err == cudaSuccess && det) {
       err = seq_detail::launch_dq<128>(stream, dq, dout, q, k, v, lse, buf.delta, buf.sq_pad,
-                                       /*q_positions=*/nullptr, s, scale, causal, off);
+                                       q_positions, s, scale, causal, off);
     }
     if (err != cudaSuccess) return Status::Cuda("attention_backward", err);
     return Status();

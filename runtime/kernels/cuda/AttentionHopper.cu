@@ -54,6 +54,10 @@ namespace hcp::cuda {
 namespace hopper {
 namespace {
 
+using seq_detail::attn_first_key;
+using seq_detail::attn_first_key_block;
+using seq_detail::attn_rows_seeing;
+
 constexpr int kD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -247,7 +251,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
                            const __grid_constant__ CUtensorMap tm_v,
                            const __grid_constant__ CUtensorMap tm_o, float* __restrict__ lse,
                            int Sq, int Sk, int Hq, int Hkv, float scale_log2, bool causal,
-                           int64_t off) {
+                           int64_t off, const int32_t* __restrict__ q_positions) {
 #if HCP_HOPPER_ENABLED
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -265,6 +269,14 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     last = static_cast<int64_t>(i0) + kFwdM - 1 + off;
   }
   const int nkb = last < 0 ? 0 : static_cast<int>(last / kFwdN) + 1;
+  // Packed documents: the key blocks before the first row's document are skipped, and the
+  // blocks before the last row's document start are masked row by row (attn_first_key).
+  const int32_t* positions_b =
+      q_positions == nullptr ? nullptr : q_positions + static_cast<int64_t>(b) * Sq;
+  const int fkb = static_cast<int>(attn_first_key_block(positions_b, i0, off, kFwdN));
+  const int nit = nkb > fkb ? nkb - fkb : 0;  // key blocks nkb - 1 down to fkb
+  const int64_t tile_first_key =
+      positions_b == nullptr ? 0 : attn_first_key(positions_b, min(i0 + kFwdM, Sq) - 1, off);
 
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);
@@ -290,7 +302,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
                       i0 + w * 64, b);
         }
       }
-      for (int it = 0; it < nkb; it++) {
+      for (int it = 0; it < nit; it++) {
         const int kb = nkb - 1 - it, st = it & 1;
         if (it >= 2) mbar_wait(bar_empty + 8 * st, ((it >> 1) - 1) & 1);
         mbar_expect_tx(bar_k + 8 * st, 32768);
@@ -312,6 +324,11 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
     const int r_a = 64 * w + 16 * warp + g;  // tile-local rows of this thread: r_a, r_a + 8
+    // Their first visible keys (documents; rows past Sq take the last row's).
+    const int64_t first_key_a =
+        positions_b == nullptr ? 0 : attn_first_key(positions_b, min(i0 + r_a, Sq - 1), off);
+    const int64_t first_key_b =
+        positions_b == nullptr ? 0 : attn_first_key(positions_b, min(i0 + r_a + 8, Sq - 1), off);
 
     float o[64];
 #pragma unroll
@@ -341,19 +358,22 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     // by which the old O rows must be scaled.
     auto softmax = [&](int kb, float& alpha_a, float& alpha_b) {
       const int64_t j0 = static_cast<int64_t>(kb) * kFwdN;
-      const bool need_mask =
-          j0 + kFwdN > Sk || (causal && j0 + kFwdN - 1 > static_cast<int64_t>(i0) + off);
+      const bool need_mask = j0 + kFwdN > Sk ||
+                             (causal && j0 + kFwdN - 1 > static_cast<int64_t>(i0) + off) ||
+                             j0 < tile_first_key;
       if (need_mask) {
         const int kvalid = static_cast<int>(Sk - j0 < kFwdN ? Sk - j0 : kFwdN);
         const int diag = causal ? clamp_diag(static_cast<int64_t>(i0) + off - j0) : 512;
         const int lim_a = min(kvalid - 1, r_a + diag), lim_b = min(kvalid - 1, r_a + 8 + diag);
+        // Keys below lo are another document's (documents; 0 without).
+        const int lo_a = clamp_diag(first_key_a - j0), lo_b = clamp_diag(first_key_b - j0);
 #pragma unroll
         for (int n8 = 0; n8 < 16; n8++) {
           const int j = 8 * n8 + 2 * tq;
-          if (j > lim_a) s[4 * n8 + 0] = -INFINITY;
-          if (j + 1 > lim_a) s[4 * n8 + 1] = -INFINITY;
-          if (j > lim_b) s[4 * n8 + 2] = -INFINITY;
-          if (j + 1 > lim_b) s[4 * n8 + 3] = -INFINITY;
+          if (j > lim_a || j < lo_a) s[4 * n8 + 0] = -INFINITY;
+          if (j + 1 > lim_a || j + 1 < lo_a) s[4 * n8 + 1] = -INFINITY;
+          if (j > lim_b || j < lo_b) s[4 * n8 + 2] = -INFINITY;
+          if (j + 1 > lim_b || j + 1 < lo_b) s[4 * n8 + 3] = -INFINITY;
         }
       }
       float mx_a = m_a, mx_b = m_b;
@@ -392,7 +412,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     };
 
     mbar_wait(bar_q, 0);
-    if (nkb > 0) {
+    if (nit > 0) {
       float alpha_a, alpha_b;
       mbar_wait(bar_k, 0);
       wgmma_fence();
@@ -403,7 +423,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       softmax(nkb - 1, alpha_a, alpha_b);
 #pragma unroll
       for (int kk = 0; kk < 8; kk++) acc_to_a(p[kk], s, kk);
-      for (int it = 1; it < nkb; it++) {
+      for (int it = 1; it < nit; it++) {
         const int st = it & 1, ph = (it >> 1) & 1;
         const int pst = st ^ 1, pph = ((it - 1) >> 1) & 1;
         mbar_wait(bar_k + 8 * st, ph);
@@ -431,7 +451,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) acc_to_a(p[kk], s, kk);
       }
-      const int lst = (nkb - 1) & 1, lph = ((nkb - 1) >> 1) & 1;
+      const int lst = (nit - 1) & 1, lph = ((nit - 1) >> 1) & 1;
       mbar_wait(bar_v + 8 * lst, lph);
       wgmma_fence();
       issue_pv(lst);
@@ -508,7 +528,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
                            bf16* __restrict__ dk, bf16* __restrict__ dv,
                            const float* __restrict__ lse2, const float* __restrict__ delta, int Sq,
                            int Sk, int Hq, int Hkv, int Sq_pad, float scale, float scale_log2,
-                           bool causal, int64_t off) {
+                           bool causal, int64_t off, const int32_t* __restrict__ q_positions) {
 #if HCP_HOPPER_ENABLED
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -526,7 +546,16 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     qb_begin =
         first_row <= 0 ? 0 : static_cast<int>(first_row / kBwdM < nqb ? first_row / kBwdM : nqb);
   }
-  const int per_head = nqb - qb_begin;
+  // Packed documents: the query rows whose document starts after this key block see none of it
+  // (they are the last rows: attn_rows_seeing).
+  const int32_t* positions_b =
+      q_positions == nullptr ? nullptr : q_positions + static_cast<int64_t>(b) * Sq;
+  const int qb_end =
+      positions_b == nullptr
+          ? nqb
+          : static_cast<int>((attn_rows_seeing(positions_b, Sq, off, j0 + kBwdN) + kBwdM - 1) /
+                             kBwdM);
+  const int per_head = qb_end > qb_begin ? qb_end - qb_begin : 0;
   const int iters = per_head * group;
 
   if (threadIdx.x == 0) {
@@ -616,8 +645,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 
       // P^T (rows = keys, columns = query rows of the block).
       const uint32_t l_addr = base + BwdSmem::kL + st * 256, e_addr = base + BwdSmem::kE + st * 256;
-      const bool need_mask = j0 + kBwdN > Sk || (causal && static_cast<int64_t>(j0) + kBwdN - 1 >
-                                                               static_cast<int64_t>(i0) + off);
+      // Documents: some of the block's rows start their document after this key block starts.
+      const bool doc_mask =
+          positions_b != nullptr && attn_first_key(positions_b, min(i0 + kBwdM, Sq) - 1, off) > j0;
+      const bool need_mask = j0 + kBwdN > Sk || doc_mask ||
+                             (causal && static_cast<int64_t>(j0) + kBwdN - 1 >
+                                            static_cast<int64_t>(i0) + off);
       // Column (query row) c sees this thread's key k iff c >= lim: lim = k - diag (causal), and
       // no column sees a key past the end.
       int lim_a = -(1 << 20), lim_b = -(1 << 20);
@@ -636,6 +669,20 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         sacc[4 * n8 + 2] = c >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 2], scale_log2, -L.x)) : 0.f;
         sacc[4 * n8 + 3] =
             c + 1 >= lim_b ? fast_exp2(fmaf(sacc[4 * n8 + 3], scale_log2, -L.y)) : 0.f;
+      }
+      if (doc_mask) {
+        // Column c sees key k only from its document's first key on (a row past Sq takes the
+        // last row's first key: its dout is zero, so it adds nothing either way).
+#pragma unroll
+        for (int n8 = 0; n8 < 8; n8++) {
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int row = min(i0 + 8 * n8 + 2 * tq + e, Sq - 1);
+            const int64_t lo = attn_first_key(positions_b, row, off) - j0;
+            if (k_a < lo) sacc[4 * n8 + e] = 0.f;
+            if (k_a + 8 < lo) sacc[4 * n8 + 2 + e] = 0.f;
+          }
+        }
       }
       wgmma_wait<0>();
       fence_regs(dpacc);
@@ -884,7 +931,7 @@ bool attn_hopper_usable(const AttentionShape& s, float scale) {
 
 cudaError_t attn_hopper_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* q,
                                 const bf16* k, const bf16* v, const AttentionShape& s, float scale,
-                                bool causal, int64_t off) {
+                                bool causal, int64_t off, const int32_t* q_positions) {
   using namespace hopper;
   CUtensorMap tq, tk, tv, to;
   if (!make_map(&tq, q, s.batch, s.q_len, s.q_heads, 64) ||
@@ -901,7 +948,8 @@ cudaError_t attn_hopper_forward(cudaStream_t stream, bf16* out, float* lse, cons
             static_cast<unsigned>(s.batch));
   attn_fwd_hopper_kernel<<<grid, kFwdThreads, smem, stream>>>(
       tq, tk, tv, to, lse, static_cast<int>(s.q_len), static_cast<int>(s.kv_len),
-      static_cast<int>(s.q_heads), static_cast<int>(s.kv_heads), scale * kLog2e, causal, off);
+      static_cast<int>(s.q_heads), static_cast<int>(s.kv_heads), scale * kLog2e, causal, off,
+      q_positions);
   return cudaGetLastError();
 }
 
@@ -926,7 +974,7 @@ cudaError_t attn_hopper_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* 
                                  const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                  const bf16* out, const float* lse, const AttentionShape& s,
                                  float scale, bool causal, int64_t off,
-                                 const AttnHopperBwdBuffers& buf) {
+                                 const AttnHopperBwdBuffers& buf, const int32_t* q_positions) {
   using namespace hopper;
   const bool with_dq = buf.dq_acc != nullptr;
   const int Sq_pad = static_cast<int>(buf.sq_pad);
@@ -956,7 +1004,7 @@ cudaError_t attn_hopper_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* 
   kernel<<<grid, kBwdThreads, smem, stream>>>(
       tq, tk, tv, tdo, buf.dq_acc, dk, dv, buf.lse2, buf.delta, static_cast<int>(s.q_len),
       static_cast<int>(s.kv_len), static_cast<int>(s.q_heads), static_cast<int>(s.kv_heads), Sq_pad,
-      scale, scale * kLog2e, causal, off);
+      scale, scale * kLog2e, causal, off, q_positions);
   err = cudaGetLastError();
   if (err != cudaSuccess || !with_dq) return err;
   const int64_t tiles = s.batch * s.q_heads * (buf.sq_pad / kBwdM);

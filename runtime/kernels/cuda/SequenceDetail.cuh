@@ -270,12 +270,12 @@ __device__ __forceinline__ int64_t attn_first_key(const int32_t* q_positions_b, 
                                                   int64_t off) {
   return i + off - q_positions_b[i];
 }
-// The first key block the query rows from i0 on can see (0 without documents).
+// The first key block (of `block` keys) the query rows from i0 on can see (0 without documents).
 __device__ __forceinline__ int64_t attn_first_key_block(const int32_t* q_positions_b, int64_t i0,
-                                                        int64_t off) {
+                                                        int64_t off, int block = kAttnBlock) {
   if (q_positions_b == nullptr) return 0;
   const int64_t first = attn_first_key(q_positions_b, i0, off);
-  return first <= 0 ? 0 : first / kAttnBlock;
+  return first <= 0 ? 0 : first / block;
 }
 // The number of leading rows (of Sq) whose first visible key is below j_end.
 __device__ __forceinline__ int64_t attn_rows_seeing(const int32_t* q_positions_b, int64_t Sq,
@@ -319,9 +319,10 @@ AttnImpl attn_impl();
 bool attn_hopper_usable(const AttentionShape& s, float scale);
 // The copy engine needs 16-byte aligned tensors.
 inline bool attn_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// q_positions: packed documents, as attn_first_key (null: one document).
 cudaError_t attn_hopper_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* q,
                                 const bf16* k, const bf16* v, const AttentionShape& s, float scale,
-                                bool causal, int64_t off);
+                                bool causal, int64_t off, const int32_t* q_positions);
 // The backward's workspace: Delta and lse * log2(e) per row [B, Hq, sq_pad] (sq_pad = q_len
 // rounded up to 64), and with_dq the fp32 dq accumulator [B, Hq, sq_pad, 128].
 struct AttnHopperBwdBuffers {
@@ -337,7 +338,7 @@ cudaError_t attn_hopper_backward(cudaStream_t stream, bf16* dq, bf16* dk, bf16* 
                                  const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                  const bf16* out, const float* lse, const AttentionShape& s,
                                  float scale, bool causal, int64_t off,
-                                 const AttnHopperBwdBuffers& buf);
+                                 const AttnHopperBwdBuffers& buf, const int32_t* q_positions);
 
 inline int64_t ssd_num_chunks(const SsdShape& s) { return (s.seq + s.chunk - 1) / s.chunk; }
 inline size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }

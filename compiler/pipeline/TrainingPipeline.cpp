@@ -61,6 +61,7 @@ void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOption
   pm.addPass(createLowerToExec());
   pm.addPass(createFuseGemmEpilogue());
   pm.addPass(createSliceGemms());
+  pm.addPass(createFuseNormResidual());
   if (options.fuseConvSilu) pm.addPass(createFuseConvSilu());
   if (!options.recomputeExpertH) pm.addPass(createKeepExpertH());
   pm.addPass(createOverlapCollectives());

@@ -75,6 +75,23 @@ def SliceGemms : Pass<"hcp-slice-gemms", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseNormResidual : Pass<"hcp-fuse-norm-residual", "mlir::ModuleOp"> {
+  let summary = "add the residual stream's gradient inside the RMSNorm backward";
+  let description = [{
+    Every pre-norm block's backward ends with dh = dh_above + rms_norm.backward(...): the
+    residual stream's gradient added to the norm's input gradient. Where an
+    `rms_norm.backward`'s dx is an activation only an `add` of the same size reads, the norm
+    takes the add's other operand as `dresidual` (its has_residual flag) and writes the sum
+    where the add wrote, at its own place: dx is then neither stored nor read back and the sum
+    is rounded once. Left alone when the other operand is written between the two launches,
+    the add's output is touched in between or is one of the norm's operands, or the add
+    broadcasts.
+  }];
+  let statistics = [
+    Statistic<"fusedResiduals", "fused-residuals", "residual adds folded into an RMSNorm backward">
+  ];
+}
+
 def FuseConvSilu : Pass<"hcp-fuse-conv-silu", "mlir::ModuleOp"> {
   let summary = "fold the SiLU after each causal conv1d into the conv's kernels";
   let description = [{

@@ -46,7 +46,8 @@ namespace hcp::plan {
 // 13: the MoE load-balancing loss: Plan.router_aux_loss, the router_load and router_aux_loss
 //     kernels; packed documents: Plan.position_ids and the sequence kernels' documents flag and
 //     positions.
-inline constexpr uint32_t kPlanSchemaVersion = 13;
+// 14: rms_norm.backward's has_residual flag (the residual stream's gradient added in).
+inline constexpr uint32_t kPlanSchemaVersion = 14;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 inline constexpr size_t kPlanChecksumBytes = 4;

@@ -57,25 +57,38 @@ void rms_case(Context& ctx, int64_t rows, int64_t dim, bool misalign, bool big) 
               {"rstd", rel_rms(rstd.download(), rstd_ref), kTolRstd}},
              ms_f, big ? tbps(2.0 * 2 * rows * dim, ms_f) : "");
 
-  // Backward with the saved rstd, and (odd shapes) with rstd recomputed from eps.
+  // Backward with the saved rstd, (odd shapes) with rstd recomputed from eps, and with the
+  // residual stream's gradient added to dx (rounded once: the reference is the fp32 sum of the
+  // bf16 residual and the fp32 gradient).
   Dev<float> rstd_saved(rows);
   rstd_saved.upload(rstd_ref);
   Dev<uint8_t> ws = scratch(rms_norm_backward_workspace_bytes(rows, dim));
-  for (bool saved : {true, false}) {
-    if (big && !saved) continue;
+  std::vector<float> residual = rounded(randn(rows * dim + off, ctx.seed(), 1.f));
+  Dev<bf16> dresidual = to_device<bf16>(residual);
+  std::vector<float> dx_sum_ref = strip(residual);
+  for (int64_t i = 0; i < rows * dim; ++i) dx_sum_ref[i] += dx_ref[i];
+  enum Variant { kSaved, kRecomputed, kResidual };
+  for (Variant variant : {kSaved, kRecomputed, kResidual}) {
+    if (big && variant == kRecomputed) continue;
+    const bool saved = variant != kRecomputed, summed = variant == kResidual;
     dx.poison();
     dw.poison();
     auto backward = [&] {
       check(rms_norm_backward(ctx.stream(), dx.get() + off, dw.get() + off, dyp, xp, wp,
+                              summed ? dresidual.get() + off : nullptr,
                               saved ? rstd_saved.get() : nullptr, rows, dim, kEps, ws.workspace()));
     };
     backward();
     ctx.sync();
     const double ms_b = big ? ctx.time_ms(backward) : -1;
-    ctx.report(saved ? "rms_norm.backward" : "rms_norm.backward (rstd recomputed)", shape,
-               {{"dx", rel_rms(strip(dx.download()), rounded(dx_ref)), kTolBf16},
-                {"dw", rel_rms(strip(dw.download()), rounded(dw_ref)), kTolBf16}},
-               ms_b, big ? tbps(2.0 * 3 * rows * dim, ms_b) : "");
+    const char* name = variant == kSaved        ? "rms_norm.backward"
+                       : variant == kRecomputed ? "rms_norm.backward (rstd recomputed)"
+                                                : "rms_norm.backward (+ residual)";
+    ctx.report(
+        name, shape,
+        {{"dx", rel_rms(strip(dx.download()), rounded(summed ? dx_sum_ref : dx_ref)), kTolBf16},
+         {"dw", rel_rms(strip(dw.download()), rounded(dw_ref)), kTolBf16}},
+        ms_b, big ? tbps(2.0 * (summed ? 4 : 3) * rows * dim, ms_b) : "");
   }
 }
 

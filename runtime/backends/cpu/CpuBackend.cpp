@@ -118,6 +118,13 @@ absl::Status RunRmsNormBackward(const Args& a) {
                           static_cast<float>(k.eps));
   rms_norm_backward<float>(k.dx.f32(), k.dw.f32(), k.dy.f32(), k.x.f32(), k.w.f32(), rstd.data(),
                            k.rows, k.dim);
+  // The residual stream's gradient, added as the `add` step it replaces would (the same f32
+  // sums).
+  if (k.has_residual) {
+    float* dx = k.dx.f32();
+    const float* dresidual = k.dresidual.f32();
+    for (int64_t i = 0; i < k.rows * k.dim; ++i) dx[i] += dresidual[i];
+  }
   return absl::OkStatus();
 }
 

@@ -87,9 +87,11 @@ absl::Status RunRmsNormForward(const Args& a, const plan::RmsNormForwardArgs<Dev
 
 // rstd is recomputed from x.
 absl::Status RunRmsNormBackward(const Args& a, const plan::RmsNormBackwardArgs<DeviceBuffer>& k) {
-  return Done(cuda::rms_norm_backward(
-      a.stream(), k.dx.as<bf16>(), k.dw.as<bf16>(), k.dy.as<bf16>(), k.x.as<bf16>(), k.w.as<bf16>(),
-      /*rstd=*/nullptr, k.rows, k.dim, static_cast<float>(k.eps), a.workspace()));
+  const bf16* dresidual = k.has_residual ? k.dresidual.as<bf16>() : nullptr;
+  return Done(cuda::rms_norm_backward(a.stream(), k.dx.as<bf16>(), k.dw.as<bf16>(), k.dy.as<bf16>(),
+                                      k.x.as<bf16>(), k.w.as<bf16>(), dresidual,
+                                      /*rstd=*/nullptr, k.rows, k.dim, static_cast<float>(k.eps),
+                                      a.workspace()));
 }
 size_t WorkspaceBytes(const plan::RmsNormBackwardArgs<DeviceBuffer>& k) {
   return cuda::rms_norm_backward_workspace_bytes(k.rows, k.dim);

@@ -182,9 +182,10 @@ Status column_sum(cudaStream_t stream, T* y, const T* x, int64_t rows, int64_t c
 Status rms_norm_forward(cudaStream_t stream, bf16* y, float* rstd, const bf16* x, const bf16* w,
                         int64_t rows, int64_t dim, float eps);
 size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t dim);
+// dresidual, nullable: added to dx (dx = the norm's input gradient + dresidual, rounded once).
 Status rms_norm_backward(cudaStream_t stream, bf16* dx, bf16* dw, const bf16* dy, const bf16* x,
-                         const bf16* w, const float* rstd, int64_t rows, int64_t dim, float eps,
-                         Workspace workspace);
+                         const bf16* w, const bf16* dresidual, const float* rstd, int64_t rows,
+                         int64_t dim, float eps, Workspace workspace);
 // Gated RMSNorm (gate before norm): u = y * silu(z) in fp32; out = u * rstd(u) * w.
 Status gated_rms_norm_forward(cudaStream_t stream, bf16* out, float* rstd, const bf16* y,
                               const bf16* z, const bf16* w, int64_t rows, int64_t dim, float eps);

@@ -85,9 +85,18 @@ struct Plain {
   static constexpr int kInputs = 1;
   const bf16* src[kInputs];  // x
   bf16* dx;
+  const bf16* residual;  // added to dx when not null
   __device__ static void value(float (&u)[8], const uint4* raw) { unpack8(u, raw[0]); }
   __device__ void grad(int64_t at, const float (&du)[8], const uint4*, int valid, bool vec) const {
-    store8_any(dx + at, du, valid, vec);
+    if (residual == nullptr) {
+      store8_any(dx + at, du, valid, vec);
+      return;
+    }
+    float sum[8];
+    load8_any(sum, residual + at, valid, vec);
+#pragma unroll
+    for (int e = 0; e < 8; e++) sum[e] += du[e];
+    store8_any(dx + at, sum, valid, vec);
   }
 };
 
@@ -521,8 +530,8 @@ Status norm_backward(const char* name, cudaStream_t stream, bf16* dw, In in, con
 Status rms_norm_forward(cudaStream_t stream, bf16* y, float* rstd, const bf16* x, const bf16* w,
                         int64_t rows, int64_t dim, float eps) {
   const bool vec = dim % 8 == 0 && aligned16(y) && aligned16(x) && aligned16(w);
-  return norm_forward("rms_norm.forward", stream, y, rstd, Plain{{x}, nullptr}, w, rows, dim, eps,
-                      vec);
+  return norm_forward("rms_norm.forward", stream, y, rstd, Plain{{x}, nullptr, nullptr}, w, rows,
+                      dim, eps, vec);
 }
 
 size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t dim) {
@@ -530,11 +539,12 @@ size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t dim) {
 }
 
 Status rms_norm_backward(cudaStream_t stream, bf16* dx, bf16* dw, const bf16* dy, const bf16* x,
-                         const bf16* w, const float* rstd, int64_t rows, int64_t dim, float eps,
-                         Workspace workspace) {
-  const bool vec = dim % 8 == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w);
-  return norm_backward("rms_norm.backward", stream, dw, Plain{{x}, dx}, dy, w, rstd, rows, dim, eps,
-                       vec, workspace);
+                         const bf16* w, const bf16* dresidual, const float* rstd, int64_t rows,
+                         int64_t dim, float eps, Workspace workspace) {
+  const bool vec = dim % 8 == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w) &&
+                   (dresidual == nullptr || aligned16(dresidual));
+  return norm_backward("rms_norm.backward", stream, dw, Plain{{x}, dx, dresidual}, dy, w, rstd,
+                       rows, dim, eps, vec, workspace);
 }
 
 Status gated_rms_norm_forward(cudaStream_t stream, bf16* out, float* rstd, const bf16* y,

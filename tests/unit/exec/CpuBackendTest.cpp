@@ -243,13 +243,28 @@ TEST(CpuBackend, RmsNorm) {
   OneStep g;
   const uint32_t dy = g.In({rows, dim}), gx = g.In({rows, dim}), gw = g.In({dim});
   const uint32_t dx = g.Out({rows, dim}), dw = g.Out({dim});
-  ASSERT_RUNS(g, "rms_norm.backward", {dy, gx, gw}, {dx, dw}, {rows, dim}, {eps});
+  ASSERT_RUNS(g, "rms_norm.backward", {dy, gx, gw}, {dx, dw}, {rows, dim, 0}, {eps});
   std::vector<float> y2(rows * dim), rstd2(rows), dx_want = g.Like(dx), dw_want = g.Like(dw);
   cpu::rms_norm_forward<float>(y2.data(), rstd2.data(), g.p(gx), g.p(gw), rows, dim, eps);
   cpu::rms_norm_backward<float>(dx_want.data(), dw_want.data(), g.p(dy), g.p(gx), g.p(gw),
                                 rstd2.data(), rows, dim);
   EXPECT_EQ(g.f32(dx), dx_want);
   EXPECT_EQ(g.f32(dw), dw_want);
+
+  // With the residual stream's gradient: dx is the same gradient plus it, as an add step after
+  // would give (the same f32 sums), and dw is unchanged.
+  OneStep r;
+  const uint32_t rdy = r.In({rows, dim}), rx = r.In({rows, dim}), rw = r.In({dim});
+  const uint32_t residual = r.In({rows, dim});
+  const uint32_t rdx = r.Out({rows, dim}), rdw = r.Out({dim});
+  ASSERT_RUNS(r, "rms_norm.backward", {rdy, rx, rw, residual}, {rdx, rdw}, {rows, dim, 1}, {eps});
+  std::vector<float> rdx_want = r.Like(rdx), rdw_want = r.Like(rdw);
+  cpu::rms_norm_forward<float>(y2.data(), rstd2.data(), r.p(rx), r.p(rw), rows, dim, eps);
+  cpu::rms_norm_backward<float>(rdx_want.data(), rdw_want.data(), r.p(rdy), r.p(rx), r.p(rw),
+                                rstd2.data(), rows, dim);
+  for (int64_t i = 0; i < rows * dim; ++i) rdx_want[i] += r.p(residual)[i];
+  EXPECT_EQ(r.f32(rdx), rdx_want);
+  EXPECT_EQ(r.f32(rdw), rdw_want);
 }
 
 TEST(CpuBackend, GatedRmsNorm) {

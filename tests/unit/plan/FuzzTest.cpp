@@ -206,7 +206,7 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("embedding.forward", {table, ids}, {A({T, H})}, {T, V, H}, {2.0});
   b.AddStep("embedding.backward", {dy, ids}, {A({V, H})}, {T, V, H, 0}, {2.0});
   b.AddStep("rms_norm.forward", {x, w}, {A({T, H})}, {T, H}, {1e-5});
-  b.AddStep("rms_norm.backward", {dy, x, w}, {A({T, H}), A({H})}, {T, H}, {1e-5});
+  b.AddStep("rms_norm.backward", {dy, x, w}, {A({T, H}), A({H})}, {T, H, 0}, {1e-5});
   const uint32_t z = P({T, H});
   b.AddStep("gated_rms_norm.forward", {x, z, w}, {A({T, H})}, {T, H}, {1e-5});
   b.AddStep("gated_rms_norm.backward", {dy, x, z, w}, {A({T, H}), A({T, H}), A({H})}, {T, H},

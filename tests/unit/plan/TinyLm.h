@@ -80,7 +80,7 @@ struct TinyLm {
     builder.AddStep("scale", {dlogits}, {dlogits_raw}, {T * V}, {kLogitScale});
     builder.AddStep("gemm", {dlogits_raw, table}, {dh}, {0, 0, T, H, V}, {1.0});
     builder.AddStep("gemm", {dlogits_raw, h}, {dtable_head}, {1, 0, V, H, T}, {1.0});
-    builder.AddStep("rms_norm.backward", {dh, x, norm}, {dx, dnorm}, {T, H}, {kEps});
+    builder.AddStep("rms_norm.backward", {dh, x, norm}, {dx, dnorm}, {T, H, 0}, {kEps});
     builder.AddStep("embedding.backward", {dx, ids}, {dtable_embed}, {T, V, H, -1},
                     {kEmbeddingMultiplier});
     add_step = builder.AddStep("add", {dtable_head, dtable_embed}, {dtable}, {V * H, V * H});

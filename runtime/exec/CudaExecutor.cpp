@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -237,10 +238,16 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
       cuda::gemm_context_create(&exec->gemm_, kGemmWorkspaceBytes, GemmLanes())));
   exec->allocated_bytes_ += need.gemm;
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->bad_position_),
-                                     sizeof(int32_t), "the bad-position flag"));
+                                     2 * sizeof(int32_t), "the bad-position flag"));
+  HCP_RETURN_IF_ERROR(exec->ToDevice(exec->bad_position_ + 1, &kNoBadPosition, sizeof(int32_t)));
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->squares_),
                                      sizeof(double) * std::max<size_t>(1, plan.parameters.size()),
                                      "the gradient norm's partial sums"));
+  std::vector<int64_t> slice_sizes;
+  for (const OptimizerSlice& slice : slices) slice_sizes.push_back(slice.count);
+  exec->squares_tables_.bytes = cuda::sum_of_squares_many_workspace_bytes(slice_sizes);
+  HCP_RETURN_IF_ERROR(exec->Allocate(&exec->squares_tables_.ptr, exec->squares_tables_.bytes,
+                                     "the gradient norm's tables"));
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(exec->stream_), "clearing the arenas"));
   exec->SampleMemory();
   return exec;
@@ -252,11 +259,16 @@ CudaExecutor::~CudaExecutor() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
   if (gemm_ != nullptr) cuda::gemm_context_destroy(gemm_);
+  for (cudaGraphExec_t graph : step_graphs_) {
+    if (graph != nullptr) cudaGraphExecDestroy(graph);
+  }
   for (std::byte* arena : arena_bases_) cudaFree(arena);
   cudaFree(workspace_);
   cudaFree(bad_position_);
   cudaFree(squares_);
+  cudaFree(squares_tables_.ptr);
   cudaFree(optimizer_memory_);
+  cudaFree(optimizer_tables_.ptr);
   cudaFree(gradient_stash_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
@@ -540,6 +552,33 @@ absl::Status CudaExecutor::RunStepProfiled(std::vector<double>* ms_per_kernel,
   return comm::AgreeOnStatus(communicator(), status);
 }
 
+bool CudaExecutor::StepsCanBeGraphed(bool profile, bool sum_gradients) const {
+  if (profile || sum_gradients || nccl_ != nullptr || graphs_off_) return false;
+  if (!host_copies_.copies.empty()) return false;
+  const char* setting = std::getenv("HCP_CUDA_GRAPHS");
+  return setting == nullptr || std::string_view(setting) != "0";
+}
+
+absl::Status CudaExecutor::CaptureSteps(const std::function<absl::Status()>& queue) {
+  cudaGraphExec_t& step_graph = step_graphs_[packs_documents_ ? 1 : 0];
+  // Relaxed: the steps' one-time setup calls (cudaFuncSetAttribute, ...) are allowed meanwhile.
+  HCP_RETURN_IF_ERROR(FromCuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
+                               "cudaStreamBeginCapture"));
+  const absl::Status queued = queue();
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+  if (queued.ok() && err == cudaSuccess) err = cudaGraphInstantiate(&step_graph, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!queued.ok()) return queued;
+  if (err != cudaSuccess) {
+    // Something in the steps cannot be captured: they are queued one by one from now on.
+    cudaGetLastError();
+    step_graph = nullptr;
+    graphs_off_ = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients,
                                     double* gradient_sums_after_ms) {
   HCP_RETURN_IF_ERROR(Activate());
@@ -569,69 +608,86 @@ absl::Status CudaExecutor::RunSteps(std::vector<double>* ms_per_kernel, bool sum
   cuda_backend::StepResources beside = resources;
   beside.stream = beside_stream_;
   beside.workspace = beside_workspace_;
-  // The kernels lower bad_position to the first bad token id / target they see.
-  HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(bad_position_, &kNoBadPosition, sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream_),
-                               "resetting the bad-position flag"));
   if (profile) {
     HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[0], stream_), "cudaEventRecord"));
   }
-  size_t summed = 0;                             // gradient sums started, in ready_order_
-  size_t in_flight = kOnComputeStream;           // the step running beside the compute stream
   std::vector<std::pair<size_t, size_t>> joins;  // profiled: (collective, step joined before)
-  auto join = [&](size_t before) {               // the compute stream waits for the step beside it
-    cudaStreamWaitEvent(stream_, beside_done_, 0);
-    if (profile) {
-      cudaEventRecord(join_events_[before], stream_);
-      joins.push_back({in_flight, before});
+  auto queue = [&]() -> absl::Status {
+    // The kernels lower bad_position to the first bad token id / target they see.
+    HCP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(bad_position_, bad_position_ + 1, sizeof(int32_t),
+                                                 cudaMemcpyDeviceToDevice, stream_),
+                                 "resetting the bad-position flag"));
+    size_t summed = 0;                    // gradient sums started, in ready_order_
+    size_t in_flight = kOnComputeStream;  // the step running beside the compute stream
+    auto join = [&](size_t before) {      // the compute stream waits for the step beside it
+      cudaStreamWaitEvent(stream_, beside_done_, 0);
+      if (profile) {
+        cudaEventRecord(join_events_[before], stream_);
+        joins.push_back({in_flight, before});
+      }
+      in_flight = kOnComputeStream;
+    };
+    HCP_RETURN_IF_ERROR(QueueHostCopies(cuda_backend::kBeforeTheSteps, stream_));
+    for (size_t i = 0; i < steps; ++i) {
+      if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
+        size_t ready = summed;
+        while (ready < ready_order_.size() && ready_after_step_[ready] < i) ++ready;
+        if (ready > summed) StartGradientSums(summed, ready);
+        summed = ready;
+      }
+      if (in_flight != kOnComputeStream && join_before_[in_flight] == i) join(i);
+      const bool is_beside = join_before_[i] != kOnComputeStream;
+      if (is_beside) {  // starts after the work queued so far, runs beside what follows
+        cudaEventRecord(beside_start_, stream_);
+        cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
+      }
+      cuda_backend::StepResources step_resources = is_beside ? beside : resources;
+      absl::Status status;
+      if (host_copies_.copy_of_step[i] >= 0) {
+        status = WaitForHostCopy(i);
+        step_resources.host_expert_ids = host_copy_data_[host_copies_.copy_of_step[i]];
+      }
+      if (status.ok()) status = cuda_backend::RunCudaStep(plan_, i, arena_bases_, step_resources);
+      if (status.ok()) status = QueueHostCopies(i, step_resources.stream);
+      if (is_beside) {
+        cudaEventRecord(beside_done_, beside_stream_);
+        in_flight = i;
+      }
+      if (!status.ok()) {
+        // Let the queued steps finish before anyone reads buffers. With several ranks the others
+        // now wait in a collective this rank will not join: their Wait times out and ends the job
+        // (a refusal here is a bug CheckPlanRunsOnCuda should have caught, or a launch failure).
+        cudaStreamSynchronize(stream_);
+        cudaStreamSynchronize(beside_stream_);
+        if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+        return status;
+      }
+      if (profile) {
+        HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
+      }
     }
-    in_flight = kOnComputeStream;
+    if (in_flight != kOnComputeStream) join(steps);
+    if (sum_gradients) {
+      if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
+      if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);
+      cudaEventRecord(grads_summed_, grad_stream_);
+      cudaStreamWaitEvent(stream_, grads_summed_, 0);
+    }
+    return absl::OkStatus();
   };
-  HCP_RETURN_IF_ERROR(QueueHostCopies(cuda_backend::kBeforeTheSteps, stream_));
-  for (size_t i = 0; i < steps; ++i) {
-    if (sum_gradients) {  // the gradients complete before step i: sum them while it runs
-      size_t ready = summed;
-      while (ready < ready_order_.size() && ready_after_step_[ready] < i) ++ready;
-      if (ready > summed) StartGradientSums(summed, ready);
-      summed = ready;
+  cudaGraphExec_t& step_graph = step_graphs_[packs_documents_ ? 1 : 0];
+  if (!StepsCanBeGraphed(profile, sum_gradients)) {
+    HCP_RETURN_IF_ERROR(queue());
+  } else if (step_graph == nullptr && runs_before_capture_ > 0) {
+    --runs_before_capture_;
+    HCP_RETURN_IF_ERROR(queue());
+  } else {
+    if (step_graph == nullptr) HCP_RETURN_IF_ERROR(CaptureSteps(queue));
+    if (step_graph != nullptr) {
+      HCP_RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(step_graph, stream_), "cudaGraphLaunch"));
+    } else {
+      HCP_RETURN_IF_ERROR(queue());  // graphs are off now
     }
-    if (in_flight != kOnComputeStream && join_before_[in_flight] == i) join(i);
-    const bool is_beside = join_before_[i] != kOnComputeStream;
-    if (is_beside) {  // starts after the work queued so far, runs beside what follows
-      cudaEventRecord(beside_start_, stream_);
-      cudaStreamWaitEvent(beside_stream_, beside_start_, 0);
-    }
-    cuda_backend::StepResources step_resources = is_beside ? beside : resources;
-    absl::Status status;
-    if (host_copies_.copy_of_step[i] >= 0) {
-      status = WaitForHostCopy(i);
-      step_resources.host_expert_ids = host_copy_data_[host_copies_.copy_of_step[i]];
-    }
-    if (status.ok()) status = cuda_backend::RunCudaStep(plan_, i, arena_bases_, step_resources);
-    if (status.ok()) status = QueueHostCopies(i, step_resources.stream);
-    if (is_beside) {
-      cudaEventRecord(beside_done_, beside_stream_);
-      in_flight = i;
-    }
-    if (!status.ok()) {
-      // Let the queued steps finish before anyone reads buffers. With several ranks the others
-      // now wait in a collective this rank will not join: their Wait times out and ends the job
-      // (a refusal here is a bug CheckPlanRunsOnCuda should have caught, or a launch failure).
-      cudaStreamSynchronize(stream_);
-      cudaStreamSynchronize(beside_stream_);
-      if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
-      return status;
-    }
-    if (profile) {
-      HCP_RETURN_IF_ERROR(FromCuda(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord"));
-    }
-  }
-  if (in_flight != kOnComputeStream) join(steps);
-  if (sum_gradients) {
-    if (summed < ready_order_.size()) StartGradientSums(summed, ready_order_.size());
-    if (profile) cudaEventRecord(events_[steps + 1], grad_stream_);
-    cudaEventRecord(grads_summed_, grad_stream_);
-    cudaStreamWaitEvent(stream_, grads_summed_, 0);
   }
   // A kernel that faults surfaces here; which step it was is not known without waiting after
   // every step (compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 tell).
@@ -707,6 +763,11 @@ absl::Status CudaExecutor::InitOptimizer() {
       bytes += OptimizerBytes(plan_, plan_.parameters[i], slices_[i]);
     }
     HCP_RETURN_IF_ERROR(Allocate(&optimizer_memory_, bytes, "the optimizer state"));
+    std::vector<int64_t> sizes;
+    for (const OptimizerSlice& slice : slices_) sizes.push_back(slice.count);
+    optimizer_tables_.bytes = cuda::adamw_update_many_workspace_bytes(sizes);
+    HCP_RETURN_IF_ERROR(
+        Allocate(&optimizer_tables_.ptr, optimizer_tables_.bytes, "the optimizer's tables"));
   }
   optimizer_.assign(plan_.parameters.size(), OptimizerSlot{});
   auto* next = static_cast<std::byte*>(optimizer_memory_);
@@ -802,22 +863,19 @@ absl::Status CudaExecutor::SumGradientsOverRanks() {
 
 absl::StatusOr<std::vector<double>> CudaExecutor::GradientSquares() {
   HCP_RETURN_IF_ERROR(Activate());
-  const cuda::Workspace workspace{workspace_, workspace_bytes_};
   const size_t count = plan_.parameters.size();
+  std::vector<cuda::SquaresTensor> tensors;
   for (size_t i = 0; i < count; ++i) {
     const plan::Buffer& g = plan_.buffers[plan_.parameters[i].gradient];
     // A sliced gradient: this rank's slice (all a reduce-scatter leaves summed here).
-    const int64_t n = slices_[i].count;
-    const std::byte* data =
-        Address(plan_.parameters[i].gradient) + slices_[i].begin * plan::DTypeSize(g.dtype);
-    const cuda::Status s =
-        g.dtype == plan::DType::BF16
-            ? cuda::sum_of_squares(stream_, squares_ + i, reinterpret_cast<const cuda::bf16*>(data),
-                                   n, workspace)
-            : cuda::sum_of_squares(stream_, squares_ + i, reinterpret_cast<const float*>(data), n,
-                                   workspace);
-    HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(s));
+    cuda::SquaresTensor t;
+    t.x = Address(plan_.parameters[i].gradient) + slices_[i].begin * plan::DTypeSize(g.dtype);
+    t.is_bf16 = g.dtype == plan::DType::BF16;
+    t.n = slices_[i].count;
+    tensors.push_back(t);
   }
+  HCP_RETURN_IF_ERROR(cuda_backend::FromCuda(
+      cuda::sum_of_squares_many(stream_, squares_, tensors, squares_tables_)));
   std::vector<double> squares(count);
   HCP_RETURN_IF_ERROR(ToHost(squares.data(), squares_, sizeof(double) * count));
   return squares;
@@ -829,31 +887,29 @@ absl::Status CudaExecutor::OptimizerStep(const cuda::AdamWStep& step,
   if (optimizer_.size() != plan_.parameters.size()) {
     return absl::FailedPreconditionError("OptimizerStep before InitOptimizer");
   }
+  // Every parameter's slice in one launch.
+  std::vector<cuda::AdamWTensor> tensors;
   for (size_t i = 0; i < plan_.parameters.size(); ++i) {
     const plan::Parameter& p = plan_.parameters[i];
     const plan::Buffer& value = plan_.buffers[p.buffer];
     const plan::Buffer& gradient = plan_.buffers[p.gradient];
     const OptimizerSlot& slot = optimizer_[i];
     const OptimizerSlice& slice = slices_[i];
-    cuda::AdamWStep mine = step;
-    if (decay) mine.decay = decay(p);
+    cuda::AdamWTensor t;
+    t.master = slot.master;
     // A bf16 parameter is the compute copy of its master; an f32 one is its own master.
-    cuda::bf16* param = value.dtype == plan::DType::BF16
-                            ? reinterpret_cast<cuda::bf16*>(Address(p.buffer)) + slice.begin
-                            : nullptr;
-    const int64_t n = slice.count;
-    const std::byte* grad = Address(p.gradient) + slice.begin * plan::DTypeSize(gradient.dtype);
-    const cuda::Status s =
-        gradient.dtype == plan::DType::BF16
-            ? cuda::adamw_update(stream_, slot.master, param,
-                                 reinterpret_cast<const cuda::bf16*>(grad), slot.m, slot.v, n, mine)
-            : cuda::adamw_update(stream_, slot.master, param, reinterpret_cast<const float*>(grad),
-                                 slot.m, slot.v, n, mine);
-    if (!s.ok()) {
-      return absl::InternalError(
-          absl::StrFormat("updating '%s': %s: %s", p.name, s.where(), s.message()));
-    }
+    t.param = value.dtype == plan::DType::BF16
+                  ? reinterpret_cast<cuda::bf16*>(Address(p.buffer)) + slice.begin
+                  : nullptr;
+    t.grad = Address(p.gradient) + slice.begin * plan::DTypeSize(gradient.dtype);
+    t.grad_is_bf16 = gradient.dtype == plan::DType::BF16;
+    t.m = slot.m;
+    t.v = slot.v;
+    t.n = slice.count;
+    t.decay = decay ? decay(p) : step.decay;
+    tensors.push_back(t);
   }
+  HCP_RETURN_IF_ERROR(FromCuda(cuda::adamw_update_many(stream_, tensors, step, optimizer_tables_)));
   if (nccl_ == nullptr) return FromCuda(cudaStreamSynchronize(stream_), "the optimizer step");
   // Every rank updated its slices: all of them gather the updated values, in place.
   nccl_->GroupStart();

@@ -28,6 +28,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -208,6 +209,12 @@ class CudaExecutor final : public ExecutorCore {
   absl::Status Allocate(void** ptr, uint64_t bytes, std::string_view what);
   absl::Status RunSteps(std::vector<double>* ms_per_kernel, bool sum_gradients = false,
                         double* gradient_sums_after_ms = nullptr);
+  // Whether RunSteps may replay a CUDA graph of the steps: one rank (no collectives), no step
+  // that reads ids on the host (MoE), not profiled, HCP_CUDA_GRAPHS not 0.
+  bool StepsCanBeGraphed(bool profile, bool sum_gradients) const;
+  // Captures what `queue` queues on stream_ into the step graph for packs_documents_. An error in
+  // the capture leaves no graph and turns graphs off for this executor.
+  absl::Status CaptureSteps(const std::function<absl::Status()>& queue);
   // Queues the all-reduce of parameters [first, last) of ready_order_ on grad_stream_, after the
   // work queued on stream_ so far.
   void StartGradientSums(size_t first, size_t last);
@@ -257,9 +264,11 @@ class CudaExecutor final : public ExecutorCore {
   cudaEvent_t grads_summed_ = nullptr;
   std::vector<uint32_t> ready_order_;     // parameter indices
   std::vector<size_t> ready_after_step_;  // per entry of ready_order_
-  int32_t* bad_position_ = nullptr;
-  double* squares_ = nullptr;  // one per parameter, for GradientSquaredNorm
+  int32_t* bad_position_ = nullptr;       // [2]: the flag, and kNoBadPosition to reset it from
+  double* squares_ = nullptr;             // one per parameter, for GradientSquaredNorm
+  cuda::Workspace squares_tables_{};      // sum_of_squares_many's tables of every slice
   void* optimizer_memory_ = nullptr;
+  cuda::Workspace optimizer_tables_{};    // adamw_update_many's tables of every slice
   std::byte* gradient_stash_ = nullptr;   // StashGradients' fp32 sums: the gradient at byte
                                           // offset o of its arena is at 2 o here
   std::vector<OptimizerSlot> optimizer_;  // empty until InitOptimizer
@@ -285,6 +294,13 @@ class CudaExecutor final : public ExecutorCore {
   std::vector<cudaEvent_t> host_copy_done_;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t copy_start_ = nullptr;
+  // The steps as a CUDA graph (StepsCanBeGraphed): launching a plan's thousands of kernels one
+  // by one costs host time that a launch-bound model waits for. Captured at the second run (the
+  // first sets up cuBLASLt's and the kernels' one-time state) and again when packs_documents_
+  // changes, which changes what the steps read.
+  std::array<cudaGraphExec_t, 2> step_graphs_{};  // by packs_documents_
+  int runs_before_capture_ = 1;
+  bool graphs_off_ = false;
   uint64_t allocated_bytes_ = 0;
   mutable uint64_t peak_used_bytes_ = 0;  // MemoryUse's peak_bytes
   mutable uint64_t device_bytes_ = 0;

@@ -5,7 +5,14 @@
 // CPU kernel does; the element math uses explicitly rounded operations (__fmul_rn, __fadd_rn,
 // __fsqrt_rn, __fdiv_rn) so that nvcc cannot contract them into fused multiply-adds, which the
 // CPU (x86-64 without -mfma) does not use either: the results are bit-identical.
+//
+// AdamW moves 28 bytes an element and does little arithmetic: its speed is the memory's. So
+// every parameter is updated in one launch (adamw_update_many), the tensors cut into chunks of
+// kAdamWChunk elements, a block each, with 16-byte loads and stores where the arrays allow; the
+// sums of squares likewise (sum_of_squares_many).
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "runtime/kernels/cuda/Common.cuh"
 
@@ -22,23 +29,131 @@ struct AdamWScalars {
       eps;
 };
 
+// One element: the explicitly rounded operations of the CPU kernel, in its order.
+__device__ __forceinline__ float adamw_element(float master, float grad, float& m, float& v,
+                                               const AdamWScalars& s) {
+  const float g = __fmul_rn(grad, s.clip);
+  m = __fadd_rn(__fmul_rn(s.beta1, m), __fmul_rn(s.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(s.beta2, v), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), s.inv_sqrt_bc2), s.eps);
+  return __fadd_rn(__fmul_rn(master, s.decay_factor), -__fmul_rn(s.step_size, __fdiv_rn(m, denom)));
+}
+
 template <typename G>
-__global__ void adamw_kernel(float* master, bf16* param, const G* grad, float* m, float* v,
-                             int64_t n, AdamWScalars s) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = __fmul_rn(to_float(grad[i]), s.clip);
-    const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(s.one_minus_beta1, g));
-    const float vi =
-        __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), s.inv_sqrt_bc2), s.eps);
-    const float p = __fadd_rn(__fmul_rn(master[i], s.decay_factor),
-                              -__fmul_rn(s.step_size, __fdiv_rn(mi, denom)));
-    m[i] = mi;
-    v[i] = vi;
-    master[i] = p;
-    if (param != nullptr) param[i] = __float2bfloat16_rn(p);
+__device__ __forceinline__ void adamw_one(float* master, bf16* param, const G* grad, float* m,
+                                          float* v, int64_t i, const AdamWScalars& s) {
+  float mi = m[i], vi = v[i];
+  const float p = adamw_element(master[i], to_float(grad[i]), mi, vi, s);
+  m[i] = mi;
+  v[i] = vi;
+  master[i] = p;
+  if (param != nullptr) param[i] = __float2bfloat16_rn(p);
+}
+
+// Four gradient elements as one load: 8 bytes of bf16 or 16 of fp32.
+struct alignas(8) Bf16x4 {
+  bf16 x[4];
+};
+template <typename G>
+using GradVec = std::conditional_t<std::is_same_v<G, bf16>, Bf16x4, float4>;
+
+__device__ __forceinline__ float4 to_float4(const float4& g) { return g; }
+__device__ __forceinline__ float4 to_float4(const Bf16x4& g) {
+  return make_float4(to_float(g.x[0]), to_float(g.x[1]), to_float(g.x[2]), to_float(g.x[3]));
+}
+
+// adamw_update_many's tables: per tensor its arrays, where its groups of four start (head, -1:
+// none) and its decay factor; per chunk its tensor and first element.
+struct ManyTensor {
+  float* master;
+  bf16* param;
+  const void* grad;
+  float* m;
+  float* v;
+  int64_t n;
+  int64_t head;
+  float decay_factor;
+  int grad_is_bf16;
+};
+struct ManyChunk {
+  int64_t tensor;
+  int64_t begin;
+};
+
+// Elements [lo, hi) of one tensor by one block: groups of four from the first index at or after
+// lo that is head plus a multiple of four, single elements before and after them.
+template <typename G>
+__device__ void adamw_block_range(const ManyTensor& t, int64_t lo, int64_t hi, AdamWScalars s) {
+  s.decay_factor = t.decay_factor;
+  const G* grad = static_cast<const G*>(t.grad);
+  int64_t vlo = hi, vectors = 0;
+  if (t.head >= 0) {
+    vlo = lo + ((t.head - lo) % 4 + 4) % 4;
+    if (vlo > hi) vlo = hi;
+    vectors = (hi - vlo) / 4;
   }
+  for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
+    const int64_t i = vlo + 4 * j;
+    const float4 w = *reinterpret_cast<const float4*>(t.master + i);
+    const float4 g = to_float4(*reinterpret_cast<const GradVec<G>*>(grad + i));
+    float4 mv = *reinterpret_cast<const float4*>(t.m + i);
+    float4 vv = *reinterpret_cast<const float4*>(t.v + i);
+    float4 p;
+    p.x = adamw_element(w.x, g.x, mv.x, vv.x, s);
+    p.y = adamw_element(w.y, g.y, mv.y, vv.y, s);
+    p.z = adamw_element(w.z, g.z, mv.z, vv.z, s);
+    p.w = adamw_element(w.w, g.w, mv.w, vv.w, s);
+    *reinterpret_cast<float4*>(t.m + i) = mv;
+    *reinterpret_cast<float4*>(t.v + i) = vv;
+    *reinterpret_cast<float4*>(t.master + i) = p;
+    if (t.param != nullptr) {
+      Bf16x4 out;
+      out.x[0] = __float2bfloat16_rn(p.x);
+      out.x[1] = __float2bfloat16_rn(p.y);
+      out.x[2] = __float2bfloat16_rn(p.z);
+      out.x[3] = __float2bfloat16_rn(p.w);
+      *reinterpret_cast<Bf16x4*>(t.param + i) = out;
+    }
+  }
+  const int64_t before = vlo - lo, tail = vlo + 4 * vectors;
+  for (int64_t k = threadIdx.x; k < before + (hi - tail); k += blockDim.x) {
+    adamw_one(t.master, t.param, grad, t.m, t.v, k < before ? lo + k : tail + (k - before), s);
+  }
+}
+
+// One tensor (adamw_update): its chunks, a block each, as adamw_many_kernel's.
+template <typename G>
+__global__ void adamw_kernel(ManyTensor t, AdamWScalars s) {
+  const int64_t begin = blockIdx.x * kAdamWChunk;
+  adamw_block_range<G>(t, begin, min(begin + kAdamWChunk, t.n), s);
+}
+
+__global__ void adamw_many_kernel(const ManyTensor* tensors, const ManyChunk* chunks,
+                                  AdamWScalars s) {
+  const ManyChunk chunk = chunks[blockIdx.x];
+  const ManyTensor t = tensors[chunk.tensor];  // in registers, read once
+  const int64_t hi = min(chunk.begin + kAdamWChunk, t.n);
+  if (t.grad_is_bf16) {
+    adamw_block_range<bf16>(t, chunk.begin, hi, s);
+  } else {
+    adamw_block_range<float>(t, chunk.begin, hi, s);
+  }
+}
+
+// Where the groups of four can start: the first element from which master, m, v (16 bytes),
+// the gradient (4 elements) and the compute copy (8 bytes) are all aligned; -1 if there is none
+// (the arrays' alignments disagree).
+template <typename G>
+int64_t aligned_head(const float* master, const bf16* param, const G* grad, const float* m,
+                     const float* v) {
+  const auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  for (int64_t head = 0; head < 4; ++head) {
+    const bool ok = address(master + head) % 16 == 0 && address(m + head) % 16 == 0 &&
+                    address(v + head) % 16 == 0 && address(grad + head) % (4 * sizeof(G)) == 0 &&
+                    (param == nullptr || address(param + head) % 8 == 0);
+    if (ok) return head;
+  }
+  return -1;
 }
 
 // Per-block sums of squares (fp32 per group of 8, double across groups), then one block sums
@@ -62,6 +177,52 @@ __global__ void squares_kernel(double* partials, const T* x, int64_t n, bool vec
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+// sum_of_squares_many's tables: per tensor its data and its first chunk (and one more entry:
+// the chunks' count), per chunk its tensor and first element.
+struct SquaresEntry {
+  const void* x;
+  int64_t n;
+  int64_t first_chunk;
+  int is_bf16;
+};
+
+template <typename T>
+__device__ double chunk_squares(const T* x, int64_t begin, int64_t end, bool vec, double* scratch) {
+  double acc = 0.0;
+  for (int64_t i = begin + 8 * int64_t{threadIdx.x}; i < end; i += 8 * int64_t{blockDim.x}) {
+    float v[8];
+    load8_any(v, x + i, static_cast<int>(min(int64_t{8}, end - i)), vec);
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) s += v[e] * v[e];
+    acc += static_cast<double>(s);
+  }
+  return block_sum(acc, scratch);
+}
+
+__global__ void squares_many_kernel(double* partials, const SquaresEntry* tensors,
+                                    const ManyChunk* chunks) {
+  __shared__ double scratch[32];
+  const ManyChunk chunk = chunks[blockIdx.x];
+  const SquaresEntry& t = tensors[chunk.tensor];
+  const int64_t end = min(chunk.begin + kAdamWChunk, t.n);
+  const bool vec = (reinterpret_cast<uintptr_t>(t.x) & 15) == 0;
+  const double sum =
+      t.is_bf16 ? chunk_squares(static_cast<const bf16*>(t.x), chunk.begin, end, vec, scratch)
+                : chunk_squares(static_cast<const float*>(t.x), chunk.begin, end, vec, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// One thread a tensor: its chunks' sums in order.
+__global__ void squares_many_sum_kernel(double* out, const double* partials,
+                                        const SquaresEntry* tensors, int64_t count) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= count) return;
+  double acc = 0.0;
+  for (int64_t c = tensors[i].first_chunk; c < tensors[i + 1].first_chunk; ++c) acc += partials[c];
+  out[i] = acc;
+}
+
 __global__ void sum_blocks_kernel(double* out, const double* partials, int64_t count) {
   __shared__ double scratch[32];
   double acc = 0.0;
@@ -70,15 +231,8 @@ __global__ void sum_blocks_kernel(double* out, const double* partials, int64_t c
   if (threadIdx.x == 0) *out = acc;
 }
 
-}  // namespace
-
-template <typename G>
-Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* grad, float* m,
-                    float* v, int64_t n, const AdamWStep& step) {
-  const char* name = "adamw_update";
-  if (n < 0 || step.t < 1) return Status(name, "need n >= 0 and t >= 1");
-  if (n == 0) return Status();
-  // As hcp::train::AdamWKernel computes them.
+// As hcp::train::AdamWKernel computes them.
+AdamWScalars scalars_of(const AdamWStep& step) {
   const double t = static_cast<double>(step.t);
   AdamWScalars s;
   s.beta1 = static_cast<float>(step.beta1);
@@ -90,7 +244,29 @@ Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* gr
   s.step_size = static_cast<float>(step.lr / (1.0 - std::pow(step.beta1, t)));
   s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(step.beta2, t)));
   s.eps = static_cast<float>(step.eps);
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(master, param, grad, m, v, n, s);
+  return s;
+}
+
+int64_t chunks_of(int64_t n) { return ceil_div(n, kAdamWChunk); }
+}  // namespace
+
+template <typename G>
+Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* grad, float* m,
+                    float* v, int64_t n, const AdamWStep& step) {
+  const char* name = "adamw_update";
+  if (n < 0 || step.t < 1) return Status(name, "need n >= 0 and t >= 1");
+  if (n == 0) return Status();
+  const AdamWScalars s = scalars_of(step);
+  const ManyTensor t{master,
+                     param,
+                     grad,
+                     m,
+                     v,
+                     n,
+                     aligned_head(master, param, grad, m, v),
+                     s.decay_factor,
+                     std::is_same_v<G, bf16> ? 1 : 0};
+  adamw_kernel<G><<<static_cast<unsigned>(chunks_of(n)), kThreads, 0, stream>>>(t, s);
   return launch_status(name);
 }
 
@@ -98,6 +274,57 @@ template Status adamw_update<float>(cudaStream_t, float*, bf16*, const float*, f
                                     int64_t, const AdamWStep&);
 template Status adamw_update<bf16>(cudaStream_t, float*, bf16*, const bf16*, float*, float*,
                                    int64_t, const AdamWStep&);
+
+size_t adamw_update_many_workspace_bytes(std::span<const int64_t> sizes) {
+  int64_t chunks = 0;
+  for (int64_t n : sizes) chunks += chunks_of(n);
+  WorkspaceCarver carve(Workspace{});  // sizes only
+  carve.take<ManyTensor>(static_cast<int64_t>(sizes.size()));
+  carve.take<ManyChunk>(chunks);
+  return carve.used();
+}
+
+Status adamw_update_many(cudaStream_t stream, std::span<const AdamWTensor> tensors,
+                         const AdamWStep& step, Workspace workspace) {
+  const char* name = "adamw_update_many";
+  if (step.t < 1) return Status(name, "need t >= 1");
+  std::vector<int64_t> sizes;
+  std::vector<ManyTensor> table;
+  std::vector<ManyChunk> chunks;
+  for (const AdamWTensor& t : tensors) {
+    if (t.n < 0) return Status(name, "a tensor of negative size");
+    sizes.push_back(t.n);
+    AdamWStep own = step;
+    own.decay = t.decay;
+    const int64_t head =
+        t.grad_is_bf16
+            ? aligned_head(t.master, t.param, static_cast<const bf16*>(t.grad), t.m, t.v)
+            : aligned_head(t.master, t.param, static_cast<const float*>(t.grad), t.m, t.v);
+    table.push_back(ManyTensor{t.master, t.param, t.grad, t.m, t.v, t.n, head,
+                               scalars_of(own).decay_factor, t.grad_is_bf16 ? 1 : 0});
+    for (int64_t c = 0; c < chunks_of(t.n); ++c) {
+      chunks.push_back(ManyChunk{static_cast<int64_t>(table.size()) - 1, c * kAdamWChunk});
+    }
+  }
+  if (chunks.empty()) return Status();
+  if (workspace.ptr == nullptr || workspace.bytes < adamw_update_many_workspace_bytes(sizes)) {
+    return Status(name, "workspace too small");
+  }
+  WorkspaceCarver carve(workspace);
+  auto* d_table = carve.take<ManyTensor>(table.size());
+  auto* d_chunks = carve.take<ManyChunk>(chunks.size());
+  // From pageable memory: the copies are staged before the calls return.
+  cudaError_t err = cudaMemcpyAsync(d_table, table.data(), sizeof(ManyTensor) * table.size(),
+                                    cudaMemcpyHostToDevice, stream);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(d_chunks, chunks.data(), sizeof(ManyChunk) * chunks.size(),
+                          cudaMemcpyHostToDevice, stream);
+  }
+  if (err != cudaSuccess) return Status::Cuda(name, err);
+  adamw_many_kernel<<<static_cast<unsigned>(chunks.size()), kThreads, 0, stream>>>(
+      d_table, d_chunks, scalars_of(step));
+  return launch_status(name);
+}
 
 size_t sum_of_squares_workspace_bytes(int64_t) { return sizeof(double) * kSumBlocks; }
 
@@ -117,6 +344,58 @@ Status sum_of_squares(cudaStream_t stream, double* out, const T* x, int64_t n,
                                                                          aligned16(x));
   if (Status s = launch_status(name); !s.ok()) return s;
   sum_blocks_kernel<<<1, kThreads, 0, stream>>>(out, partials, blocks);
+  return launch_status(name);
+}
+
+size_t sum_of_squares_many_workspace_bytes(std::span<const int64_t> sizes) {
+  int64_t chunks = 0;
+  for (int64_t n : sizes) chunks += chunks_of(n);
+  WorkspaceCarver carve(Workspace{});  // sizes only
+  carve.take<SquaresEntry>(static_cast<int64_t>(sizes.size()) + 1);
+  carve.take<ManyChunk>(chunks);
+  carve.take<double>(chunks);
+  return carve.used();
+}
+
+Status sum_of_squares_many(cudaStream_t stream, double* out, std::span<const SquaresTensor> tensors,
+                           Workspace workspace) {
+  const char* name = "sum_of_squares_many";
+  std::vector<int64_t> sizes;
+  std::vector<SquaresEntry> table;
+  std::vector<ManyChunk> chunks;
+  for (const SquaresTensor& t : tensors) {
+    if (t.n < 0) return Status(name, "a tensor of negative size");
+    sizes.push_back(t.n);
+    table.push_back(SquaresEntry{t.x, t.n, static_cast<int64_t>(chunks.size()), t.is_bf16 ? 1 : 0});
+    for (int64_t c = 0; c < chunks_of(t.n); ++c) {
+      chunks.push_back(ManyChunk{static_cast<int64_t>(table.size()) - 1, c * kAdamWChunk});
+    }
+  }
+  if (tensors.empty()) return Status();
+  table.push_back(SquaresEntry{nullptr, 0, static_cast<int64_t>(chunks.size()), 0});
+  if (workspace.ptr == nullptr || workspace.bytes < sum_of_squares_many_workspace_bytes(sizes)) {
+    return Status(name, "workspace too small");
+  }
+  WorkspaceCarver carve(workspace);
+  auto* d_table = carve.take<SquaresEntry>(static_cast<int64_t>(table.size()));
+  auto* d_chunks = carve.take<ManyChunk>(static_cast<int64_t>(chunks.size()));
+  auto* partials = carve.take<double>(static_cast<int64_t>(chunks.size()));
+  // From pageable memory: the copies are staged before the calls return.
+  cudaError_t err = cudaMemcpyAsync(d_table, table.data(), sizeof(SquaresEntry) * table.size(),
+                                    cudaMemcpyHostToDevice, stream);
+  if (err == cudaSuccess && !chunks.empty()) {
+    err = cudaMemcpyAsync(d_chunks, chunks.data(), sizeof(ManyChunk) * chunks.size(),
+                          cudaMemcpyHostToDevice, stream);
+  }
+  if (err != cudaSuccess) return Status::Cuda(name, err);
+  if (!chunks.empty()) {
+    squares_many_kernel<<<static_cast<unsigned>(chunks.size()), kThreads, 0, stream>>>(
+        partials, d_table, d_chunks);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  squares_many_sum_kernel<<<static_cast<unsigned>(ceil_div(count, kThreads)), kThreads, 0,
+                            stream>>>(out, partials, d_table, count);
   return launch_status(name);
 }
 

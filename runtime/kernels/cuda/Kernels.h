@@ -408,10 +408,38 @@ struct AdamWStep {
 template <typename G>
 Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* grad, float* m,
                     float* v, int64_t n, const AdamWStep& step);
+// Every parameter's update in one launch (the optimizer step): each tensor's elements exactly as
+// adamw_update's, the tensors cut into chunks of kAdamWChunk elements, a block each. `decay`
+// per tensor (AdamWStep::decay is not read). The workspace holds the tensors' and the chunks'
+// tables (adamw_update_many_workspace_bytes of the same sizes).
+inline constexpr int64_t kAdamWChunk = 65536;
+struct AdamWTensor {
+  float* master = nullptr;
+  bf16* param = nullptr;  // nullable
+  const void* grad = nullptr;
+  bool grad_is_bf16 = true;  // else fp32
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+  bool decay = true;
+};
+size_t adamw_update_many_workspace_bytes(std::span<const int64_t> sizes);
+Status adamw_update_many(cudaStream_t stream, std::span<const AdamWTensor> tensors,
+                         const AdamWStep& step, Workspace workspace);
 // *out (device double) = sum of x^2, for the global gradient norm; fp32 squares per thread,
 // double across threads and blocks, fixed order.
 size_t sum_of_squares_workspace_bytes(int64_t n);
 template <typename T>
 Status sum_of_squares(cudaStream_t stream, double* out, const T* x, int64_t n, Workspace workspace);
+// Every gradient's sum of squares in two launches: out[i] (device doubles) for tensor i, its
+// chunks of kAdamWChunk elements summed by a block each, then in order.
+struct SquaresTensor {
+  const void* x = nullptr;
+  bool is_bf16 = true;  // else fp32
+  int64_t n = 0;
+};
+size_t sum_of_squares_many_workspace_bytes(std::span<const int64_t> sizes);
+Status sum_of_squares_many(cudaStream_t stream, double* out, std::span<const SquaresTensor> tensors,
+                           Workspace workspace);
 
 }  // namespace hcp::cuda

@@ -135,6 +135,9 @@ done
   --layout zigzag -o "$BUNDLE/plans/tiny-16384-bf16-cp2-ep2.plan"
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   -o "$BUNDLE/plans/tiny-8192-bf16.plan"
+# A dense model the step's CUDA graph serves (no MoE step reads ids on the host).
+"$HCP" compile --model granite-4.0-h-350m --seq 8192 --micro-batch 1 --dtype bf16 \
+  -o "$BUNDLE/plans/350m-8192-bf16.plan"
 # The same with the MoE load-balancing loss (its cost: scripts/gpu/run_data_checks.sh).
 "$HCP" compile --model granite-4.0-h-tiny --seq 8192 --micro-batch 1 --dtype bf16 \
   --router-aux-loss 0.001 -o "$BUNDLE/plans/tiny-8192-bf16-aux.plan"
@@ -148,6 +151,9 @@ done
 for seq in 8192 65536 131072; do
   "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
     -o "$BUNDLE/plans/tiny-$seq-bf16-recompute.plan"
+  # Attention recomputed as well (what --recompute did before it kept attention's output).
+  "$HCP" compile --model granite-4.0-h-tiny --seq $seq --micro-batch 1 --dtype bf16 --recompute \
+    --recompute-attention -o "$BUNDLE/plans/tiny-$seq-bf16-recompute-attn.plan"
 done
 # The small demo model in f32 (CPU ranks): scripts/gpu/check_from_pretrained.sh.
 "$HCP" compile "$ROOT/tests/configs/granite-small-demo.json" --seq 64 --micro-batch 2 \

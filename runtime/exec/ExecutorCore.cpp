@@ -106,8 +106,11 @@ absl::StatusOr<std::vector<float>> ExecutorCore::GatherSlices(
 
 absl::Status ExecutorCore::InitializeParameters(uint64_t seed) {
   absl::Status status;
+  // One host buffer for every tensor: its pages are touched once, not once per tensor.
+  std::vector<float> values;
   for (const plan::Parameter& p : plan_.parameters) {
-    std::vector<float> value(plan_.buffers[p.buffer].elements);
+    values.resize(plan_.buffers[p.buffer].elements);
+    const std::span<float> value(values);
     FillInitialValues(p, seed, ShardOf(p).begin, value);
     status = WriteFloats(p.buffer, value);
     if (!status.ok()) break;

@@ -104,7 +104,8 @@ struct OverlapCollectivesPass : impl::OverlapCollectivesBase<OverlapCollectivesP
       }
     }
     collective.setBeside(true);
-    OpBuilder(joinBefore).create<exec::JoinOp>(collective.getLoc());
+    OpBuilder builder(joinBefore);
+    exec::JoinOp::create(builder, collective.getLoc());
     ++scheduledBeside;
   }
 

@@ -135,7 +135,7 @@ struct BatchConfig {
   bool documents = false;
   // Where a stream without document boundaries of its own (a token file, a raw file) ends a
   // document: after each of these tokens (the model's eos_token_id).
-  std::vector<int64_t> eos_tokens;
+  std::vector<int64_t> eos_tokens = {};
 
   int64_t global_batch() const { return micro_batch * dp * grad_accum; }
   // global_batch * (seq + 1); meaningful once ValidateBatchConfig has passed.

@@ -109,7 +109,7 @@ struct RunIdentity {
   std::string dtype;         // "f32" or "bf16"
   DataIdentity data;         // one source's (--data PATH); empty for a blend
   // A blend's sources in --data's order (--data W1 PATH1 W2 PATH2 ...); empty for one source.
-  std::vector<BlendPart> blend;
+  std::vector<BlendPart> blend = {};
   // --shuffle-seed's: the order the documents were read in; none: as stored. In the JSON as
   // "run": {..., "shuffle_seed": N} only when set (a file without it read as stored).
   std::optional<uint64_t> shuffle_seed;
@@ -150,7 +150,7 @@ struct MomentsToWrite {
   std::vector<int64_t> shape;
   std::span<const float> exp_avg;
   std::span<const float> exp_avg_sq;
-  std::span<const float> master;
+  std::span<const float> master = {};
 };
 
 // The moments of every parameter of an optimizer that owns them all (views into `optimizer`).

@@ -64,7 +64,9 @@ TEST(BlendChoose, KeepsEverySourceNearItsShare) {
         const double off = static_cast<double>(taken[d]) - w[d] * static_cast<double>(k + 1);
         ASSERT_LT(off, 1.0) << "source " << d << " after " << k + 1;
         ASSERT_GT(off, -static_cast<double>(w.size() - 1)) << "source " << d << " after " << k + 1;
-        if (w.size() == 2) ASSERT_LE(std::abs(off), 0.5 + 1e-9) << k;
+        if (w.size() == 2) {
+          ASSERT_LE(std::abs(off), 0.5 + 1e-9) << k;
+        }
       }
     }
   }

@@ -528,7 +528,9 @@ TEST(RunTrainingSteps, EvaluatesOnTheCadenceAndRecordsIt) {
   for (const MetricsRecord& r : log->records) {
     const bool due = r.step == 3 || r.step == 6 || r.step == 8;
     EXPECT_EQ(r.evaluated(), due) << r.step;
-    if (due) EXPECT_EQ(r.eval_loss, static_cast<double>(r.step) / 2);
+    if (due) {
+      EXPECT_EQ(r.eval_loss, static_cast<double>(r.step) / 2);
+    }
   }
   // A failing evaluation stops the run.
   hooks.evaluate = [](int64_t, MetricsRecord&) { return absl::InternalError("eval failed"); };

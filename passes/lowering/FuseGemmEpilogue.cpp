@@ -1,5 +1,7 @@
 // hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch, and a scale
-// that only GEMMs read, or that alone reads a GEMM's product, goes into their alphas.
+// that only GEMMs (and the experts' backward, as its output gradient) read, or that alone reads a
+// GEMM's product or a gemm_add's sum, goes into their alphas (and betas, dout_scales).
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -21,6 +23,7 @@ using namespace mlir;
 
 using GemmArgs = plan::GemmArgs<Value>;
 using GemmAddArgs = plan::GemmAddArgs<Value>;
+using ExpertsBackwardArgs = plan::MoeExpertsBackwardArgs<Value>;
 
 // Moving the GEMM from `from` to the add's place `to` keeps its activation operands live until
 // there, where they may have died at the GEMM: their bytes that would live longer.
@@ -98,26 +101,38 @@ std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) 
   return chain;
 }
 
+// `input` where `reader` read `operand`, as a view of the operand's type where they differ.
+Value asOperand(exec::LaunchOp reader, Value operand, Value input) {
+  if (operand.getType() == input.getType()) return input;
+  OpBuilder b(reader);
+  return exec::ViewOp::create(b, reader.getLoc(), operand.getType(), input);
+}
+
 // Makes `reader`, a gemm or gemm_add launch with arguments `gemm`, read `input` where it read
 // `scaled` (= factor * input) as its a or b, with alpha times the factor per operand replaced.
 template <typename Args>
 void readUnscaled(exec::LaunchOp reader, Args gemm, Value scaled, Value input, double factor) {
   for (Value* operand : {&gemm.a, &gemm.b}) {
     if (rootOf(*operand) != rootOf(scaled)) continue;
-    Value replacement = input;
-    if (operand->getType() != input.getType()) {
-      OpBuilder b(reader);
-      replacement = exec::ViewOp::create(b, reader.getLoc(), operand->getType(), input);
-    }
-    *operand = replacement;
+    *operand = asOperand(reader, *operand, input);
     gemm.alpha *= factor;
   }
   updateLaunch(reader, gemm);
 }
 
-// A scale whose result only GEMMs read, as their a or b operand (a gradient scaled by the
-// residual multiplier before the projections' backward): the GEMMs read the scale's input
-// instead, each with alpha times the factor per operand it was. Returns whether it folded.
+// Whether the experts' backward `args` reads `scaled` as its output gradient dout and nowhere
+// else, so that it can read the unscaled value with dout_scale instead.
+bool readsOnlyAsDout(const ExpertsBackwardArgs& args, Value scaled) {
+  if (rootOf(args.dout) != rootOf(scaled)) return false;
+  for (Value other : {args.x, args.gates, args.expert_ids, args.w_in, args.w_out, args.kept_h})
+    if (other && rootOf(other) == rootOf(scaled)) return false;
+  return true;
+}
+
+// A scale whose result only GEMMs read, as their a or b operand, and the experts' backward as
+// its dout (a gradient scaled by the residual multiplier before the projections' and the
+// experts' backward): they read the scale's input instead, each GEMM with alpha times the factor
+// per operand it was, the experts' backward with dout_scale times it. Returns whether it folded.
 bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(launch);
   if (!scale) return false;
@@ -128,6 +143,11 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   if (readers.empty()) return false;
   for (exec::LaunchOp reader : readers) {
     if (isLaunchOf<plan::GemmArgs>(reader)) continue;
+    if (std::optional<ExpertsBackwardArgs> experts =
+            decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
+      if (!readsOnlyAsDout(*experts, scaled)) return false;
+      continue;
+    }
     std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(reader);
     if (!gemmAdd || rootOf(gemmAdd->c) == rootOf(scaled)) return false;
   }
@@ -140,6 +160,11 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   for (exec::LaunchOp reader : readers) {
     if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(reader)) {
       readUnscaled(reader, *gemm, scaled, input, scale->factor);
+    } else if (std::optional<ExpertsBackwardArgs> experts =
+                   decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
+      experts->dout = asOperand(reader, experts->dout, input);
+      experts->dout_scale *= scale->factor;
+      updateLaunch(reader, *experts);
     } else {
       readUnscaled(reader, *decodeLaunch<plan::GemmAddArgs>(reader), scaled, input, scale->factor);
     }
@@ -150,26 +175,54 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   return true;
 }
 
-// A GEMM whose product only a scale reads (the logits divided by logits_scaling, read by the
-// cross entropy): the GEMM takes the factor into its alpha and writes the scale's output.
-// Returns whether it folded.
-bool foldScaleIntoProduct(exec::LaunchOp launch, Accesses& accesses) {
-  std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch);
-  if (!gemm || elementsOf(gemm->c) != gemm->m * gemm->n) return false;
-  exec::LaunchOp next = accesses.soleReader(gemm->c, launch);
+// Where a product `launch` writes (`out`, from `operands` besides) can move to `scale`'s output
+// instead: the scale alone reads it, nothing looks at the scale's output in between, and that
+// overwrites none of the operands.
+std::optional<plan::ScaleArgs<Value>> scaleOfProduct(exec::LaunchOp launch, Value out,
+                                                     int64_t elements,
+                                                     std::initializer_list<Value> operands,
+                                                     const Accesses& accesses,
+                                                     exec::LaunchOp& next) {
+  if (elementsOf(out) != elements) return std::nullopt;
+  next = accesses.soleReader(out, launch);
   std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(next);
-  if (!scale || scale->n != gemm->m * gemm->n || elementsOf(scale->y) != scale->n) return false;
-  // The GEMM writes the scaled values where it ran: nothing may look at them in between, and
-  // they overwrite none of its operands.
+  if (!scale || scale->n != elements || elementsOf(scale->y) != scale->n) return std::nullopt;
   if (accesses.touchedBetween(scale->y, accesses.position(launch), accesses.position(next),
                               /*any=*/true)) {
+    return std::nullopt;
+  }
+  for (Value operand : operands)
+    if (rootOf(scale->y) == rootOf(operand)) return std::nullopt;
+  return scale;
+}
+
+// A GEMM whose product only a scale reads (the logits divided by logits_scaling, read by the
+// cross entropy), or a gemm_add whose sum only a scale reads (the experts' and the shared MLP's
+// outputs times the residual multiplier): the product takes the factor into its alpha (and a
+// gemm_add's beta) and writes the scale's output. Returns whether it folded.
+bool foldScaleIntoProduct(exec::LaunchOp launch, Accesses& accesses) {
+  exec::LaunchOp next;
+  if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch)) {
+    std::optional<plan::ScaleArgs<Value>> scale =
+        scaleOfProduct(launch, gemm->c, gemm->m * gemm->n, {gemm->a, gemm->b}, accesses, next);
+    if (!scale) return false;
+    accesses.defineBefore(scale->y, launch);
+    gemm->alpha *= scale->factor;
+    gemm->c = scale->y;
+    updateLaunch(launch, *gemm);
+  } else if (std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(launch)) {
+    std::optional<plan::ScaleArgs<Value>> scale =
+        scaleOfProduct(launch, gemmAdd->out, gemmAdd->m * gemmAdd->n,
+                       {gemmAdd->a, gemmAdd->b, gemmAdd->c}, accesses, next);
+    if (!scale) return false;
+    accesses.defineBefore(scale->y, launch);
+    gemmAdd->alpha *= scale->factor;
+    gemmAdd->beta *= scale->factor;
+    gemmAdd->out = scale->y;
+    updateLaunch(launch, *gemmAdd);
+  } else {
     return false;
   }
-  if (rootOf(scale->y) == rootOf(gemm->a) || rootOf(scale->y) == rootOf(gemm->b)) return false;
-  accesses.defineBefore(scale->y, launch);
-  gemm->alpha *= scale->factor;
-  gemm->c = scale->y;
-  updateLaunch(launch, *gemm);
   accesses.replace(launch, launch);
   accesses.forget(next);
   next.erase();

@@ -45,6 +45,7 @@ inline plan::GemmAddArgs<mlir::Value> withAddend(const plan::GemmArgs<mlir::Valu
   args.n = gemm.n;
   args.k = gemm.k;
   args.alpha = gemm.alpha;
+  args.beta = 1.0;
   args.a = gemm.a;
   args.b = gemm.b;
   args.c = addend;

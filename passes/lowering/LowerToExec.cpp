@@ -766,6 +766,7 @@ class Lowering {
     setExpertsShape(experts, op.getX(), op.getGates(), op.getWIn());
     experts.experts = shapeOf(op.getWIn())[0];
     experts.keep_h = false;
+    experts.dout_scale = 1.0;
     experts.dout = in(op.getDout());
     experts.x = in(op.getX());
     experts.gates = in(op.getGates());

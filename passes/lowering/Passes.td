@@ -36,11 +36,14 @@ def FuseGemmEpilogue : Pass<"hcp-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     touched in between, the fused launch runs at the add's place instead, if the GEMM's operands
     still hold there what it read and the activations among them that would live longer are no
     larger than the product (the activation peak does not rise). A chain is left alone when its
-    add broadcasts, or when neither place works. A scale whose result only GEMMs read as an operand (the backward's
-    gradient times the residual multiplier, before the projections' products) goes into their
-    alphas instead, unless its input changes before the last of them reads it. A scale that is
-    the only reader of a GEMM's product (the logits divided by logits_scaling) goes into that
-    GEMM's alpha, which then writes the scaled values, unless they are touched in between.
+    add broadcasts, or when neither place works. A scale whose result only GEMMs read as an
+    operand, and the MoE experts' backward as its output gradient (the backward's gradient times
+    the residual multiplier, before the projections' and the experts' backward), goes into their
+    alphas and the experts' `dout_scale` instead, unless its input changes before the last of
+    them reads it. A scale that is the only reader of a GEMM's product (the logits divided by
+    logits_scaling) or of a `gemm_add`'s sum (the MoE block's output, the experts' plus the shared
+    MLP's, times the residual multiplier) goes into that launch's alpha (and beta, which scales
+    c), which then writes the scaled values, unless they are touched in between.
   }];
   let statistics = [
     Statistic<"fusedAdds", "fused-adds", "adds folded into a GEMM">,

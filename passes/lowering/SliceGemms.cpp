@@ -191,6 +191,7 @@ void sumOverBlocks(Product reader, const std::vector<InsertArgs>& blocks) {
     piece.a = blocks[i].in;
     piece.b = rowsOf(b, loc, whole.b, blocks[i].offset, blocks[i].width, whole.n);
     piece.c = sum;
+    if (i > 0) piece.beta = 1.0;  // the partial sums are added as they are; beta scaled whole.c
     piece.out = whole.out;
     if (i + 1 < blocks.size()) {
       piece.out =

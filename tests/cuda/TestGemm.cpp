@@ -26,6 +26,7 @@ struct GemmCase {
   float alpha = 1.f, beta = 0.f;
   int64_t pad = 0;   // extra elements in every row stride
   bool add = false;  // gemm_add: C = alpha op(A) op(B) + an addend of C's layout (C poisoned)
+  float addend_scale = 1.f;  // gemm_add's beta: what the addend is multiplied by
 };
 
 template <typename TC>
@@ -33,7 +34,7 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
   const std::string name = std::string(g.add ? "gemm_add" : "gemm") +
                            (std::is_same_v<TC, float> ? ".f32c" : "") +
                            (g.label.empty() ? "" : " " + g.label);
-  const float beta = g.add ? 1.f : g.beta;  // what the oracle adds of C's old contents
+  const float beta = g.add ? g.addend_scale : g.beta;  // what the oracle adds of C's old contents
   if (!ctx.wants("gemm")) return;
   // A row stride is at least 1 even for an empty row (k == 0), as cuBLASLt requires.
   const int64_t lda = std::max<int64_t>(1, g.ta ? g.m : g.k) + g.pad,
@@ -57,7 +58,7 @@ void run_case(Context& ctx, const GemmCase& g, bool big) {
   auto launch = [&] {
     if (g.add) {
       check(gemm_add<TC>(ctx.gemm(), ctx.stream(), g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(),
-                         lda, db.get(), ldb, addend.get(), dc.get(), ldc));
+                         lda, db.get(), ldb, g.addend_scale, addend.get(), dc.get(), ldc));
     } else {
       check(gemm<TC>(ctx.gemm(), ctx.stream(), g.ta, g.tb, g.m, g.n, g.k, g.alpha, da.get(), lda,
                      db.get(), ldb, g.beta, dc.get(), ldc));
@@ -211,6 +212,9 @@ void test_gemm(Context& ctx) {
   }
   run_case<float>(ctx, {"odd", true, false, 33, 17, 65, 1.f, 0.f, 1, true}, false);
   run_case<bf16>(ctx, {"k=0", false, true, 5, 7, 0, 1.f, 0.f, 0, true}, false);
+  // The addend scaled too (a residual multiplier folded into alpha and beta).
+  run_case<bf16>(ctx, {"odd beta", false, true, 37, 53, 29, 0.22f, 0.f, 3, true, 0.22f}, false);
+  run_case<float>(ctx, {"odd beta", true, false, 33, 17, 65, 0.5f, 0.f, 1, true, 0.25f}, false);
   run_case<bf16>(ctx, {"bucket", false, true, 70, 64, 48}, false);
   run_case<bf16>(ctx, {"bucket", false, true, 100, 64, 48}, false);
   run_case<bf16>(ctx, {"bucket dW", true, false, 64, 48, 70}, false);
@@ -233,6 +237,9 @@ void test_gemm(Context& ctx) {
   // gradient, as gemm_add runs them.
   run_case<bf16>(ctx, {"residual", false, true, 8192, 1536, 3072, 0.22f, 0.f, 0, true}, true);
   run_case<bf16>(ctx, {"in_proj dx", false, false, 8192, 1536, 6448, 1.f, 0.f, 0, true}, true);
+  // The MoE block's output: (shared MLP product + experts' output) times the multiplier.
+  run_case<bf16>(ctx, {"moe block", false, true, 8192, 1536, 1024, 0.22f, 0.f, 0, true, 0.22f},
+                 true);
   // The tiny MoE layer's expert products: 64 experts x ~768 rows (8192 tokens, top-6).
   group_case(ctx, std::vector<int64_t>(64, 768), 1024, 1536, true);
 }

@@ -423,6 +423,31 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   for (size_t i = 0; i < given.size(); i++) {
     kept_differ = std::max(kept_differ, max_abs_diff(given[i], with_kept[i]));
   }
+  // dout_scale (a residual multiplier folded in): the same bits as the backward of dout scaled
+  // and rounded to bf16 first, as the scale step it replaces wrote it.
+  constexpr float kDoutScale = 0.22f;
+  std::vector<float> scaled(p.dout.size());
+  for (size_t i = 0; i < scaled.size(); i++) {
+    scaled[i] = round_bf16(round_bf16(p.dout[i]) * kDoutScale);
+  }
+  Dev<bf16> dout_scaled = to_device<bf16>(scaled);
+  auto scaled_backward = [&](const bf16* d, float dout_scale) {
+    for (Dev<bf16>* buffer : {&dx, &dw_in, &dw_out}) buffer->poison();
+    dgates.poison();
+    check(moe_experts_backward(ctx.gemm(), ctx.stream(), dx.get(), dgates.get(), dw_in.get(),
+                               dw_out.get(), d, x.get(), gates.get(), indices.get(), w_in.get(),
+                               w_out.get(), tokens, H, I, experts, k, ws_b.workspace(), on_host,
+                               token_chunk, kept.get(), dout_scale));
+    ctx.sync();
+    return std::vector<std::vector<float>>{dx.download(), dgates.download(), dw_in.download(),
+                                           dw_out.download()};
+  };
+  const std::vector<std::vector<float>> folded = scaled_backward(dout.get(), kDoutScale);
+  const std::vector<std::vector<float>> prescaled = scaled_backward(dout_scaled.get(), 1.f);
+  double scale_differs = 0.0;
+  for (size_t i = 0; i < folded.size(); i++) {
+    scale_differs = std::max(scale_differs, max_abs_diff(folded[i], prescaled[i]));
+  }
 
   std::vector<Output> fwd, bwd;
   if (!big) {
@@ -517,6 +542,7 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   }
   fwd.push_back({"all, routing on the host or counted", counts_differ, 0.0});
   fwd.push_back({"all, h kept", kept_differ, 0.0});
+  bwd.push_back({"all, dout_scale", scale_differs, 0.0});
   const double flops = 6.0 * S * H * I;  // forward: two GEMMs, 2 * S * (2I*H + H*I)
   const double ms_f = big ? ctx.time_ms(forward) : -1;
   ctx.report("moe_experts.forward", shape, fwd, ms_f, big ? tflops(flops, ms_f) : "");

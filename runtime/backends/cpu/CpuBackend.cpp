@@ -81,11 +81,11 @@ absl::Status RunGemm(const Args& a) {
   return absl::OkStatus();
 }
 
-// out = c, then the product added in (beta 1).
+// out = c, then the product added in (times beta).
 absl::Status RunGemmAdd(const Args& a) {
   const auto g = a.Get<plan::GemmAddArgs>();
   if (g.out.f32() != g.c.f32()) std::copy_n(g.c.f32(), g.m * g.n, g.out.f32());
-  RunProduct(g, 1.0f, g.out.f32(), a.threads());
+  RunProduct(g, static_cast<float>(g.beta), g.out.f32(), a.threads());
   return absl::OkStatus();
 }
 
@@ -423,10 +423,18 @@ absl::Status RunMoeExpertsForward(const Args& a) {
 absl::Status RunMoeExpertsBackward(const Args& a) {
   const auto k = a.Get<plan::MoeExpertsBackwardArgs>();
   HCP_RETURN_IF_ERROR(CheckExpertIndices(k.expert_ids.i32(), k.tokens * k.k, k.experts));
-  moe_experts_backward<float>(k.dx.f32(), k.dgates.f32(), k.dw_in.f32(), k.dw_out.f32(),
-                              k.dout.f32(), k.x.f32(), k.gates.f32(), k.expert_ids.i32(),
-                              k.w_in.f32(), k.w_out.f32(), k.tokens, k.hidden, k.inner, k.experts,
-                              k.k, a.threads(), k.keep_h ? k.kept_h.f32() : nullptr);
+  // dout as the scale step the plan folded in would have left it (the same f32 products).
+  const float* dout = k.dout.f32();
+  std::vector<float> scaled;
+  if (k.dout_scale != 1.0) {
+    scaled.resize(k.tokens * k.hidden);
+    scale<float>(scaled.data(), dout, static_cast<float>(k.dout_scale), k.tokens * k.hidden);
+    dout = scaled.data();
+  }
+  moe_experts_backward<float>(k.dx.f32(), k.dgates.f32(), k.dw_in.f32(), k.dw_out.f32(), dout,
+                              k.x.f32(), k.gates.f32(), k.expert_ids.i32(), k.w_in.f32(),
+                              k.w_out.f32(), k.tokens, k.hidden, k.inner, k.experts, k.k,
+                              a.threads(), k.keep_h ? k.kept_h.f32() : nullptr);
   return absl::OkStatus();
 }
 

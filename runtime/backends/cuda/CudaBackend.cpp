@@ -58,7 +58,8 @@ absl::Status RunGemmAdd(const Args& a, const plan::GemmAddArgs<DeviceBuffer>& k)
     using T = decltype(type);
     return Done(cuda::gemm_add<T>(a.gemm(), a.stream(), k.trans_a, k.trans_b, k.m, k.n, k.k,
                                   static_cast<float>(k.alpha), k.a.as<bf16>(), g.lda,
-                                  k.b.as<bf16>(), g.ldb, k.c.as<T>(), k.out.as<T>(), g.ldc));
+                                  k.b.as<bf16>(), g.ldb, static_cast<float>(k.beta), k.c.as<T>(),
+                                  k.out.as<T>(), g.ldc));
   });
 }
 
@@ -326,8 +327,8 @@ absl::Status RunMoeExpertsBackward(const Args& a,
       a.gemm(), a.stream(), k.dx.as<bf16>(), k.dgates.as<float>(), k.dw_in.as<bf16>(),
       k.dw_out.as<bf16>(), k.dout.as<bf16>(), k.x.as<bf16>(), k.gates.as<float>(),
       k.expert_ids.as<int32_t>(), k.w_in.as<bf16>(), k.w_out.as<bf16>(), k.tokens, k.hidden,
-      k.inner, k.experts, k.k, a.workspace(), on_host, cuda::kExpertTokenChunk,
-      k.kept_h.as<bf16>()));
+      k.inner, k.experts, k.k, a.workspace(), on_host, cuda::kExpertTokenChunk, k.kept_h.as<bf16>(),
+      static_cast<float>(k.dout_scale)));
 }
 size_t WorkspaceBytes(const plan::MoeExpertsBackwardArgs<DeviceBuffer>& k) {
   return cuda::moe_experts_backward_workspace_bytes(k.tokens, k.hidden, k.inner, k.experts, k.k);

@@ -390,10 +390,10 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
 template <typename TC>
 Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m,
                 int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
-                int64_t ldb, const TC* c, TC* out, int64_t ldc) {
+                int64_t ldb, float beta, const TC* c, TC* out, int64_t ldc) {
   if (ctx == nullptr) return Status("gemm_add", "no GemmContext");
   return gemm_with(ctx, stream, Target{ctx->workspace, 0}, trans_a, trans_b, m, n, k, alpha, a, lda,
-                   b, ldb, 1.f, out, ldc, Batch{}, c);
+                   b, ldb, beta, out, ldc, Batch{}, c);
 }
 
 template <typename TC>
@@ -458,11 +458,11 @@ template Status gemm<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int
                             int64_t);
 
 template Status gemm_add<bf16>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
-                               float, const bf16*, int64_t, const bf16*, int64_t, const bf16*,
-                               bf16*, int64_t);
+                               float, const bf16*, int64_t, const bf16*, int64_t, float,
+                               const bf16*, bf16*, int64_t);
 template Status gemm_add<float>(GemmContext*, cudaStream_t, bool, bool, int64_t, int64_t, int64_t,
-                                float, const bf16*, int64_t, const bf16*, int64_t, const float*,
-                                float*, int64_t);
+                                float, const bf16*, int64_t, const bf16*, int64_t, float,
+                                const float*, float*, int64_t);
 
 template Status gemm_group<bf16>(GemmContext*, cudaStream_t, std::span<const GemmProblemOf<bf16>>);
 template Status gemm_group<float>(GemmContext*, cudaStream_t,

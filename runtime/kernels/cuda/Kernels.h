@@ -82,13 +82,13 @@ Status gemm(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, i
             int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
             float beta, TC* c, int64_t ldc);
 
-// out = alpha * op(A) op(B) + c, rounded once (c and out: [m, n] with row stride ldc; out may be
-// c itself). A GEMM with its following add folded into cuBLASLt's epilogue (beta 1, C = c,
+// out = alpha * op(A) op(B) + beta * c, rounded once (c and out: [m, n] with row stride ldc; out
+// may be c itself). A GEMM with its following add folded into cuBLASLt's epilogue (C = c,
 // D = out): the product is not stored and read back.
 template <typename TC>
 Status gemm_add(GemmContext* ctx, cudaStream_t stream, bool trans_a, bool trans_b, int64_t m,
                 int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda, const bf16* b,
-                int64_t ldb, const TC* c, TC* out, int64_t ldc);
+                int64_t ldb, float beta, const TC* c, TC* out, int64_t ldc);
 
 // Independent products (no problem's C overlaps another's A, B or C; C bf16 or fp32, TC), with
 // the results of running them one after another on `stream`: products too small to fill the GPU
@@ -293,6 +293,8 @@ Status router_aux_loss_backward(cudaStream_t stream, float* dprobs, const float*
 // kept_h (nullable) [tokens, k, 2*inner]: the forward also stores each routed slot's h = [a | b]
 // there, and the backward given it skips recomputing h (the same results bit for bit; rows of
 // slots without an expert are neither written nor read).
+// dout_scale (the backward): dout is read as dout_scale * dout, rounded once as it is gathered
+// (a scale of the experts' output gradient folded in: the same values as scaling dout first).
 inline constexpr int64_t kExpertTokenChunk = 16384;
 struct ExpertRoutingOnHost {
   const int32_t* indices = nullptr;        // [tokens, k], the same as `indices`: every chunk
@@ -318,7 +320,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace,
                             ExpertRoutingOnHost on_host = {},
-                            int64_t token_chunk = kExpertTokenChunk, const bf16* kept_h = nullptr);
+                            int64_t token_chunk = kExpertTokenChunk, const bf16* kept_h = nullptr,
+                            float dout_scale = 1.f);
 
 // The pieces of expert parallelism's exchange (the CUDA backend's moe_experts_ep), which runs
 // the experts above on rows that other GPUs send: the same gather and combine they use inside.

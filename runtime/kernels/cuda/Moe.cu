@@ -335,9 +335,10 @@ __global__ void padding_kernel(int32_t* row_slot, const int32_t* offsets, int64_
   }
 }
 
-// xp[p] = x[row_slot[p] / k], or zeros where row_slot[p] < 0 (padding): one warp per row.
+// xp[p] = scale * x[row_slot[p] / k] (fp32, rounded once; an exact copy for scale 1), or zeros
+// where row_slot[p] < 0 (padding): one warp per row.
 __global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* row_slot, int64_t rows,
-                              int64_t hidden, int k, bool vec) {
+                              int64_t hidden, int k, float scale, bool vec) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
   for (int64_t p = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); p < rows;
@@ -348,6 +349,8 @@ __global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* row_slot, 
       const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
       float v[8] = {};
       if (slot >= 0) load8_any(v, x + t * hidden + c, valid, vec);
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[e] *= scale;
       store8_any(xp + p * hidden + c, v, valid, vec);
     }
   }
@@ -649,7 +652,7 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
   const int64_t rows = layout.rows;
   const bool vec = hidden % 8 == 0 && aligned16(x);
   gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, b.row_slot, rows, hidden,
-                                                          static_cast<int>(k), vec);
+                                                          static_cast<int>(k), 1.f, vec);
   if (Status s = launch_status(name); !s.ok()) return s;
   if (up_to == ForwardUpTo::kLayout) return Status();
   // h = xp W_in[e]^T, then u = swiglu(h), y = u W_out[e]^T.
@@ -776,7 +779,8 @@ Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* 
                              const bf16* dout, const bf16* x, const float* gates,
                              const int32_t* indices, const bf16* w_in, const bf16* w_out, int64_t n,
                              int64_t hidden, int64_t inner, int64_t experts, int64_t k,
-                             const int64_t* expert_counts, bool accumulate, const bf16* kept_h) {
+                             const int64_t* expert_counts, bool accumulate, const bf16* kept_h,
+                             float dout_scale) {
   ExpertRows layout;
   if (Status s = expert_forward_pass(ctx, stream, name, b, layout, x, indices, w_in, w_out, n,
                                      hidden, inner, experts, k, expert_counts,
@@ -798,9 +802,9 @@ Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* 
     }
     return combine_dx(b.y);
   }
-  // dyp = the rows' dout, not scaled by the gate (zero for padding).
+  // dyp = the rows' dout times dout_scale, not scaled by the gate (zero for padding).
   gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.dyp, dout, b.row_slot, rows, hidden,
-                                                          static_cast<int>(k), vec);
+                                                          static_cast<int>(k), dout_scale, vec);
   if (Status s = launch_status(name); !s.ok()) return s;
   // Through W_out: du = dyp W_out[e]; then dgates = <du, u>, gu = gate u into u's buffer and
   // dh = swiglu'(gate du) (expert_rows_backward_kernel); dW_out[e] = dyp^T gu (zero for an
@@ -846,7 +850,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
                             const float* gates, const int32_t* indices, const bf16* w_in,
                             const bf16* w_out, int64_t tokens, int64_t hidden, int64_t inner,
                             int64_t experts, int64_t k, Workspace workspace,
-                            ExpertRoutingOnHost on_host, int64_t token_chunk, const bf16* kept_h) {
+                            ExpertRoutingOnHost on_host, int64_t token_chunk, const bf16* kept_h,
+                            float dout_scale) {
   const char* name = "moe_experts.backward";
   if (token_chunk <= 0) return Status(name, "token_chunk must be positive");
   if (Status s =
@@ -868,7 +873,7 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
     return expert_backward_chunk(ctx, stream, name, b, dx, dgates, dw_in, dw_out, dout, x, gates,
                                  indices, w_in, w_out, tokens, hidden, inner, experts, k,
                                  counts.empty() ? nullptr : counts.data(), /*accumulate=*/false,
-                                 kept_h);
+                                 kept_h, dout_scale);
   }
   // Several chunks: every chunk adds its weight gradients onto the fp32 sums, rounded at the end.
   if (Status s = fill(stream, b.dw_in_sum, 0.f, dw_in_size); !s.ok()) return s;
@@ -880,7 +885,8 @@ Status moe_experts_backward(GemmContext* ctx, cudaStream_t stream, bf16* dx, flo
             ctx, stream, name, b, dx + t0 * hidden, dgates + t0 * k, b.dw_in_sum, b.dw_out_sum,
             dout + t0 * hidden, x + t0 * hidden, gates + t0 * k, indices + t0 * k, w_in, w_out, n,
             hidden, inner, experts, k, counts.empty() ? nullptr : counts.data(),
-            /*accumulate=*/true, kept_h == nullptr ? nullptr : kept_h + t0 * k * 2 * inner);
+            /*accumulate=*/true, kept_h == nullptr ? nullptr : kept_h + t0 * k * 2 * inner,
+            dout_scale);
         !s.ok()) {
       return s;
     }
@@ -900,7 +906,7 @@ Status moe_gather_rows(cudaStream_t stream, bf16* rows, const bf16* x, const int
   if (count == 0) return Status();
   const bool vec = hidden % 8 == 0 && aligned16(x) && aligned16(rows);
   gather_kernel<<<warp_grid(count), kThreads, 0, stream>>>(rows, x, slot_of_row, count, hidden,
-                                                           static_cast<int>(k), vec);
+                                                           static_cast<int>(k), 1.f, vec);
   return launch_status(name);
 }
 

@@ -192,7 +192,7 @@ TEST(CpuBackend, GemmAdd) {
       const uint32_t c = s.In({g.m, g.n});
       const uint32_t out = s.Out({g.m, g.n});
       const std::vector<float> c_before = s.f32(c);
-      ASSERT_RUNS(s, "gemm_add", {g.a, g.b, c}, {out}, g.ints(), {0.5});
+      ASSERT_RUNS(s, "gemm_add", {g.a, g.b, c}, {out}, g.ints(), {0.5, 1.0});
       std::vector<float> want = c_before;
       g.Reference(s, 0.5f, 1.0f, want);
       EXPECT_EQ(s.f32(out), want) << trans_a << trans_b;
@@ -201,6 +201,11 @@ TEST(CpuBackend, GemmAdd) {
       g.Reference(s, 0.5f, 0.0f, product);
       for (size_t i = 0; i < product.size(); ++i) {
         EXPECT_NEAR(s.f32(out)[i], product[i] + c_before[i], 1e-6f) << i;
+      }
+      // beta scales c: the residual multiplier of a sum folded in.
+      ASSERT_RUNS(s, "gemm_add", {g.a, g.b, c}, {out}, g.ints(), {0.5, 0.25});
+      for (size_t i = 0; i < product.size(); ++i) {
+        EXPECT_NEAR(s.f32(out)[i], product[i] + 0.25f * c_before[i], 1e-6f) << i;
       }
     }
   }
@@ -897,7 +902,7 @@ TEST(CpuBackend, MoeExperts) {
                  dw_in = g.Out({experts, 2 * inner, hidden}),
                  dw_out = g.Out({experts, hidden, inner});
   ASSERT_RUNS(g, "moe_experts.backward", {dout, gx, ggates, gidx, gw_in, gw_out},
-              {dx, dg, dw_in, dw_out}, {tokens, hidden, inner, experts, k, 0});
+              {dx, dg, dw_in, dw_out}, {tokens, hidden, inner, experts, k, 0}, {1.0});
   std::vector<float> dx_w = g.Like(dx), dg_w = g.Like(dg), dwi_w = g.Like(dw_in),
                      dwo_w = g.Like(dw_out);
   cpu::moe_experts_backward<float>(dx_w.data(), dg_w.data(), dwi_w.data(), dwo_w.data(), g.p(dout),
@@ -907,6 +912,20 @@ TEST(CpuBackend, MoeExperts) {
   EXPECT_EQ(g.f32(dg), dg_w);
   EXPECT_EQ(g.f32(dw_in), dwi_w);
   EXPECT_EQ(g.f32(dw_out), dwo_w);
+
+  // dout_scale: exactly the backward of a dout scaled first (the scale step it replaces).
+  ASSERT_RUNS(g, "moe_experts.backward", {dout, gx, ggates, gidx, gw_in, gw_out},
+              {dx, dg, dw_in, dw_out}, {tokens, hidden, inner, experts, k, 0}, {0.25});
+  std::vector<float> scaled_dout = g.f32(dout);
+  for (float& v : scaled_dout) v *= 0.25f;
+  cpu::moe_experts_backward<float>(dx_w.data(), dg_w.data(), dwi_w.data(), dwo_w.data(),
+                                   scaled_dout.data(), g.p(gx), g.p(ggates), idx.data(), g.p(gw_in),
+                                   g.p(gw_out), tokens, hidden, inner, experts, k);
+  EXPECT_EQ(g.f32(dx), dx_w);
+  EXPECT_EQ(g.f32(dg), dg_w);
+  EXPECT_EQ(g.f32(dw_in), dwi_w);
+  EXPECT_EQ(g.f32(dw_out), dwo_w);
+  EXPECT_NE(g.f32(dw_out), g.Like(dw_out));  // not all zero: the comparison can fail
 }
 
 // keep_h: the forward also writes each slot's [a | b] = W_in[e] x, and the backward reads it
@@ -952,7 +971,7 @@ TEST(CpuBackend, MoeExpertsKeptH) {
     std::vector<uint32_t> ins = {dout, gx, gg, gi, gwi, gwo};
     if (kept_h != nullptr) ins.push_back(g.InValues({tokens, k, 2 * inner}, *kept_h));
     EXPECT_TRUE(g.Run("moe_experts.backward", ins, {dx, dg, dwi, dwo},
-                      {tokens, hidden, inner, experts, k, kept_h != nullptr ? 1 : 0})
+                      {tokens, hidden, inner, experts, k, kept_h != nullptr ? 1 : 0}, {1.0})
                     .ok());
     std::vector<float> all;
     for (uint32_t b : {dx, dg, dwi, dwo}) {

@@ -201,7 +201,8 @@ PlanBuilder EveryKernelPlan() {
   const uint32_t x = P({T, H}), dy = P({T, H}), w = P({H});
   b.AddStep("gemm", {P({3, 4}), P({4, 2})}, {A({3, 2})}, {0, 0, 3, 2, 4}, {1.0});
   b.AddStep("gemm", {P({4, 3}), P({2, 4})}, {A({3, 2})}, {1, 1, 3, 2, 4}, {0.5});
-  b.AddStep("gemm_add", {P({3, 4}), P({4, 2}), P({3, 2})}, {A({3, 2})}, {0, 0, 3, 2, 4}, {0.5});
+  b.AddStep("gemm_add", {P({3, 4}), P({4, 2}), P({3, 2})}, {A({3, 2})}, {0, 0, 3, 2, 4},
+            {0.5, 1.0});
   const uint32_t table = P({V, H});
   b.AddStep("embedding.forward", {table, ids}, {A({T, H})}, {T, V, H}, {2.0});
   b.AddStep("embedding.backward", {dy, ids}, {A({V, H})}, {T, V, H, 0}, {2.0});
@@ -286,13 +287,13 @@ PlanBuilder EveryKernelPlan() {
   b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H})},
             {T, H, 2, 3, 2, 0});
   b.AddStep("moe_experts.backward", {dy, x, gates, experts, w_in, w_out},
-            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 0});
+            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 0}, {0.5});
   // The same with the experts' first product kept for the backward.
   const uint32_t kept_h = A({T, 2, 4});
   b.AddStep("moe_experts.forward", {x, gates, experts, w_in, w_out}, {A({T, H}), kept_h},
             {T, H, 2, 3, 2, 1});
   b.AddStep("moe_experts.backward", {dy, x, gates, experts, w_in, w_out, kept_h},
-            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 1});
+            {A({T, H}), A({T, 2}), A({3, 4, H}), A({3, H, 2})}, {T, H, 2, 3, 2, 1}, {1.0});
   // Expert parallelism on the one rank of a plan without mesh (ep = 1: all 3 experts here).
   b.AddStep("moe_experts_ep.forward", {x, gates, experts, w_in, w_out}, {A({T, H})},
             {T, H, 2, 3, 2, 1});

@@ -45,7 +45,7 @@ TEST(PlanFile, Layout) {
   const std::string file = EncodePlanFile("123456789");
   ASSERT_EQ(file.size(), kPlanHeaderBytes + 9 + kPlanChecksumBytes);
   EXPECT_EQ(file.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(file.substr(8, 4), std::string("\x0E\x00\x00\x00", 4));  // version 14, LE
+  EXPECT_EQ(file.substr(8, 4), std::string("\x0F\x00\x00\x00", 4));  // version 15, LE
   EXPECT_EQ(file.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(file.substr(16, 8), std::string("\x09\0\0\0\0\0\0\0", 8));
   EXPECT_EQ(file.substr(24, 9), "123456789");
@@ -190,13 +190,13 @@ TEST(PlanFile, OtherVersion) {
   old.resize(old.size() - kPlanChecksumBytes);
   old[8] = 9;
   EXPECT_EQ(ErrorOf(old),
-            "test.plan: plan schema version 9, this runtime reads version 14: recompile the plan "
+            "test.plan: plan schema version 9, this runtime reads version 15: recompile the plan "
             "with this hybridcp");
   // A later version, with a checksum of its own.
   std::string later = TinyLm().Bytes();
-  later[8] = 15;
+  later[8] = 16;
   Reseal(later);
-  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 15, this runtime reads version 14"));
+  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 16, this runtime reads version 15"));
 }
 
 // The config.json a plan carries comes back as written; one that is not a JSON object is refused
@@ -261,7 +261,7 @@ TEST(PlanFile, DamageIsNamedSo) {
   version[8] ^= 0x04;
   EXPECT_EQ(ErrorOf(version),
             "test.plan: checksum mismatch: the plan is damaged (its header's schema version reads "
-            "10, not 14); compile it again");
+            "11, not 15); compile it again");
   std::string payload_size = bytes;
   payload_size[16 + 7] ^= 0x80;  // near 2^64: must not wrap around
   EXPECT_EQ(ErrorOf(payload_size),

@@ -208,6 +208,7 @@ TEST(Validate, SizeMismatch) {
                 PlanBuilder::StepSpec& step = lm.builder.step(lm.head_gemm_step);
                 step.kernel = "gemm_add";
                 step.ins.push_back(lm.x);
+                step.floats.push_back(1.0);  // beta
               }),
               HasSubstr("step 2 (gemm_add): input 2 'act.x' has 60 elements, expected m*n = 110"));
   EXPECT_THAT(ErrorAfter([](TinyLm& lm) { lm.builder.step(lm.ce_forward_step).outs[1] = lm.h; }),
@@ -679,7 +680,7 @@ TEST(Validate, MoeExpertsKeptHFollowsFlag) {
     if (give_kept) ins.push_back(p.Act({T, K, 2 * I}));
     p.b.AddStep("moe_experts.backward", ins,
                 {p.Act({T, Hd}), p.Act({T, K}), p.Act({E, 2 * I, Hd}), p.Act({E, Hd, I})},
-                {T, Hd, I, E, K, keep_h});
+                {T, Hd, I, E, K, keep_h}, {1.0});
     return p.Error();
   };
   EXPECT_EQ(backward(1, true), "(loaded)");

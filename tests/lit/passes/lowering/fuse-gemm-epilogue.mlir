@@ -10,7 +10,7 @@
 // CHECK-DAG: %[[Y:.*]] = exec.buffer activations "y"
 // CHECK-DAG: %[[W:.*]] = exec.buffer parameters "w"
 // CHECK-DAG: %[[H:.*]] = exec.buffer activations "h"
-// CHECK: exec.launch "gemm_add" ins(%[[Y]], %[[W]], %[[X]] : {{.*}}) outs(%[[H]] : {{.*}}) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 1, 4, 8, 16>}
+// CHECK: exec.launch "gemm_add" ins(%[[Y]], %[[W]], %[[X]] : {{.*}}) outs(%[[H]] : {{.*}}) {floats = array<f64: 1.000000e+00, 1.000000e+00>, ints = array<i64: 0, 1, 4, 8, 16>}
 // CHECK-NOT: exec.launch "scale"
 // CHECK-NOT: exec.launch "add"
 // CHECK-NOT: "product"
@@ -36,7 +36,7 @@ func.func @residual() {
 // A gradient sum straight into a gradient buffer, the product first and through a view: dx =
 // dy W + other.
 // CHECK-LABEL: func.func @gradient_sum
-// CHECK: exec.launch "gemm_add" ins({{.*}}) outs({{.*}}) {floats = array<f64: 1.000000e+00>, ints = array<i64: 0, 0, 4, 8, 16>}
+// CHECK: exec.launch "gemm_add" ins({{.*}}) outs({{.*}}) {floats = array<f64: 1.000000e+00, 1.000000e+00>, ints = array<i64: 0, 0, 4, 8, 16>}
 // CHECK-NOT: exec.launch "add"
 func.func @gradient_sum() {
   %dy = exec.buffer activations "dy" : memref<4x16xf32>
@@ -244,8 +244,8 @@ func.func @scale_before_gemms() {
 
 // -----
 
-// The scaled gradient also goes to a kernel without an alpha (the experts' backward, here a
-// silu): it must exist, so the scale stays.
+// The scaled gradient also goes to a kernel that takes no factor (a silu): it must exist, so
+// the scale stays.
 // CHECK-LABEL: func.func @scale_read_by_other
 // CHECK: exec.launch "scale"
 // CHECK: exec.launch "gemm" {{.*}} {floats = array<f64: 1.000000e+00>
@@ -328,5 +328,102 @@ func.func @scaled_product_read_twice() {
   exec.launch "scale" ins(%l : memref<4x8xf32>) outs(%s : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 0.25>}
   exec.result "scaled", %s : memref<4x8xf32>
   exec.result "logits", %l : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The MoE block's output: the shared MLP's product plus the experts' output (written after the
+// GEMM, so the gemm_add runs at the add's place; its input is smaller than its product), times
+// the residual multiplier, then added to the residual. The scale of the sum goes into the
+// gemm_add's alpha and beta, which writes the scaled sum; the residual add stays.
+// CHECK-LABEL: func.func @scaled_sum
+// CHECK-DAG: %[[X:.*]] = exec.buffer activations "x"
+// CHECK-DAG: %[[Y:.*]] = exec.buffer activations "y"
+// CHECK-DAG: %[[W:.*]] = exec.buffer parameters "w"
+// CHECK-DAG: %[[M:.*]] = exec.buffer activations "experts"
+// CHECK-DAG: %[[S:.*]] = exec.buffer activations "scaled"
+// CHECK: exec.launch "gemm_add" ins(%[[Y]], %[[W]], %[[M]] : {{.*}}) outs(%[[S]] : {{.*}}) {floats = array<f64: 2.500000e-01, 2.500000e-01>, ints = array<i64: 0, 1, 4, 8, 4>}
+// CHECK-NOT: exec.launch "scale"
+// CHECK: exec.launch "add" ins(%[[X]], %[[S]] : {{.*}})
+func.func @scaled_sum() {
+  %x = exec.buffer activations "x" : memref<4x8xf32>
+  %y = exec.buffer activations "y" : memref<4x4xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<8x4xf32>
+  exec.launch "fill" outs(%x : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%y : memref<4x4xf32>) {ints = array<i64: 16>, floats = array<f64: 1.0>}
+  %p = exec.buffer activations "product" : memref<4x8xf32>
+  exec.launch "gemm" ins(%y, %w : memref<4x4xf32>, memref<8x4xf32>) outs(%p : memref<4x8xf32>) {ints = array<i64: 0, 1, 4, 8, 4>, floats = array<f64: 1.0>}
+  %m = exec.buffer activations "experts" : memref<4x8xf32>
+  exec.launch "fill" outs(%m : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 2.0>}
+  %sum = exec.buffer activations "sum" : memref<4x8xf32>
+  exec.launch "add" ins(%m, %p : memref<4x8xf32>, memref<4x8xf32>) outs(%sum : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  %s = exec.buffer activations "scaled" : memref<4x8xf32>
+  exec.launch "scale" ins(%sum : memref<4x8xf32>) outs(%s : memref<4x8xf32>) {ints = array<i64: 32>, floats = array<f64: 0.25>}
+  %h = exec.buffer activations "h" : memref<4x8xf32>
+  exec.launch "add" ins(%x, %s : memref<4x8xf32>, memref<4x8xf32>) outs(%h : memref<4x8xf32>) {ints = array<i64: 32, 32>, floats = array<f64>}
+  exec.result "h", %h : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// The MoE block's backward: the gradient times the residual multiplier goes to the shared MLP's
+// backward product and to the experts' backward as its dout. Both read dy itself: the GEMM with
+// alpha 0.25, the experts with dout_scale 0.25; the scale is gone.
+// CHECK-LABEL: func.func @scale_before_experts_backward
+// CHECK: %[[DY:.*]] = exec.buffer activations "dy"
+// CHECK-NOT: exec.launch "scale"
+// CHECK: exec.launch "gemm" ins(%[[DY]], {{.*}}) {floats = array<f64: 2.500000e-01>
+// CHECK: exec.launch "moe_experts.backward" ins(%[[DY]], {{.*}}) {floats = array<f64: 2.500000e-01>, ints = array<i64: 4, 3, 2, 3, 2, 0>}
+func.func @scale_before_experts_backward() {
+  %dy = exec.buffer activations "dy" : memref<4x3xf32>
+  %x = exec.buffer activations "x" : memref<4x3xf32>
+  %gates = exec.buffer activations "gates" : memref<4x2xf32>
+  %ids = exec.buffer activations "ids" : memref<4x2xi32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<3x3xf32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
+  exec.launch "fill" outs(%dy : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%x : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%gates : memref<4x2xf32>) {ints = array<i64: 8>, floats = array<f64: 0.5>}
+  %s = exec.buffer activations "scaled" : memref<4x3xf32>
+  exec.launch "scale" ins(%dy : memref<4x3xf32>) outs(%s : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 0.25>}
+  %dh = exec.buffer activations "dh" : memref<4x3xf32>
+  exec.launch "gemm" ins(%s, %w : memref<4x3xf32>, memref<3x3xf32>) outs(%dh : memref<4x3xf32>) {ints = array<i64: 0, 0, 4, 3, 3>, floats = array<f64: 1.0>}
+  %dx = exec.buffer activations "dx" : memref<4x3xf32>
+  %dgates = exec.buffer activations "dgates" : memref<4x2xf32>
+  %dw_in = exec.buffer gradients "w_in" : memref<3x4x3xf32>
+  %dw_out = exec.buffer gradients "w_out" : memref<3x3x2xf32>
+  exec.launch "moe_experts.backward" ins(%s, %x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64: 1.0>}
+  exec.result "dh", %dh : memref<4x3xf32>
+  exec.result "dx", %dx : memref<4x3xf32>
+  exec.result "dgates", %dgates : memref<4x2xf32>
+  return
+}
+
+// -----
+
+// The experts' backward reads the scaled values as its x, which takes no factor: the scale stays.
+// CHECK-LABEL: func.func @scale_read_as_experts_input
+// CHECK: exec.launch "scale"
+// CHECK: exec.launch "moe_experts.backward" {{.*}} {floats = array<f64: 1.000000e+00>
+func.func @scale_read_as_experts_input() {
+  %dy = exec.buffer activations "dy" : memref<4x3xf32>
+  %gates = exec.buffer activations "gates" : memref<4x2xf32>
+  %ids = exec.buffer activations "ids" : memref<4x2xi32>
+  %w_in = exec.buffer parameters "w_in" {init = #exec.init<ones>} : memref<3x4x3xf32>
+  %w_out = exec.buffer parameters "w_out" {init = #exec.init<ones>} : memref<3x3x2xf32>
+  exec.launch "fill" outs(%dy : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%gates : memref<4x2xf32>) {ints = array<i64: 8>, floats = array<f64: 0.5>}
+  %s = exec.buffer activations "scaled" : memref<4x3xf32>
+  exec.launch "scale" ins(%dy : memref<4x3xf32>) outs(%s : memref<4x3xf32>) {ints = array<i64: 12>, floats = array<f64: 0.25>}
+  %dx = exec.buffer activations "dx" : memref<4x3xf32>
+  %dgates = exec.buffer activations "dgates" : memref<4x2xf32>
+  %dw_in = exec.buffer gradients "w_in" : memref<3x4x3xf32>
+  %dw_out = exec.buffer gradients "w_out" : memref<3x3x2xf32>
+  exec.launch "moe_experts.backward" ins(%dy, %s, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64: 1.0>}
+  exec.result "dx", %dx : memref<4x3xf32>
+  exec.result "dgates", %dgates : memref<4x2xf32>
   return
 }

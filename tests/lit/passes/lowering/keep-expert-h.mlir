@@ -24,7 +24,7 @@ func.func @forward_and_backward() {
   %dgates = exec.buffer activations "dgates" : memref<4x2xf32>
   %dw_in = exec.buffer gradients "w_in" : memref<3x4x3xf32>
   %dw_out = exec.buffer gradients "w_out" : memref<3x3x2xf32>
-  exec.launch "moe_experts.backward" ins(%dout, %x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
+  exec.launch "moe_experts.backward" ins(%dout, %x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64: 1.0>}
   exec.result "dx", %dx : memref<4x3xf32>
   return
 }
@@ -55,7 +55,7 @@ func.func @recomputed() {
   %dgates = exec.buffer activations "dgates" : memref<4x2xf32>
   %dw_in = exec.buffer gradients "w_in" : memref<3x4x3xf32>
   %dw_out = exec.buffer gradients "w_out" : memref<3x3x2xf32>
-  exec.launch "moe_experts.backward" ins(%out, %x2, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
+  exec.launch "moe_experts.backward" ins(%out, %x2, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64: 1.0>}
   exec.result "dx", %dx : memref<4x3xf32>
   return
 }
@@ -82,7 +82,7 @@ func.func @ids_written_between() {
   %dgates = exec.buffer activations "dgates" : memref<4x2xf32>
   %dw_in = exec.buffer gradients "w_in" : memref<3x4x3xf32>
   %dw_out = exec.buffer gradients "w_out" : memref<3x3x2xf32>
-  exec.launch "moe_experts.backward" ins(%out, %x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64>}
+  exec.launch "moe_experts.backward" ins(%out, %x, %gates, %ids, %w_in, %w_out : memref<4x3xf32>, memref<4x3xf32>, memref<4x2xf32>, memref<4x2xi32>, memref<3x4x3xf32>, memref<3x3x2xf32>) outs(%dx, %dgates, %dw_in, %dw_out : memref<4x3xf32>, memref<4x2xf32>, memref<3x4x3xf32>, memref<3x3x2xf32>) {ints = array<i64: 4, 3, 2, 3, 2, 0>, floats = array<f64: 1.0>}
   exec.result "dx", %dx : memref<4x3xf32>
   return
 }

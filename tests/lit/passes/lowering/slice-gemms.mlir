@@ -58,12 +58,12 @@ func.func @forward() {
 // CHECK: %[[DX:.*]] = exec.buffer activations "dx"
 // CHECK: %[[WZ:.*]] = exec.view %[[W]] offset 0 : memref<8x6xf32> to memref<3x6xf32>
 // CHECK: %[[P0:.*]] = exec.buffer activations "dx.partial0"
-// CHECK: exec.launch "gemm_add" ins(%[[DZ]], %[[WZ]], %[[RES]] : {{.*}}) outs(%[[P0]] : {{.*}}) {floats = array<f64: 2.000000e+00>, ints = array<i64: 0, 0, 4, 6, 3>}
+// CHECK: exec.launch "gemm_add" ins(%[[DZ]], %[[WZ]], %[[RES]] : {{.*}}) outs(%[[P0]] : {{.*}}) {floats = array<f64: 2.000000e+00, 5.000000e-01>, ints = array<i64: 0, 0, 4, 6, 3>}
 // CHECK: %[[WXBC:.*]] = exec.view %[[W]] offset 18 : memref<8x6xf32> to memref<4x6xf32>
 // CHECK: %[[P1:.*]] = exec.buffer activations "dx.partial1"
-// CHECK: exec.launch "gemm_add" ins(%[[DXBC]], %[[WXBC]], %[[P0]] : {{.*}}) outs(%[[P1]] : {{.*}}) {floats = array<f64: 2.000000e+00>, ints = array<i64: 0, 0, 4, 6, 4>}
+// CHECK: exec.launch "gemm_add" ins(%[[DXBC]], %[[WXBC]], %[[P0]] : {{.*}}) outs(%[[P1]] : {{.*}}) {floats = array<f64: 2.000000e+00, 1.000000e+00>, ints = array<i64: 0, 0, 4, 6, 4>}
 // CHECK: %[[WDT:.*]] = exec.view %[[W]] offset 42 : memref<8x6xf32> to memref<1x6xf32>
-// CHECK: exec.launch "gemm_add" ins(%[[DDT]], %[[WDT]], %[[P1]] : {{.*}}) outs(%[[DX]] : {{.*}}) {floats = array<f64: 2.000000e+00>, ints = array<i64: 0, 0, 4, 6, 1>}
+// CHECK: exec.launch "gemm_add" ins(%[[DDT]], %[[WDT]], %[[P1]] : {{.*}}) outs(%[[DX]] : {{.*}}) {floats = array<f64: 2.000000e+00, 1.000000e+00>, ints = array<i64: 0, 0, 4, 6, 1>}
 // CHECK: %[[GW:.*]] = exec.buffer gradients "w"
 // CHECK: %[[GZ:.*]] = exec.view %[[GW]] offset 0 : memref<8x6xf32> to memref<3x6xf32>
 // CHECK: exec.launch "gemm" ins(%[[DZ]], %[[X]] : {{.*}}) outs(%[[GZ]] : {{.*}}) {floats = array<f64: 1.000000e+00>, ints = array<i64: 1, 0, 3, 6, 4>}
@@ -90,7 +90,7 @@ func.func @backward() {
   exec.launch "insert_columns" ins(%ddt : memref<1x4x1xf32>) outs(%dy : memref<1x4x8xf32>) {ints = array<i64: 4, 8, 7, 1>, floats = array<f64>}
   exec.launch "insert_columns" ins(%dxbc : memref<1x4x4xf32>) outs(%dy : memref<1x4x8xf32>) {ints = array<i64: 4, 8, 3, 4>, floats = array<f64>}
   %dx = exec.buffer activations "dx" : memref<1x4x6xf32>
-  exec.launch "gemm_add" ins(%dy, %w, %res : memref<1x4x8xf32>, memref<8x6xf32>, memref<1x4x6xf32>) outs(%dx : memref<1x4x6xf32>) {ints = array<i64: 0, 0, 4, 6, 8>, floats = array<f64: 2.0>}
+  exec.launch "gemm_add" ins(%dy, %w, %res : memref<1x4x8xf32>, memref<8x6xf32>, memref<1x4x6xf32>) outs(%dx : memref<1x4x6xf32>) {ints = array<i64: 0, 0, 4, 6, 8>, floats = array<f64: 2.0, 0.5>}
   %gw = exec.buffer gradients "w" : memref<8x6xf32>
   exec.launch "gemm" ins(%dy, %x : memref<1x4x8xf32>, memref<1x4x6xf32>) outs(%gw : memref<8x6xf32>) {ints = array<i64: 1, 0, 8, 6, 4>, floats = array<f64: 1.0>}
   exec.result "dx", %dx : memref<1x4x6xf32>

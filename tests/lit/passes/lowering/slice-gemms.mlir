@@ -46,7 +46,8 @@ func.func @forward() {
 // in_proj's backward: dy assembled from dz, dxbc and ddt, then dx = dy w (w [8, 6]) plus the
 // residual's gradient (a gemm_add) and dw = dy^T x. dx becomes the blocks' products summed
 // through two partial sums, the first added to the residual's gradient; dw is written block
-// by block into its rows. The alphas stay.
+// by block into its rows. The alphas stay; the residual's gradient keeps its beta (0.5), the
+// partial sums are added with beta 1.
 // CHECK-LABEL: func.func @backward
 // CHECK-DAG: %[[X:.*]] = exec.buffer activations "x"
 // CHECK-DAG: %[[W:.*]] = exec.buffer parameters "w"

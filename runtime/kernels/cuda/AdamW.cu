@@ -156,6 +156,17 @@ int64_t aligned_head(const float* master, const bf16* param, const G* grad, cons
   return -1;
 }
 
+// The fp32 sum of the squares of up to 8 values at x (valid of them), in a fixed order.
+template <typename T>
+__device__ __forceinline__ float squares8(const T* x, int valid, bool vec) {
+  float v[8];
+  load8_any(v, x, valid, vec);
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; e++) s += v[e] * v[e];
+  return s;
+}
+
 // Per-block sums of squares (fp32 per group of 8, double across groups), then one block sums
 // the block sums in order.
 template <typename T>
@@ -166,12 +177,7 @@ __global__ void squares_kernel(double* partials, const T* x, int64_t n, bool vec
   for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups;
        g += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = g * 8;
-    float v[8];
-    load8_any(v, x + i, static_cast<int>(min(int64_t{8}, n - i)), vec);
-    float s = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) s += v[e] * v[e];
-    acc += static_cast<double>(s);
+    acc += static_cast<double>(squares8(x + i, static_cast<int>(min(int64_t{8}, n - i)), vec));
   }
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
@@ -190,12 +196,7 @@ template <typename T>
 __device__ double chunk_squares(const T* x, int64_t begin, int64_t end, bool vec, double* scratch) {
   double acc = 0.0;
   for (int64_t i = begin + 8 * int64_t{threadIdx.x}; i < end; i += 8 * int64_t{blockDim.x}) {
-    float v[8];
-    load8_any(v, x + i, static_cast<int>(min(int64_t{8}, end - i)), vec);
-    float s = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) s += v[e] * v[e];
-    acc += static_cast<double>(s);
+    acc += static_cast<double>(squares8(x + i, static_cast<int>(min(int64_t{8}, end - i)), vec));
   }
   return block_sum(acc, scratch);
 }

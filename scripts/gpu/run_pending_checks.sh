@@ -2,7 +2,9 @@
 # One GPU: the checks of the CUDA changes of late, in parts (PART="checks speed" fits
 # one call, PART=long another; a call cut short by its limit still brings back the log).
 # checks: AdamW over every parameter in one launch and the gradients' sums of squares in two
-#   launches (bit-identical to the CPU, at unaligned offsets too); attention with packed
+#   launches (bit-identical to the CPU, at unaligned offsets too); gemm_add's beta and the
+#   experts' backward's dout_scale (the MoE block's residual multiplier folded in, bit-identical
+#   to a dout scaled first); attention with packed
 #   documents on the Hopper kernels (and the deterministic mode) against the CPU kernels; the
 #   transformers fixtures gpu-shapes-packed and gpu-shapes (hcp-slice-gemms,
 #   hcp-fuse-norm-residual) bf16 on the GPU against them and the f32 CPU.
@@ -31,6 +33,8 @@ if part checks; then
   run "$BUNDLE/bin/test_kernels_cuda" --filter adamw
   run "$BUNDLE/bin/test_kernels_cuda" --filter sum_of_squares
   run "$BUNDLE/bin/test_kernels_cuda" --filter rms_norm
+  run "$BUNDLE/bin/test_kernels_cuda" --small --filter gemm
+  run "$BUNDLE/bin/test_kernels_cuda" --small --filter moe_experts
   run "$BUNDLE/bin/test_sequence_kernels" --only attn --no-large
   HCP_ATTN_IMPL=hopper-det run "$BUNDLE/bin/test_sequence_kernels" --only attn --no-large --no-timing
   run "$BUNDLE/bin/test_plan_step" "$P/gpu-shapes-docs-bf16.plan" "$P/gpu-shapes-docs-f32.plan" \

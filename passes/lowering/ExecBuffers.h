@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "dialects/exec/ExecOps.h"
@@ -16,6 +17,17 @@ namespace hcp {
 inline exec::BufferOp rootOf(mlir::Value value) {
   while (auto view = value.getDefiningOp<exec::ViewOp>()) value = view.getSource();
   return value.getDefiningOp<exec::BufferOp>();
+}
+
+// Where a value starts in its buffer, in elements: the sum of its views' offsets.
+inline int64_t elementOffsetOf(mlir::Value value) {
+  int64_t offset = 0;
+  while (auto view = value.getDefiningOp<exec::ViewOp>()) {
+    if (std::optional<uint64_t> viewOffset = view.getOffset())
+      offset += static_cast<int64_t>(*viewOffset);
+    value = view.getSource();
+  }
+  return offset;
 }
 
 // The element count of a buffer or view.

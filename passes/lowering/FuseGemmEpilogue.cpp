@@ -101,11 +101,27 @@ std::optional<Chain> chainFrom(exec::LaunchOp launch, const Accesses& accesses) 
   return chain;
 }
 
-// `input` where `reader` read `operand`, as a view of the operand's type where they differ.
-Value asOperand(exec::LaunchOp reader, Value operand, Value input) {
-  if (operand.getType() == input.getType()) return input;
+// The element of `scaled` at which `operand` (a value of the same buffer) starts.
+int64_t offsetInside(Value operand, Value scaled) {
+  return elementOffsetOf(operand) - elementOffsetOf(scaled);
+}
+
+// Whether `operand` reads only elements of `scaled` (not others of its buffer).
+bool readsInside(Value operand, Value scaled) {
+  const int64_t offset = offsetInside(operand, scaled);
+  return offset >= 0 && offset + elementsOf(operand) <= elementsOf(scaled);
+}
+
+// The elements of `input` where `reader` read `operand` of `scaled` (= factor * input), as a
+// view of the operand's type (and place) where they differ.
+Value asOperand(exec::LaunchOp reader, Value operand, Value scaled, Value input) {
+  const int64_t offset = offsetInside(operand, scaled);
+  if (offset == 0 && operand.getType() == input.getType()) return input;
   OpBuilder b(reader);
-  return exec::ViewOp::create(b, reader.getLoc(), operand.getType(), input);
+  // A view of fewer elements names its offset, even 0.
+  const bool whole = offset == 0 && elementsOf(operand) == elementsOf(input);
+  return exec::ViewOp::create(b, reader.getLoc(), operand.getType(), input,
+                              whole ? IntegerAttr() : b.getI64IntegerAttr(offset));
 }
 
 // Makes `reader`, a gemm or gemm_add launch with arguments `gemm`, read `input` where it read
@@ -114,7 +130,7 @@ template <typename Args>
 void readUnscaled(exec::LaunchOp reader, Args gemm, Value scaled, Value input, double factor) {
   for (Value* operand : {&gemm.a, &gemm.b}) {
     if (rootOf(*operand) != rootOf(scaled)) continue;
-    *operand = asOperand(reader, *operand, input);
+    *operand = asOperand(reader, *operand, scaled, input);
     gemm.alpha *= factor;
   }
   updateLaunch(reader, gemm);
@@ -123,7 +139,7 @@ void readUnscaled(exec::LaunchOp reader, Args gemm, Value scaled, Value input, d
 // Whether the experts' backward `args` reads `scaled` as its output gradient dout and nowhere
 // else, so that it can read the unscaled value with dout_scale instead.
 bool readsOnlyAsDout(const ExpertsBackwardArgs& args, Value scaled) {
-  if (rootOf(args.dout) != rootOf(scaled)) return false;
+  if (rootOf(args.dout) != rootOf(scaled) || !readsInside(args.dout, scaled)) return false;
   for (Value other : {args.x, args.gates, args.expert_ids, args.w_in, args.w_out, args.kept_h})
     if (other && rootOf(other) == rootOf(scaled)) return false;
   return true;
@@ -141,8 +157,18 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   if (rootOf(input) == rootOf(scaled)) return false;
   std::vector<exec::LaunchOp> readers = accesses.onlyReaders(scaled, launch);
   if (readers.empty()) return false;
+  // Each reader reads only the scaled elements (where the scale's buffer is larger), and only
+  // where it can take the factor.
+  auto operandsInside = [&](Value a, Value b) {
+    for (Value operand : {a, b})
+      if (rootOf(operand) == rootOf(scaled) && !readsInside(operand, scaled)) return false;
+    return true;
+  };
   for (exec::LaunchOp reader : readers) {
-    if (isLaunchOf<plan::GemmArgs>(reader)) continue;
+    if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(reader)) {
+      if (!operandsInside(gemm->a, gemm->b)) return false;
+      continue;
+    }
     if (std::optional<ExpertsBackwardArgs> experts =
             decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
       if (!readsOnlyAsDout(*experts, scaled)) return false;
@@ -150,6 +176,7 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
     }
     std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(reader);
     if (!gemmAdd || rootOf(gemmAdd->c) == rootOf(scaled)) return false;
+    if (!operandsInside(gemmAdd->a, gemmAdd->b)) return false;
   }
   // The readers now read the input later than the scale did: nothing may change it meanwhile.
   const int64_t from = accesses.position(launch) + 1;
@@ -162,7 +189,7 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
       readUnscaled(reader, *gemm, scaled, input, scale->factor);
     } else if (std::optional<ExpertsBackwardArgs> experts =
                    decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
-      experts->dout = asOperand(reader, experts->dout, input);
+      experts->dout = asOperand(reader, experts->dout, scaled, input);
       experts->dout_scale *= scale->factor;
       updateLaunch(reader, *experts);
     } else {

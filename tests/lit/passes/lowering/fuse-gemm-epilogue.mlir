@@ -427,3 +427,69 @@ func.func @scale_read_as_experts_input() {
   exec.result "dgates", %dgates : memref<4x2xf32>
   return
 }
+
+// -----
+
+// A GEMM reads rows 2 and 3 of the scaled gradient (a view at element 32): it reads the same
+// rows of dy, through a view at the same place.
+// CHECK-LABEL: func.func @scaled_rows_read
+// CHECK: %[[DY:.*]] = exec.buffer activations "dy"
+// CHECK-NOT: exec.launch "scale"
+// CHECK: %[[ROWS:.*]] = exec.view %[[DY]] offset 32 : memref<4x16xf32> to memref<2x16xf32>
+// CHECK: exec.launch "gemm" ins(%[[ROWS]], {{.*}}) {floats = array<f64: 2.500000e-01>
+func.func @scaled_rows_read() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  %s = exec.buffer activations "scaled" : memref<4x16xf32>
+  exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
+  %rows = exec.view %s offset 32 : memref<4x16xf32> to memref<2x16xf32>
+  %dx = exec.buffer activations "dx" : memref<2x8xf32>
+  exec.launch "gemm" ins(%rows, %w : memref<2x16xf32>, memref<16x8xf32>) outs(%dx : memref<2x8xf32>) {ints = array<i64: 0, 0, 2, 8, 16>, floats = array<f64: 1.0>}
+  exec.result "dx", %dx : memref<2x8xf32>
+  return
+}
+
+// -----
+
+// The scale writes the first half of a buffer and the GEMM reads its second half, which the
+// scale did not write: the GEMM does not read a scaled value of dy there. Left alone.
+// CHECK-LABEL: func.func @read_beside_the_scaled
+// CHECK: exec.launch "scale"
+// CHECK: exec.launch "gemm" {{.*}} {floats = array<f64: 1.000000e+00>
+func.func @read_beside_the_scaled() {
+  %dy = exec.buffer activations "dy" : memref<2x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
+  %both = exec.buffer activations "both" : memref<4x16xf32>
+  exec.launch "fill" outs(%dy : memref<2x16xf32>) {ints = array<i64: 32>, floats = array<f64: 1.0>}
+  exec.launch "fill" outs(%both : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  %first = exec.view %both offset 0 : memref<4x16xf32> to memref<2x16xf32>
+  exec.launch "scale" ins(%dy : memref<2x16xf32>) outs(%first : memref<2x16xf32>) {ints = array<i64: 32>, floats = array<f64: 0.25>}
+  %second = exec.view %both offset 32 : memref<4x16xf32> to memref<2x16xf32>
+  %dx = exec.buffer activations "dx" : memref<2x8xf32>
+  exec.launch "gemm" ins(%second, %w : memref<2x16xf32>, memref<16x8xf32>) outs(%dx : memref<2x8xf32>) {ints = array<i64: 0, 0, 2, 8, 16>, floats = array<f64: 1.0>}
+  exec.result "dx", %dx : memref<2x8xf32>
+  return
+}
+
+// -----
+
+// The GEMM reads the first two rows of the scaled gradient: it reads dy's, through a view that
+// names its offset 0 (fewer elements than dy).
+// CHECK-LABEL: func.func @scaled_first_rows_read
+// CHECK: %[[DY:.*]] = exec.buffer activations "dy"
+// CHECK-NOT: exec.launch "scale"
+// CHECK: %[[ROWS:.*]] = exec.view %[[DY]] offset 0 : memref<4x16xf32> to memref<2x16xf32>
+// CHECK: exec.launch "gemm" ins(%[[ROWS]], {{.*}}) {floats = array<f64: 2.500000e-01>
+func.func @scaled_first_rows_read() {
+  %dy = exec.buffer activations "dy" : memref<4x16xf32>
+  %w = exec.buffer parameters "w" {init = #exec.init<ones>} : memref<16x8xf32>
+  exec.launch "fill" outs(%dy : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 1.0>}
+  %s = exec.buffer activations "scaled" : memref<4x16xf32>
+  exec.launch "scale" ins(%dy : memref<4x16xf32>) outs(%s : memref<4x16xf32>) {ints = array<i64: 64>, floats = array<f64: 0.25>}
+  %rows = exec.view %s offset 0 : memref<4x16xf32> to memref<2x16xf32>
+  %dx = exec.buffer activations "dx" : memref<2x8xf32>
+  exec.launch "gemm" ins(%rows, %w : memref<2x16xf32>, memref<16x8xf32>) outs(%dx : memref<2x8xf32>) {ints = array<i64: 0, 0, 2, 8, 16>, floats = array<f64: 1.0>}
+  exec.result "dx", %dx : memref<2x8xf32>
+  return
+}

@@ -1,7 +1,6 @@
 // hcp-fuse-gemm-epilogue: gemm -> [scale ->] add chains become one gemm_add launch, and a scale
 // that only GEMMs (and the experts' backward, as its output gradient) read, or that alone reads a
 // GEMM's product or a gemm_add's sum, goes into their alphas (and betas, dout_scales).
-#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -124,16 +123,15 @@ Value asOperand(exec::LaunchOp reader, Value operand, Value scaled, Value input)
                               whole ? IntegerAttr() : b.getI64IntegerAttr(offset));
 }
 
-// Makes `reader`, a gemm or gemm_add launch with arguments `gemm`, read `input` where it read
-// `scaled` (= factor * input) as its a or b, with alpha times the factor per operand replaced.
-template <typename Args>
-void readUnscaled(exec::LaunchOp reader, Args gemm, Value scaled, Value input, double factor) {
-  for (Value* operand : {&gemm.a, &gemm.b}) {
+// Makes `product` read `input` where it read `scaled` (= factor * input) as its a or b, with
+// alpha times the factor per operand replaced.
+void readUnscaled(Product product, Value scaled, Value input, double factor) {
+  for (Value* operand : {&product.args.a, &product.args.b}) {
     if (rootOf(*operand) != rootOf(scaled)) continue;
-    *operand = asOperand(reader, *operand, scaled, input);
-    gemm.alpha *= factor;
+    *operand = asOperand(product.launch, *operand, scaled, input);
+    product.args.alpha *= factor;
   }
-  updateLaunch(reader, gemm);
+  updateProduct(product);
 }
 
 // Whether the experts' backward `args` reads `scaled` as its output gradient dout and nowhere
@@ -165,18 +163,14 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
     return true;
   };
   for (exec::LaunchOp reader : readers) {
-    if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(reader)) {
-      if (!operandsInside(gemm->a, gemm->b)) return false;
+    if (std::optional<Product> product = productOf(reader)) {
+      const GemmAddArgs& args = product->args;
+      if (args.c && rootOf(args.c) == rootOf(scaled)) return false;
+      if (!operandsInside(args.a, args.b)) return false;
       continue;
     }
-    if (std::optional<ExpertsBackwardArgs> experts =
-            decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
-      if (!readsOnlyAsDout(*experts, scaled)) return false;
-      continue;
-    }
-    std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(reader);
-    if (!gemmAdd || rootOf(gemmAdd->c) == rootOf(scaled)) return false;
-    if (!operandsInside(gemmAdd->a, gemmAdd->b)) return false;
+    std::optional<ExpertsBackwardArgs> experts = decodeLaunch<plan::MoeExpertsBackwardArgs>(reader);
+    if (!experts || !readsOnlyAsDout(*experts, scaled)) return false;
   }
   // The readers now read the input later than the scale did: nothing may change it meanwhile.
   const int64_t from = accesses.position(launch) + 1;
@@ -185,15 +179,13 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   // (A GEMM reading the scaled value as both operands is in `readers` twice: the second time
   // it reads nothing scaled any more and stays as it is.)
   for (exec::LaunchOp reader : readers) {
-    if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(reader)) {
-      readUnscaled(reader, *gemm, scaled, input, scale->factor);
-    } else if (std::optional<ExpertsBackwardArgs> experts =
-                   decodeLaunch<plan::MoeExpertsBackwardArgs>(reader)) {
-      experts->dout = asOperand(reader, experts->dout, scaled, input);
-      experts->dout_scale *= scale->factor;
-      updateLaunch(reader, *experts);
+    if (std::optional<Product> product = productOf(reader)) {
+      readUnscaled(*product, scaled, input, scale->factor);
     } else {
-      readUnscaled(reader, *decodeLaunch<plan::GemmAddArgs>(reader), scaled, input, scale->factor);
+      ExpertsBackwardArgs experts = *decodeLaunch<plan::MoeExpertsBackwardArgs>(reader);
+      experts.dout = asOperand(reader, experts.dout, scaled, input);
+      experts.dout_scale *= scale->factor;
+      updateLaunch(reader, experts);
     }
     accesses.replace(reader, reader);
   }
@@ -202,54 +194,31 @@ bool foldScaleIntoReaders(exec::LaunchOp launch, Accesses& accesses) {
   return true;
 }
 
-// Where a product `launch` writes (`out`, from `operands` besides) can move to `scale`'s output
-// instead: the scale alone reads it, nothing looks at the scale's output in between, and that
-// overwrites none of the operands.
-std::optional<plan::ScaleArgs<Value>> scaleOfProduct(exec::LaunchOp launch, Value out,
-                                                     int64_t elements,
-                                                     std::initializer_list<Value> operands,
-                                                     const Accesses& accesses,
-                                                     exec::LaunchOp& next) {
-  if (elementsOf(out) != elements) return std::nullopt;
-  next = accesses.soleReader(out, launch);
-  std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(next);
-  if (!scale || scale->n != elements || elementsOf(scale->y) != scale->n) return std::nullopt;
-  if (accesses.touchedBetween(scale->y, accesses.position(launch), accesses.position(next),
-                              /*any=*/true)) {
-    return std::nullopt;
-  }
-  for (Value operand : operands)
-    if (rootOf(scale->y) == rootOf(operand)) return std::nullopt;
-  return scale;
-}
-
 // A GEMM whose product only a scale reads (the logits divided by logits_scaling, read by the
 // cross entropy), or a gemm_add whose sum only a scale reads (the experts' and the shared MLP's
 // outputs times the residual multiplier): the product takes the factor into its alpha (and a
-// gemm_add's beta) and writes the scale's output. Returns whether it folded.
+// gemm_add's beta) and writes the scale's output, unless anything looks at that output in
+// between or it is one of the product's operands. Returns whether it folded.
 bool foldScaleIntoProduct(exec::LaunchOp launch, Accesses& accesses) {
-  exec::LaunchOp next;
-  if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch)) {
-    std::optional<plan::ScaleArgs<Value>> scale =
-        scaleOfProduct(launch, gemm->c, gemm->m * gemm->n, {gemm->a, gemm->b}, accesses, next);
-    if (!scale) return false;
-    accesses.defineBefore(scale->y, launch);
-    gemm->alpha *= scale->factor;
-    gemm->c = scale->y;
-    updateLaunch(launch, *gemm);
-  } else if (std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(launch)) {
-    std::optional<plan::ScaleArgs<Value>> scale =
-        scaleOfProduct(launch, gemmAdd->out, gemmAdd->m * gemmAdd->n,
-                       {gemmAdd->a, gemmAdd->b, gemmAdd->c}, accesses, next);
-    if (!scale) return false;
-    accesses.defineBefore(scale->y, launch);
-    gemmAdd->alpha *= scale->factor;
-    gemmAdd->beta *= scale->factor;
-    gemmAdd->out = scale->y;
-    updateLaunch(launch, *gemmAdd);
-  } else {
+  std::optional<Product> product = productOf(launch);
+  if (!product) return false;
+  GemmAddArgs& args = product->args;
+  const int64_t elements = args.m * args.n;
+  if (elementsOf(args.out) != elements) return false;
+  exec::LaunchOp next = accesses.soleReader(args.out, launch);
+  std::optional<plan::ScaleArgs<Value>> scale = decodeLaunch<plan::ScaleArgs>(next);
+  if (!scale || scale->n != elements || elementsOf(scale->y) != scale->n) return false;
+  if (accesses.touchedBetween(scale->y, accesses.position(launch), accesses.position(next),
+                              /*any=*/true)) {
     return false;
   }
+  for (Value operand : {args.a, args.b, args.c})
+    if (operand && rootOf(scale->y) == rootOf(operand)) return false;
+  accesses.defineBefore(scale->y, launch);
+  args.alpha *= scale->factor;
+  args.beta *= scale->factor;
+  args.out = scale->y;
+  updateProduct(*product);
   accesses.replace(launch, launch);
   accesses.forget(next);
   next.erase();

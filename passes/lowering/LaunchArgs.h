@@ -79,4 +79,34 @@ void updateLaunch(exec::LaunchOp launch, const Args& args) {
   launch.setFloatsAttr(builder.getDenseF64ArrayAttr(lists.floats));
 }
 
+// A gemm or gemm_add launch's arguments, as a gemm_add's: a gemm's with no addend (c null).
+struct Product {
+  exec::LaunchOp launch;
+  plan::GemmAddArgs<mlir::Value> args;
+};
+
+inline std::optional<Product> productOf(exec::LaunchOp launch) {
+  if (std::optional<plan::GemmArgs<mlir::Value>> gemm = decodeLaunch<plan::GemmArgs>(launch))
+    return Product{launch, withAddend(*gemm, /*addend=*/mlir::Value(), gemm->c)};
+  if (std::optional<plan::GemmAddArgs<mlir::Value>> sum = decodeLaunch<plan::GemmAddArgs>(launch))
+    return Product{launch, *sum};
+  return std::nullopt;
+}
+
+// Launches `args` at `builder`'s place: a gemm when it has no addend, else a gemm_add.
+inline exec::LaunchOp launchProduct(mlir::OpBuilder& builder, mlir::Location loc,
+                                    const plan::GemmAddArgs<mlir::Value>& args) {
+  if (args.c) return createLaunch(builder, loc, args);
+  return createLaunch(builder, loc, withoutAddend(args));
+}
+
+// Writes a product's arguments back into its launch (a gemm's when it has no addend).
+inline void updateProduct(const Product& product) {
+  if (product.args.c) {
+    updateLaunch(product.launch, product.args);
+  } else {
+    updateLaunch(product.launch, withoutAddend(product.args));
+  }
+}
+
 }  // namespace hcp

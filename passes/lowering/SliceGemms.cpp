@@ -36,26 +36,6 @@ Value rowsOf(OpBuilder& b, Location loc, Value matrix, int64_t first, int64_t co
   return exec::ViewOp::create(b, loc, type, matrix, b.getI64IntegerAttr(first * width));
 }
 
-// A gemm or gemm_add launch's arguments, gemm's with no addend.
-struct Product {
-  exec::LaunchOp launch;
-  GemmAddArgs args;  // c is null for a gemm
-};
-
-std::optional<Product> productOf(exec::LaunchOp launch) {
-  if (std::optional<GemmArgs> gemm = decodeLaunch<plan::GemmArgs>(launch))
-    return Product{launch, withAddend(*gemm, /*addend=*/Value(), gemm->c)};
-  if (std::optional<GemmAddArgs> gemmAdd = decodeLaunch<plan::GemmAddArgs>(launch))
-    return Product{launch, *gemmAdd};
-  return std::nullopt;
-}
-
-// Launches `args` at `builder`'s place: a gemm when it has no addend, else a gemm_add.
-exec::LaunchOp launchProduct(OpBuilder& builder, Location loc, const GemmAddArgs& args) {
-  if (args.c) return createLaunch(builder, loc, args);
-  return createLaunch(builder, loc, withoutAddend(args));
-}
-
 // --- the forward: a product read only by column slices ------------------------------------------
 
 // y = a b^T (b a weight [n, k], whose rows are y's columns) read only by slice_columns launches

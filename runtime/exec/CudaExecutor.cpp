@@ -79,6 +79,13 @@ std::vector<OptimizerSlice> OptimizerSlices(const plan::Plan& plan, bool shard_o
   return slices;
 }
 
+// The slices' element counts, which size the one-launch kernels' tables.
+std::vector<int64_t> CountsOf(const std::vector<OptimizerSlice>& slices) {
+  std::vector<int64_t> counts;
+  for (const OptimizerSlice& slice : slices) counts.push_back(slice.count);
+  return counts;
+}
+
 // The token ids or targets a step checks against its vocabulary (a bad one lowers
 // bad_position): embedding.forward's ids, cross_entropy's targets (which may also be the ignore
 // index).
@@ -243,9 +250,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const plan::P
   HCP_RETURN_IF_ERROR(exec->Allocate(reinterpret_cast<void**>(&exec->squares_),
                                      sizeof(double) * std::max<size_t>(1, plan.parameters.size()),
                                      "the gradient norm's partial sums"));
-  std::vector<int64_t> slice_sizes;
-  for (const OptimizerSlice& slice : slices) slice_sizes.push_back(slice.count);
-  exec->squares_tables_.bytes = cuda::sum_of_squares_many_workspace_bytes(slice_sizes);
+  exec->squares_tables_.bytes = cuda::sum_of_squares_many_workspace_bytes(CountsOf(slices));
   HCP_RETURN_IF_ERROR(exec->Allocate(&exec->squares_tables_.ptr, exec->squares_tables_.bytes,
                                      "the gradient norm's tables"));
   HCP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(exec->stream_), "clearing the arenas"));
@@ -763,9 +768,7 @@ absl::Status CudaExecutor::InitOptimizer() {
       bytes += OptimizerBytes(plan_, plan_.parameters[i], slices_[i]);
     }
     HCP_RETURN_IF_ERROR(Allocate(&optimizer_memory_, bytes, "the optimizer state"));
-    std::vector<int64_t> sizes;
-    for (const OptimizerSlice& slice : slices_) sizes.push_back(slice.count);
-    optimizer_tables_.bytes = cuda::adamw_update_many_workspace_bytes(sizes);
+    optimizer_tables_.bytes = cuda::adamw_update_many_workspace_bytes(CountsOf(slices_));
     HCP_RETURN_IF_ERROR(
         Allocate(&optimizer_tables_.ptr, optimizer_tables_.bytes, "the optimizer's tables"));
   }

@@ -64,6 +64,7 @@ void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOption
   pm.addPass(createFuseNormResidual());
   if (options.fuseConvSilu) pm.addPass(createFuseConvSilu());
   if (!options.recomputeExpertH) pm.addPass(createKeepExpertH());
+  if (!options.recomputeSsdStates) pm.addPass(createKeepSsdStates());
   pm.addPass(createOverlapCollectives());
   pm.addPass(createPlanMemory());
 }

@@ -41,15 +41,21 @@ struct TrainingPipelineOptions : mlir::PassPipelineOptions<TrainingPipelineOptio
       llvm::cl::desc("recompute the MoE experts' first product in the backward instead of "
                      "keeping it from the forward (skips hcp-keep-expert-h)"),
       llvm::cl::init(false)};
+  Option<bool> recomputeSsdStates{
+      *this, "recompute-ssd-states",
+      llvm::cl::desc("recompute the Mamba scan's chunk states in the backward instead of keeping "
+                     "them from the forward (skips hcp-keep-ssd-states)"),
+      llvm::cl::init(false)};
 };
 
 // [the mesh (cp x dp, ep)] -> [context parallelism: shard the sequence, halo exchange, state
 // scan, ring attention, loss over ranks, verify] -> [expert parallelism] -> autodiff ->
 // [recompute] -> lower to exec kernels -> GEMM epilogues -> [conv + SiLU] -> [the experts' h
-// kept] -> collectives beside compute -> plan memory. The bracketed stages run only where they
-// have work: the mesh when cp * dp > 1 or ep > 1, context parallelism for a split sequence (cp > 1
-// or zigzag), expert parallelism for ep > 1, recomputation and the conv's SiLU fold when asked
-// for, the experts' kept h unless asked not to. The pass manager
+// kept] -> [the scans' chunk states kept] -> collectives beside compute -> plan memory. The
+// bracketed stages run only where they have work: the mesh when cp * dp > 1 or ep > 1, context
+// parallelism for a split sequence (cp > 1 or zigzag), expert parallelism for ep > 1,
+// recomputation and the conv's SiLU fold when asked for, the experts' kept h and the scans' kept
+// states unless asked not to. The pass manager
 // verifies the module after every pass. Parameter gradients stay per rank: the runtime sums each
 // over the ranks that hold a copy once per optimizer step, after gradient accumulation.
 void buildTrainingPipeline(mlir::OpPassManager& pm, const TrainingPipelineOptions& options);

@@ -135,6 +135,26 @@ def KeepExpertH : Pass<"hcp-keep-expert-h", "mlir::ModuleOp"> {
   ];
 }
 
+def KeepSsdStates : Pass<"hcp-keep-ssd-states", "mlir::ModuleOp"> {
+  let summary = "keep the Mamba scan's chunk states from the forward for the backward";
+  let description = [{
+    `ssd_scan.backward` otherwise recomputes the state entering each chunk of the sequence, as
+    its forward computed them (on the GPU the chunks' state products and the pass over the
+    chunks, about a third of a forward). This pass pairs each `ssd_scan.backward` with the last
+    `ssd_scan.forward` before it on the same buffers (x, dt, A, B, the initial state, the
+    documents' positions; for a recomputed layer, the forward that recomputed it) and sets both
+    launches' `keep_states` flag: the forward also writes the states to a new f32 activation
+    buffer [batch, heads, chunks, head_dim, state], which the backward reads instead. The
+    results are the same bit for bit (the same states). A pair is left alone when one of those
+    inputs is written between the two. The kept states cost heads * head_dim * state f32
+    values per chunk and Mamba layer (tiny: 48 MiB per layer per 8192 tokens);
+    `hybridcp compile --recompute-ssd-states` skips the pass.
+  }];
+  let statistics = [
+    Statistic<"keptLayers", "kept-layers", "Mamba layers whose backward reads the kept states">
+  ];
+}
+
 def OverlapCollectives : Pass<"hcp-overlap-collectives", "mlir::ModuleOp"> {
   let summary = "order the launches around halo exchanges and state scans so compute overlaps "
                 "them, and schedule the collectives beside the compute stream";

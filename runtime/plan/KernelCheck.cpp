@@ -241,8 +241,9 @@ class Checker {
                                : absl::StrFormat("(%s%+d)", IntName(f.index), f.constant);
       }
       if (f.divisor >= 0) {
-        value /= Int(f.divisor);
-        name = absl::StrCat(name, "/", std::string(IntName(f.divisor)));
+        value = f.ceil ? (value + Int(f.divisor) - 1) / Int(f.divisor) : value / Int(f.divisor);
+        name = f.ceil ? absl::StrCat("ceil(", name, "/", std::string(IntName(f.divisor)), ")")
+                      : absl::StrCat(name, "/", std::string(IntName(f.divisor)));
       }
       names.push_back(name);
       overflow = overflow || __builtin_mul_overflow(product, value, &product);

@@ -24,11 +24,13 @@ struct IntSpec {
 };
 
 // One factor of a buffer's shape: ints[index] + constant (index < 0: the constant alone), then
-// divided by ints[divisor] when divisor >= 0 (experts / ep).
+// divided by ints[divisor] when divisor >= 0 (experts / ep), rounded up when ceil (the number of
+// chunks of a sequence, ceil(seq / chunk)).
 struct Factor {
   int8_t index = -1;
   int64_t constant = 0;
   int8_t divisor = -1;
+  bool ceil = false;
 };
 
 struct BufferSpec {

@@ -47,7 +47,7 @@ namespace hcp::plan {
 //     kernels; packed documents: Plan.position_ids and the sequence kernels' documents flag and
 //     positions.
 // 14: rms_norm.backward's has_residual flag (the residual stream's gradient added in).
-inline constexpr uint32_t kPlanSchemaVersion = 15;
+inline constexpr uint32_t kPlanSchemaVersion = 16;
 inline constexpr char kPlanMagic[8] = {'H', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr size_t kPlanHeaderBytes = 24;
 inline constexpr size_t kPlanChecksumBytes = 4;

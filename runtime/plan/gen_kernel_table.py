@@ -90,6 +90,9 @@ def parse_factor(kernel, text, where):
     m = re.fullmatch(r"(\w+)/(\w+)", text)
     if m:
         return (kernel.int_index(m.group(1), where), 0, kernel.int_index(m.group(2), where))
+    m = re.fullmatch(r"ceil\((\w+)/(\w+)\)", text)
+    if m:
+        return (kernel.int_index(m.group(1), where), 0, kernel.int_index(m.group(2), where), True)
     return (kernel.int_index(text, where), 0, -1)
 
 
@@ -190,7 +193,9 @@ def parse(path):
 
 
 def factor_init(f):
-    return "{%d, %d, %d}" % f
+    index, constant, divisor = f[:3]
+    ceil = len(f) > 3 and f[3]
+    return "{%d, %d, %d, %s}" % (index, constant, divisor, "true" if ceil else "false")
 
 
 def buffer_init(ident, role, i, b):

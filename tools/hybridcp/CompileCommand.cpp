@@ -124,6 +124,7 @@ absl::Status Compile(const Args& args) {
   pipeline.recompute = args.Has("recompute");
   pipeline.fuseConvSilu = args.Has("fuse-conv-silu");
   pipeline.recomputeExpertH = args.Has("recompute-expert-h");
+  pipeline.recomputeSsdStates = args.Has("recompute-ssd-states");
   pipeline.recomputeAttention = args.Has("recompute-attention");
   if (pipeline.recomputeAttention && !pipeline.recompute) {
     return absl::InvalidArgumentError(
@@ -204,6 +205,7 @@ Command MakeCompileCommand() {
       "[--cp N --layout contiguous|zigzag --state-scan allgather|chain|auto "
       "--incoming-state correct|rescan] [--dp N] [--ep N] "
       "[--recompute [--recompute-attention]] [--fuse-conv-silu] [--recompute-expert-h] "
+      "[--recompute-ssd-states] "
       "[--router-aux-loss COEF] "
       "[--documents] "
       "(-o FILE.plan | "
@@ -240,6 +242,10 @@ Command MakeCompileCommand() {
         "recompute the MoE experts' first product (W_in x, per token and expert) in the "
         "backward instead of keeping it from the forward: k * 2 * moe_inner values per token "
         "and MoE layer less (tiny: 100 MiB per layer per 8192 tokens), one more expert GEMM"},
+       {"recompute-ssd-states", "",
+        "recompute the states entering each chunk of the Mamba scans in the backward instead of "
+        "keeping them from the forward: heads * head_dim * state f32 values per 256 tokens and "
+        "Mamba layer less (tiny: 48 MiB per layer per 8192 tokens)"},
        {"router-aux-loss", "COEF",
         "add the MoE load-balancing loss (transformers' load_balancing_loss_func over every MoE "
         "layer's routing of a micro-batch) times COEF to the objective; 0 turns it off. Default: "

@@ -308,21 +308,21 @@ SsdShape SsdShapeOf(const Kernel& k, int64_t chunk) {
 
 absl::Status RunSsdScanForward(const Args& a) {
   const auto k = a.Get<plan::SsdScanForwardArgs>();
-  ssd_scan_forward<float>(k.y.f32(), k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(),
-                          k.B.f32(), k.C.f32(), k.D.f32(),
-                          k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
-                          a.threads(), PositionsOf(k));
+  ssd_scan_forward<float>(
+      k.y.f32(), k.final_state.f32(), k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(), k.C.f32(),
+      k.D.f32(), k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk), a.threads(),
+      PositionsOf(k), k.keep_states ? k.chunk_states.f32() : nullptr);
   return absl::OkStatus();
 }
 
 absl::Status RunSsdScanBackward(const Args& a) {
   const auto k = a.Get<plan::SsdScanBackwardArgs>();
-  ssd_scan_backward<float>(k.dx.f32(), k.ddt.f32(), k.dA.f32(), k.dB.f32(), k.dC.f32(), k.dD.f32(),
-                           k.has_init ? k.dinit_state.f32() : nullptr, k.dy.f32(),
-                           k.has_dfinal ? k.dfinal_state.f32() : nullptr, k.x.f32(), k.dt.f32(),
-                           k.A.f32(), k.B.f32(), k.C.f32(), k.D.f32(),
-                           k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
-                           a.threads(), PositionsOf(k));
+  ssd_scan_backward<float>(
+      k.dx.f32(), k.ddt.f32(), k.dA.f32(), k.dB.f32(), k.dC.f32(), k.dD.f32(),
+      k.has_init ? k.dinit_state.f32() : nullptr, k.dy.f32(),
+      k.has_dfinal ? k.dfinal_state.f32() : nullptr, k.x.f32(), k.dt.f32(), k.A.f32(), k.B.f32(),
+      k.C.f32(), k.D.f32(), k.has_init ? k.init_state.f32() : nullptr, SsdShapeOf(k, k.chunk),
+      a.threads(), PositionsOf(k), k.keep_states ? k.chunk_states.f32() : nullptr);
   return absl::OkStatus();
 }
 

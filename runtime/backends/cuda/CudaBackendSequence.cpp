@@ -33,7 +33,7 @@ absl::Status RunSsdScanForward(const Args& a, const plan::SsdScanForwardArgs<Dev
   return Done(cuda::ssd_scan_forward(
       a.stream(), k.y.as<bf16>(), k.final_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(),
       k.A.as<float>(), k.B.as<bf16>(), k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(),
-      SsdShapeOf(k), a.workspace(), a.positions(k.positions)));
+      SsdShapeOf(k), a.workspace(), a.positions(k.positions), k.chunk_states.as<float>()));
 }
 size_t WorkspaceBytes(const plan::SsdScanForwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_forward_workspace_bytes(SsdShapeOf(k));
@@ -45,7 +45,7 @@ absl::Status RunSsdScanBackward(const Args& a, const plan::SsdScanBackwardArgs<D
       k.dC.as<bf16>(), k.dD.as<float>(), k.dinit_state.as<float>(), k.dy.as<bf16>(),
       k.dfinal_state.as<float>(), k.x.as<bf16>(), k.dt.as<float>(), k.A.as<float>(), k.B.as<bf16>(),
       k.C.as<bf16>(), k.D.as<float>(), k.init_state.as<float>(), SsdShapeOf(k), a.workspace(),
-      a.positions(k.positions)));
+      a.positions(k.positions), k.chunk_states.as<float>()));
 }
 size_t WorkspaceBytes(const plan::SsdScanBackwardArgs<DeviceBuffer>& k) {
   return cuda::ssd_scan_backward_workspace_bytes(SsdShapeOf(k));

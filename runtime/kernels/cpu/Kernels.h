@@ -142,20 +142,24 @@ struct SsdShape {
 // final_state [B,H,P,N] nullable. The (batch row, head) pairs are split over `threads`.
 // With positions [B,S] the state restarts at each document's first token (its decay from the
 // state before is 0): init_state reaches only the tokens before the first document start, and
-// final_state holds only the last document's.
+// final_state holds only the last document's. chunk_states [B,H,ceil(S/chunk),P,N] nullable:
+// the state entering each chunk, for the backward.
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                      Threads threads = {}, const int32_t* positions = nullptr);
+                      Threads threads = {}, const int32_t* positions = nullptr,
+                      T* chunk_states = nullptr);
 // Exact gradients of ssd_scan_forward. dfinal_state is nullable (zero); dinit_state nullable
 // (not wanted). Recomputes what it needs from the inputs (states at chunk starts, then each
-// chunk's states), so it needs no saved activations and memory linear in one chunk.
+// chunk's states), so it needs no saved activations and memory linear in one chunk; with the
+// forward's chunk_states (nullable) it reads the states at chunk starts from there instead.
 // The heads are split over `threads`.
 template <typename T>
 void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
                        const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
                        const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                       Threads threads = {}, const int32_t* positions = nullptr);
+                       Threads threads = {}, const int32_t* positions = nullptr,
+                       const T* chunk_states = nullptr);
 // The final state ssd_scan_forward reaches from a zero initial state, without computing y: the
 // same chunk steps, so it equals ssd_scan_forward's final_state exactly. Context parallelism's
 // summary of a segment. Bm [B,S,G,N]; final_state [B,H,P,N].

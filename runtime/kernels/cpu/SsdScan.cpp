@@ -11,8 +11,9 @@ namespace hcp::cpu {
 template <typename T>
 void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A, const T* Bm,
                       const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                      Threads threads, const int32_t* positions) {
+                      Threads threads, const int32_t* positions, T* chunk_states) {
   const int64_t PN = shape.head_dim * shape.state;
+  const int64_t num_chunks = (shape.seq + shape.chunk - 1) / shape.chunk;
   // Each (batch row, head) writes only its own y and final state: they go to threads whole.
   auto scan_heads = [&](int64_t begin, int64_t end) {
     std::vector<T> H(PN), H_next(PN);
@@ -27,6 +28,9 @@ void ssd_scan_forward(T* y, T* final_state, const T* x, const T* dt, const T* A,
       // Inter-chunk state passing: H_{c+1} = exp(Acs_last^(c)) H_c + s_c.
       for (int64_t t0 = 0; t0 < shape.seq; t0 += shape.chunk) {
         const int64_t t1 = std::min(t0 + shape.chunk, shape.seq);
+        if (chunk_states != nullptr) {
+          std::copy(H.begin(), H.end(), chunk_states + (bh * num_chunks + t0 / shape.chunk) * PN);
+        }
         detail::ssd_chunk_forward(y, H_next.data(), H.data(), hd, t0, t1);
         std::swap(H, H_next);
       }
@@ -81,14 +85,15 @@ void ssd_log_decay_backward(T* ddt, T* dA, const T* dg, const T* dt, const T* A,
   }
 }
 
-#define HCP_INSTANTIATE(T)                                                                         \
-  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,      \
-                                    const T*, const T*, const SsdShape&, Threads, const int32_t*); \
-  template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,             \
-                                           const SsdShape&, Threads, const int32_t*);              \
-  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t,                \
-                                 const int32_t*);                                                  \
-  template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
+#define HCP_INSTANTIATE(T)                                                                        \
+  template void ssd_scan_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*,     \
+                                    const T*, const T*, const SsdShape&, Threads, const int32_t*, \
+                                    T*);                                                          \
+  template void ssd_final_state_forward<T>(T*, const T*, const T*, const T*, const T*,            \
+                                           const SsdShape&, Threads, const int32_t*);             \
+  template void ssd_log_decay<T>(T*, const T*, const T*, int64_t, int64_t, int64_t,               \
+                                 const int32_t*);                                                 \
+  template void ssd_log_decay_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
                                           int64_t);
 HCP_INSTANTIATE(float)
 HCP_INSTANTIATE(double)

@@ -22,7 +22,7 @@ template <typename T>
 void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_state, const T* dy,
                        const T* dfinal_state, const T* x, const T* dt, const T* A, const T* Bm,
                        const T* Cm, const T* D, const T* init_state, const SsdShape& shape,
-                       Threads threads, const int32_t* positions) {
+                       Threads threads, const int32_t* positions, const T* chunk_states) {
   const int64_t P = shape.head_dim, N = shape.state, PN = P * N;
   const int64_t num_chunks = (shape.seq + shape.chunk - 1) / shape.chunk;
   // B and C are shared by the heads of a group, A and D by the batch rows: these gradients are
@@ -46,14 +46,19 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
         double* dC_h = dC_terms.data() + (h * rows + b * shape.seq) * N;
         const double a_h = static_cast<double>(hd.A), d_h = static_cast<double>(hd.D);
 
-        // Chunk-start states H_0 .. H_{num_chunks}, exactly as the forward computes them.
-        if (init_state != nullptr) {
+        // Chunk-start states H_0 .. H_{num_chunks - 1}: the forward's, or computed exactly as
+        // the forward computes them.
+        const int64_t bh = b * shape.heads + h;
+        if (chunk_states != nullptr) {
+          std::copy(chunk_states + bh * num_chunks * PN, chunk_states + (bh + 1) * num_chunks * PN,
+                    chunk_start.begin());
+        } else if (init_state != nullptr) {
           std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
                     chunk_start.begin());
         } else {
           std::fill(chunk_start.begin(), chunk_start.begin() + PN, T(0));
         }
-        for (int64_t c = 0; c < num_chunks; c++) {
+        for (int64_t c = 0; c + 1 < num_chunks && chunk_states == nullptr; c++) {
           const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
           detail::ssd_chunk_forward<T>(nullptr, chunk_start.data() + (c + 1) * PN,
                                        chunk_start.data() + c * PN, hd, t0, t1);
@@ -176,7 +181,7 @@ void ssd_final_state_backward(T* dx, T* ddt, T* dA, T* dBm, const T* dfinal_stat
 #define HCP_INSTANTIATE(T)                                                                       \
   template void ssd_scan_backward<T>(T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
                                      const T*, const T*, const T*, const T*, const T*, const T*, \
-                                     const SsdShape&, Threads, const int32_t*);                  \
+                                     const SsdShape&, Threads, const int32_t*, const T*);        \
   template void ssd_final_state_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,        \
                                             const T*, const T*, const SsdShape&, Threads,        \
                                             const int32_t*);

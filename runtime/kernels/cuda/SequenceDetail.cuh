@@ -202,6 +202,10 @@ struct SsdForwardBuffers {
 size_t ssd_forward_buffers_bytes(const SsdShape& shape);
 SsdForwardBuffers ssd_forward_buffers(const SsdShape& shape, void* base);
 
+// Fills acs and dtc.
+cudaError_t ssd_chunk_cumsum(cudaStream_t stream, const SsdForwardBuffers& buf, const float* dt,
+                             const float* A, const SsdShape& shape);
+
 // Fills acs, dtc and states (entering states; the final state goes to final_state if not null).
 // positions nullable (packed documents).
 cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf,

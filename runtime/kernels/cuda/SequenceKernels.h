@@ -45,23 +45,27 @@ bool ssd_supported(const SsdShape& shape);
 // y [B,S,H,P] bf16; final_state [B,H,P,N] fp32 nullable (not wanted). positions [B,S] int32
 // nullable: packed documents (Hugging Face's position_ids), the state restarting at each
 // document's first token (positions 0), as the CPU kernels'; the functions below take it alike.
+// chunk_states [B,H,ceil(S/256),P,N] fp32 nullable: the state entering each chunk, kept for
+// the backward.
 size_t ssd_scan_forward_workspace_bytes(const SsdShape& shape);
 Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const bf16* x,
                         const float* dt, const float* A, const bf16* Bm, const bf16* Cm,
                         const float* D, const float* init_state, const SsdShape& shape,
-                        Workspace workspace, const int32_t* positions = nullptr);
+                        Workspace workspace, const int32_t* positions = nullptr,
+                        float* chunk_states = nullptr);
 
-// Exact gradients of ssd_scan_forward (recomputes the forward's states from the inputs; saves
-// nothing between the two). dfinal_state [B,H,P,N] nullable (zero); dinit_state nullable (not
-// wanted); dD is written even when D was null. dx [B,S,H,P] bf16, ddt [B,S,H] fp32, dA [H] fp32,
-// dBm, dCm [B,S,G,N] bf16, dD [H] fp32, dinit_state [B,H,P,N] fp32.
+// Exact gradients of ssd_scan_forward (recomputes the forward's states from the inputs, or
+// reads them from the forward's chunk_states when not null). dfinal_state [B,H,P,N] nullable
+// (zero); dinit_state nullable (not wanted); dD is written even when D was null. dx [B,S,H,P]
+// bf16, ddt [B,S,H] fp32, dA [H] fp32, dBm, dCm [B,S,G,N] bf16, dD [H] fp32, dinit_state
+// [B,H,P,N] fp32.
 size_t ssd_scan_backward_workspace_bytes(const SsdShape& shape);
 Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, bf16* dBm, bf16* dCm,
                          float* dD, float* dinit_state, const bf16* dy, const float* dfinal_state,
                          const bf16* x, const float* dt, const float* A, const bf16* Bm,
                          const bf16* Cm, const float* D, const float* init_state,
                          const SsdShape& shape, Workspace workspace,
-                         const int32_t* positions = nullptr);
+                         const int32_t* positions = nullptr, const float* chunk_states = nullptr);
 
 // The final state of ssd_scan_forward from a zero initial state, without y (context
 // parallelism's segment summary): the scan's state launches only. x, dt, A, Bm as above;

@@ -556,15 +556,22 @@ cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf1
   return launch_chunk_outer<32>(stream, kind, out, U, V, buf, positions, s);
 }
 
+cudaError_t ssd_chunk_cumsum(cudaStream_t stream, const SsdForwardBuffers& buf, const float* dt,
+                             const float* A, const SsdShape& s) {
+  const int nc = static_cast<int>(ssd_num_chunks(s));
+  const int H = static_cast<int>(s.heads);
+  dim3 grid(nc, (H + 7) / 8, static_cast<unsigned>(s.batch));
+  ssd_cumsum_kernel<<<grid, 256, 0, stream>>>(buf.acs, buf.dtc, dt, A, s.seq, H, nc);
+  return cudaGetLastError();
+}
+
 cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf,
                                float* final_state, const bf16* x, const float* dt, const float* A,
                                const bf16* Bm, const float* init_state, const int32_t* positions,
                                const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads);
-  dim3 g1(nc, (H + 7) / 8, static_cast<unsigned>(s.batch));
-  ssd_cumsum_kernel<<<g1, 256, 0, stream>>>(buf.acs, buf.dtc, dt, A, s.seq, H, nc);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err = ssd_chunk_cumsum(stream, buf, dt, A, s);
   if (err != cudaSuccess) return err;
   err = ssd_chunk_outer(stream, 0, buf.states, x, Bm, buf, positions, s);
   if (err != cudaSuccess) return err;
@@ -624,7 +631,7 @@ Status ssd_final_state_forward(cudaStream_t stream, float* final_state, const bf
 Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const bf16* x,
                         const float* dt, const float* A, const bf16* Bm, const bf16* Cm,
                         const float* D, const float* init_state, const SsdShape& s,
-                        Workspace workspace, const int32_t* positions) {
+                        Workspace workspace, const int32_t* positions, float* chunk_states) {
   if (!ssd_supported(s)) {
     return Status("ssd_scan_forward",
                   "unsupported shape (needs chunk 256, state 128, head_dim 32 or 64, "
@@ -633,7 +640,8 @@ Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const 
   if (workspace.bytes < ssd_scan_forward_workspace_bytes(s) || workspace.ptr == nullptr) {
     return Status("ssd_scan_forward", "workspace too small");
   }
-  const seq_detail::SsdForwardBuffers buf = seq_detail::ssd_forward_buffers(s, workspace.ptr);
+  seq_detail::SsdForwardBuffers buf = seq_detail::ssd_forward_buffers(s, workspace.ptr);
+  if (chunk_states != nullptr) buf.states = chunk_states;  // kept for the backward
   cudaError_t err = seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm,
                                                    init_state, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_forward: states", err);

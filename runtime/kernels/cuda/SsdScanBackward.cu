@@ -746,7 +746,7 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
                          float* dD, float* dinit_state, const bf16* dy, const float* dfinal_state,
                          const bf16* x, const float* dt, const float* A, const bf16* Bm,
                          const bf16* Cm, const float* D, const float* init_state, const SsdShape& s,
-                         Workspace workspace, const int32_t* positions) {
+                         Workspace workspace, const int32_t* positions, const float* chunk_states) {
   using namespace seq_detail;
   if (!ssd_supported(s)) {
     return Status("ssd_scan_backward",
@@ -764,8 +764,14 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   const int nc = static_cast<int>(ssd_num_chunks(s));
   const int H = static_cast<int>(s.heads);
   const int PN = static_cast<int>(s.head_dim * s.state);
-  cudaError_t err =
-      ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, init_state, positions, s);
+  cudaError_t err;
+  if (chunk_states != nullptr) {
+    // The forward's entering states, only read here.
+    w.fwd.states = const_cast<float*>(chunk_states);
+    err = ssd_chunk_cumsum(stream, w.fwd, dt, A, s);
+  } else {
+    err = ssd_forward_states(stream, w.fwd, nullptr, x, dt, A, Bm, init_state, positions, s);
+  }
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: forward states", err);
   err = ssd_chunk_outer(stream, 1, w.gstates, dy, Cm, w.fwd, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: ds", err);

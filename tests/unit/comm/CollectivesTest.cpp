@@ -114,7 +114,16 @@ TEST_P(StateScan, SegmentScansEqualTheScanOfTheWholeSequence) {
   const std::vector<int64_t> x_shape = {R, len, H, P}, dt_shape = {R, len, H},
                              bc_shape = {R, len, G, N}, state_shape = {R, H, P, N};
   auto ints = [&](int64_t has_init) {
-    return std::vector<int64_t>{R, len, H, P, G, N, chunk, has_init, /*documents=*/0};
+    return std::vector<int64_t>{R,
+                                len,
+                                H,
+                                P,
+                                G,
+                                N,
+                                chunk,
+                                has_init,
+                                /*documents=*/0,
+                                /*keep_states=*/0};
   };
   const std::vector<int64_t> scan_ints = {B, segs, H, P, N, strategy};
 
@@ -137,14 +146,14 @@ TEST_P(StateScan, SegmentScansEqualTheScanOfTheWholeSequence) {
   const uint32_t ds_in = p.Buffer("ds_in", state_shape);
   g1.push_back(ds_in);
   p.Step("ssd_scan.backward", {bdy, bx, bdt, bA, bB, bC, bD, s_in}, g1,
-         {R, len, H, P, G, N, chunk, 1, 0, 0});
+         {R, len, H, P, G, N, chunk, 1, 0, 0, 0});
   const uint32_t dg = p.Buffer("dg", {R, H}), ds = p.Buffer("ds", state_shape);
   p.Step("state_scan.backward", {ds_in, g, s_in}, {dg, ds}, scan_ints);
   const uint32_t zeros = p.Buffer("zeros", x_shape);
   p.Step("fill", {}, {zeros}, {R * len * H * P}, {0.0});
   const std::vector<uint32_t> g2 = grads("2");
   p.Step("ssd_scan.backward", {zeros, bx, bdt, bA, bB, bC, bD, ds}, g2,
-         {R, len, H, P, G, N, chunk, 0, 1, 0});
+         {R, len, H, P, G, N, chunk, 0, 1, 0, 0});
   const uint32_t ddt3 = p.Buffer("ddt3", dt_shape), dA3 = p.Buffer("dA3", {H});
   p.Step("ssd_log_decay.backward", {dg, bdt, bA}, {ddt3, dA3}, {R, len, H});
   // Sums.

@@ -669,7 +669,7 @@ TEST(CpuBackend, SsdScan) {
       if (has_init) ins.push_back(init);
       const uint32_t y = s.Out({B, S, Hd, P}), final_state = s.Out({B, Hd, P, N});
       ASSERT_RUNS(s, "ssd_scan.forward", ins, {y, final_state},
-                  {B, S, Hd, P, G, N, chunk, has_init, 0});
+                  {B, S, Hd, P, G, N, chunk, has_init, 0, 0});
       std::vector<float> y_w = s.Like(y), f_w = s.Like(final_state);
       cpu::ssd_scan_forward<float>(y_w.data(), f_w.data(), s.p(x), s.p(dt), s.p(A), s.p(Bm),
                                    s.p(Cm), s.p(D), has_init ? s.p(init) : nullptr, shape);
@@ -690,7 +690,7 @@ TEST(CpuBackend, SsdScan) {
                                       g.Out({B, S, G, N}),  g.Out({B, S, G, N}), g.Out({Hd})};
         if (has_init) outs.push_back(g.Out({B, Hd, P, N}));
         ASSERT_RUNS(g, "ssd_scan.backward", gins, outs,
-                    {B, S, Hd, P, G, N, chunk, has_init, has_dfinal, 0});
+                    {B, S, Hd, P, G, N, chunk, has_init, has_dfinal, 0, 0});
         std::vector<std::vector<float>> want;
         for (uint32_t o : outs) want.push_back(g.Like(o));
         cpu::ssd_scan_backward<float>(
@@ -735,7 +735,7 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
     const uint32_t y = s.Out({B, S, Hd, P}), scan_final = s.Out({B, Hd, P, N}),
                    final_state = s.Out({B, Hd, P, N});
     s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y, scan_final},
-              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0});
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0, 0});
     ASSERT_RUNS(s, "ssd_final_state.forward", {x, dt, A, Bm}, {final_state},
                 {B, S, Hd, P, G, N, chunk, 0});
     const cpu::SsdShape shape{B, S, Hd, P, G, N, std::min(chunk, S)};
@@ -756,7 +756,7 @@ TEST(CpuBackend, SsdFinalStateIsTheScansFinalState) {
     const std::vector<uint32_t> grads = {g.Out({B, S, Hd, P}), g.Out({B, S, Hd}), g.Out({Hd}),
                                          g.Out({B, S, G, N})};
     g.AddStep("ssd_scan.backward", {zero_dy, gx, gdt, gA, gB, gC, gD, dfinal}, scan_grads,
-              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1, 0});
+              {B, S, Hd, P, G, N, chunk, /*has_init=*/0, /*has_dfinal=*/1, 0, 0});
     ASSERT_RUNS(g, "ssd_final_state.backward", {dfinal, gx, gdt, gA, gB}, grads,
                 {B, S, Hd, P, G, N, chunk, 0});
     std::vector<std::vector<float>> want;
@@ -791,9 +791,9 @@ TEST(CpuBackend, SsdAddInitialStateIsTheScanFromTheState) {
                  y_init = s.Out({B, S, Hd, P}), final_init = s.Out({B, Hd, P, N}),
                  out = s.Out({B, S, Hd, P});
   s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D}, {y0, final0},
-            {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0});
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/0, 0, 0});
   s.AddStep("ssd_scan.forward", {x, dt, A, Bm, Cm, D, init}, {y_init, final_init},
-            {B, S, Hd, P, G, N, chunk, /*has_init=*/1, 0});
+            {B, S, Hd, P, G, N, chunk, /*has_init=*/1, 0, 0});
   ASSERT_RUNS(s, "ssd_add_initial_state.forward", {y0, dt, A, Cm, init}, {out},
               {B, S, Hd, P, G, N, 0});
   std::vector<float> out_w = s.Like(out);

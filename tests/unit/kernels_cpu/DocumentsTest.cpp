@@ -124,7 +124,9 @@ TEST(Documents, SsdScanEqualsEachDocumentAlone) {
     ssd_scan_forward<double>(alone.data(), last.data(), x.data(), dt.data(), d.A.data(), B.data(),
                              C.data(), d.D.data(), nullptr, one);
     EXPECT_LT(testing::max_rel_diff(Rows(y, HP, at, length), alone), 1e-13) << "document " << k;
-    if (k + 1 == kLengths.size()) EXPECT_LT(testing::max_rel_diff(final_state, last), 1e-13);
+    if (k + 1 == kLengths.size()) {
+      EXPECT_LT(testing::max_rel_diff(final_state, last), 1e-13);
+    }
     at += length;
   }
 }

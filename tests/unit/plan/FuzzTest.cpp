@@ -240,14 +240,17 @@ PlanBuilder EveryKernelPlan() {
   // SSD: batch 1, seq T, 2 heads of dim 2, 1 group, state 2, chunk 3.
   const uint32_t sx = P({1, T, 2, 2}), sdt = P({1, T, 2}), sa = P({2}), sb = P({1, T, 1, 2}),
                  sc = P({1, T, 1, 2}), sd = P({2}), sinit = P({1, 2, 2, 2});
+  // The first scan keeps its chunk states (2 chunks of 3 over T = 4) for its backward.
+  const uint32_t chunk_states = A({1, 2, 2, 2, 2});
   b.AddStep("ssd_scan.forward", {sx, sdt, sa, sb, sc, sd, sinit},
-            {A({1, T, 2, 2}), A({1, 2, 2, 2})}, {1, T, 2, 2, 1, 2, 3, 1, 0});
-  b.AddStep("ssd_scan.backward", {P({1, T, 2, 2}), sx, sdt, sa, sb, sc, sd, sinit, P({1, 2, 2, 2})},
+            {A({1, T, 2, 2}), A({1, 2, 2, 2}), chunk_states}, {1, T, 2, 2, 1, 2, 3, 1, 0, 1});
+  b.AddStep("ssd_scan.backward",
+            {P({1, T, 2, 2}), sx, sdt, sa, sb, sc, sd, sinit, P({1, 2, 2, 2}), chunk_states},
             {A({1, T, 2, 2}), A({1, T, 2}), A({2}), A({1, T, 1, 2}), A({1, T, 1, 2}), A({2}),
              A({1, 2, 2, 2})},
-            {1, T, 2, 2, 1, 2, 3, 1, 1, 0});
+            {1, T, 2, 2, 1, 2, 3, 1, 1, 0, 1});
   b.AddStep("ssd_scan.forward", {sx, sdt, sa, sb, sc, sd}, {A({1, T, 2, 2}), A({1, 2, 2, 2})},
-            {1, T, 2, 2, 1, 2, 8, 0, 0});
+            {1, T, 2, 2, 1, 2, 8, 0, 0, 0});
   b.AddStep("ssd_final_state.forward", {sx, sdt, sa, sb}, {A({1, 2, 2, 2})},
             {1, T, 2, 2, 1, 2, 3, 0});
   b.AddStep("ssd_final_state.backward", {P({1, 2, 2, 2}), sx, sdt, sa, sb},

@@ -37,7 +37,7 @@ TEST(KernelArgs, SsdScanBackwardRoundTrip) {
   k.dx = 20, k.ddt = 21, k.dA = 22, k.dB = 23, k.dC = 24, k.dD = 25;
   const Step step = EncodeStep(k);
   EXPECT_EQ(step.kernel, KernelId::SsdScanBackward);
-  EXPECT_THAT(step.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 0, 1, 0));
+  EXPECT_THAT(step.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 0, 1, 0, 0));
   EXPECT_THAT(step.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 17));  // no init_state
   EXPECT_THAT(step.outs, ElementsAre(20, 21, 22, 23, 24, 25));         // no dinit_state
   const auto back = DecodeStep<SsdScanBackwardArgs>(step);
@@ -57,9 +57,15 @@ TEST(KernelArgs, SsdScanBackwardRoundTrip) {
   k.documents = true;
   k.positions = 40;
   const Step with_positions = EncodeStep(k);
-  EXPECT_THAT(with_positions.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 1, 1, 1));
+  EXPECT_THAT(with_positions.ints, ElementsAre(2, 8, 4, 3, 2, 5, 4, 1, 1, 1, 0));
   EXPECT_THAT(with_positions.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 30, 17, 40));
   EXPECT_EQ(DecodeStep<SsdScanBackwardArgs>(with_positions).positions, 40u);
+  // The forward's chunk states (keep_states) come last of all.
+  k.keep_states = true;
+  k.chunk_states = 50;
+  const Step with_states = EncodeStep(k);
+  EXPECT_THAT(with_states.ins, ElementsAre(10, 11, 12, 13, 14, 15, 16, 30, 17, 40, 50));
+  EXPECT_EQ(DecodeStep<SsdScanBackwardArgs>(with_states).chunk_states, 50u);
 }
 
 // A buffer named like Encode's local (state_scan's `s`) is still the field.
@@ -132,6 +138,27 @@ TEST(KernelCheck, NamesTheArgument) {
       std::string(CheckKernelArguments({KernelId::Fill, four, floats, {}, i32}, nullptr).message()),
       HasSubstr("output 0 'y' is i32, expected f32 or bf16"));
   EXPECT_TRUE(CheckKernelArguments({KernelId::Fill, four, floats, {}, outs}, nullptr).ok());
+}
+
+// A ceil(a/b) factor rounds up: a sequence of 9 in chunks of 4 has 3 chunks of kept states.
+TEST(KernelCheck, CeilQuotientRoundsUp) {
+  SsdScanForwardArgs<> k;
+  k.batch = 1, k.seq = 9, k.heads = 2, k.head_dim = 3, k.groups = 1, k.state = 5, k.chunk = 4;
+  k.keep_states = true;
+  const Step step = EncodeStep(k);
+  auto check = [&](uint64_t state_elements) {
+    const std::vector<BufferFacts> ins = {{9 * 2 * 3, DType::F32, "x"}, {9 * 2, DType::F32, "dt"},
+                                          {2, DType::F32, "A"},         {9 * 5, DType::F32, "B"},
+                                          {9 * 5, DType::F32, "C"},     {2, DType::F32, "D"}};
+    const std::vector<BufferFacts> outs = {{9 * 2 * 3, DType::F32, "y"},
+                                           {2 * 3 * 5, DType::F32, "final_state"},
+                                           {state_elements, DType::F32, "chunk_states"}};
+    return CheckKernelArguments({step.kernel, step.ints, step.floats, ins, outs}, nullptr);
+  };
+  EXPECT_TRUE(check(2 * 3 * 3 * 5).ok());
+  EXPECT_THAT(std::string(check(2 * 2 * 3 * 5).message()),
+              HasSubstr("'chunk_states' has 60 elements, expected "
+                        "batch*heads*ceil(seq/chunk)*head_dim*state = 90"));
 }
 
 }  // namespace

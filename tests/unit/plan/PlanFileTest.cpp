@@ -45,7 +45,7 @@ TEST(PlanFile, Layout) {
   const std::string file = EncodePlanFile("123456789");
   ASSERT_EQ(file.size(), kPlanHeaderBytes + 9 + kPlanChecksumBytes);
   EXPECT_EQ(file.substr(0, 8), std::string("HCPPLAN\0", 8));
-  EXPECT_EQ(file.substr(8, 4), std::string("\x0F\x00\x00\x00", 4));  // version 15, LE
+  EXPECT_EQ(file.substr(8, 4), std::string("\x10\x00\x00\x00", 4));  // version 16, LE
   EXPECT_EQ(file.substr(12, 4), std::string(4, '\0'));               // reserved
   EXPECT_EQ(file.substr(16, 8), std::string("\x09\0\0\0\0\0\0\0", 8));
   EXPECT_EQ(file.substr(24, 9), "123456789");
@@ -190,13 +190,13 @@ TEST(PlanFile, OtherVersion) {
   old.resize(old.size() - kPlanChecksumBytes);
   old[8] = 9;
   EXPECT_EQ(ErrorOf(old),
-            "test.plan: plan schema version 9, this runtime reads version 15: recompile the plan "
+            "test.plan: plan schema version 9, this runtime reads version 16: recompile the plan "
             "with this hybridcp");
   // A later version, with a checksum of its own.
   std::string later = TinyLm().Bytes();
-  later[8] = 16;
+  later[8] = 17;
   Reseal(later);
-  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 16, this runtime reads version 15"));
+  EXPECT_THAT(ErrorOf(later), HasSubstr("plan schema version 17, this runtime reads version 16"));
 }
 
 // The config.json a plan carries comes back as written; one that is not a JSON object is refused
@@ -219,7 +219,8 @@ TEST(PlanFile, CarriesTheModelConfig) {
 TEST(PlanFile, CarriesTheLoadBalancingLoss) {
   TinyLm with_aux;
   const uint32_t scale = with_aux.builder.Allocate("aux_loss_scale", Arena::Inputs, {1});
-  with_aux.builder.set_router_aux_loss({.coefficient = 0.01, .scale = scale, .loss = with_aux.loss});
+  with_aux.builder.set_router_aux_loss(
+      {.coefficient = 0.01, .scale = scale, .loss = with_aux.loss});
   absl::StatusOr<Plan> plan = ParsePlan(with_aux.Bytes(), "test.plan");
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->router_aux_loss.has_value());
@@ -230,8 +231,7 @@ TEST(PlanFile, CarriesTheLoadBalancingLoss) {
 
   TinyLm bad;
   bad.builder.set_router_aux_loss({.coefficient = 0.01, .scale = bad.loss, .loss = bad.loss});
-  EXPECT_THAT(ErrorOf(bad.Bytes()),
-              HasSubstr("the load-balancing loss's scale buffer"));
+  EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("the load-balancing loss's scale buffer"));
   EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("is in the activations arena, not the inputs"));
   bad.builder.set_router_aux_loss({.coefficient = 0.01, .scale = bad.ids, .loss = bad.loss});
   EXPECT_THAT(ErrorOf(bad.Bytes()), HasSubstr("its scale buffer"));
@@ -261,7 +261,7 @@ TEST(PlanFile, DamageIsNamedSo) {
   version[8] ^= 0x04;
   EXPECT_EQ(ErrorOf(version),
             "test.plan: checksum mismatch: the plan is damaged (its header's schema version reads "
-            "11, not 15); compile it again");
+            "20, not 16); compile it again");
   std::string payload_size = bytes;
   payload_size[16 + 7] ^= 0x80;  // near 2^64: must not wrap around
   EXPECT_EQ(ErrorOf(payload_size),

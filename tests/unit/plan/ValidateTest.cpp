@@ -319,7 +319,7 @@ TEST(Validate, SsdScanArityFollowsFlags) {
                                  p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd})};
     if (give_init) ins.push_back(p.Act({B, Hd, P, N}));
     std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, Hd, P, N})};
-    p.b.AddStep("ssd_scan.forward", ins, outs, {B, S, Hd, P, G, N, 2, has_init, 0});
+    p.b.AddStep("ssd_scan.forward", ins, outs, {B, S, Hd, P, G, N, 2, has_init, 0, 0});
     return p.Error();
   };
   EXPECT_EQ(build(0, false), "(loaded)");
@@ -340,7 +340,7 @@ TEST(Validate, SsdScanBackwardShapes) {
   std::vector<uint32_t> outs = {p.Act({B, S, Hd, P}), p.Act({B, S, Hd}),   p.Act({Hd}),
                                 p.Act({B, S, G, N}),  p.Act({B, S, G, N}), p.Act({Hd}),
                                 p.Act({B, Hd, P, N})};
-  p.b.AddStep("ssd_scan.backward", ins, outs, {B, S, Hd, P, G, N, 4, 1, 1, 0});
+  p.b.AddStep("ssd_scan.backward", ins, outs, {B, S, Hd, P, G, N, 4, 1, 1, 0, 0});
   EXPECT_EQ(p.Error(), "(loaded)");
   p.b.step(0).ints[4] = 3;  // groups = 3 does not divide heads = 2
   EXPECT_THAT(p.Error(), HasSubstr("heads = 2 is not divisible by groups = 3"));

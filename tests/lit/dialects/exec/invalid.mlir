@@ -105,7 +105,7 @@ func.func @wrong_elements(%a: memref<4xf32>, %b: memref<8xf32>) {
 // So do dtypes: the SSD's A is f32 whatever the storage type.
 func.func @wrong_dtype(%x: memref<1x4x1x2xbf16>, %dt: memref<1x4x1xf32>, %A: memref<1xbf16>, %B: memref<1x4x1x2xbf16>, %D: memref<1xf32>, %y: memref<1x4x1x2xbf16>, %s: memref<1x1x2x2xf32>) {
   // expected-error @+1 {{kernel 'ssd_scan.forward': input 2 '(a view)' is bf16, expected f32}}
-  exec.launch "ssd_scan.forward" ins(%x, %dt, %A, %B, %B, %D : memref<1x4x1x2xbf16>, memref<1x4x1xf32>, memref<1xbf16>, memref<1x4x1x2xbf16>, memref<1x4x1x2xbf16>, memref<1xf32>) outs(%y, %s : memref<1x4x1x2xbf16>, memref<1x1x2x2xf32>) {ints = array<i64: 1, 4, 1, 2, 1, 2, 4, 0, 0>, floats = array<f64>}
+  exec.launch "ssd_scan.forward" ins(%x, %dt, %A, %B, %B, %D : memref<1x4x1x2xbf16>, memref<1x4x1xf32>, memref<1xbf16>, memref<1x4x1x2xbf16>, memref<1x4x1x2xbf16>, memref<1xf32>) outs(%y, %s : memref<1x4x1x2xbf16>, memref<1x1x2x2xf32>) {ints = array<i64: 1, 4, 1, 2, 1, 2, 4, 0, 0, 0>, floats = array<f64>}
   return
 }
 

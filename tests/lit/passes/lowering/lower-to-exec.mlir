@@ -52,9 +52,9 @@ func.func @train_step(%ids: tensor<1x2xi32> {model.input = "input_ids"}, %target
 // The SSD scan's kernel flags record whether an initial state (and, backward, a final-state
 // gradient) is passed.
 // CHECK-LABEL: func.func @train_step()
-// CHECK: exec.launch "ssd_scan.forward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1, 0>
-// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1, 1, 0>
-// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 0, 0, 0>
+// CHECK: exec.launch "ssd_scan.forward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1, 0, 0>
+// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 1, 1, 0, 0>
+// CHECK: exec.launch "ssd_scan.backward" {{.+}} ints = array<i64: 1, 5, 2, 3, 1, 4, 4, 0, 0, 0, 0>
 func.func @train_step(%ids: tensor<1x5xi32> {model.input = "input_ids"}, %targets: tensor<1x5xi32> {model.input = "targets"}) -> tensor<f32> {
   %x = model.param "x" normal(1.0) : tensor<1x5x2x3xf32>
   %dt = model.param "dt" ones : tensor<1x5x2xf32>

@@ -194,10 +194,13 @@ __device__ __forceinline__ bool passes_through_chunk(const int32_t* positions, i
 //   acs    [B, H, nc, Q]      inclusive cumulative sum of dt * A within each chunk (fp32)
 //   dtc    [B, H, nc, Q]      dt, zero past the end of the sequence (fp32)
 //   states [B, H, nc, P, N]   the state ENTERING each chunk (fp32)
+//   cb     [B, G, nc, Q, Q]   C_l . B_s within each chunk (fp32), only its lower-triangular 64 x 64
+//                             tiles (s <= l, tile-wise) written; shared by the group's heads
 struct SsdForwardBuffers {
   float* acs;
   float* dtc;
   float* states;
+  float* cb;
 };
 size_t ssd_forward_buffers_bytes(const SsdShape& shape);
 SsdForwardBuffers ssd_forward_buffers(const SsdShape& shape, void* base);
@@ -213,6 +216,10 @@ cudaError_t ssd_forward_states(cudaStream_t stream, const SsdForwardBuffers& buf
                                const bf16* Bm, const float* init_state, const int32_t* positions,
                                const SsdShape& shape);
 
+// Fills buf.cb from C and B [B,S,G,N] (bf16), for ssd_chunk_scan's column tiles.
+cudaError_t ssd_chunk_cb(cudaStream_t stream, const SsdForwardBuffers& buf, const bf16* Cm,
+                         const bf16* Bm, const SsdShape& shape);
+
 // Per-chunk weighted outer-product sums, out[b,h,c] (P x N fp32) = sum_l U_l^T w_l V_l over the
 // chunk's positions, with U [B,S,H,P] and V [B,S,G,N] (bf16). kind 0: the chunk state
 // (U = x, V = B, w_l = exp(acs_last - acs_l) dt_l); kind 1: the backward's state gradient from
@@ -227,7 +234,7 @@ cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf1
 // backward's dx (dir 1); see SsdScan.cu.
 struct SsdScanArgs {
   const bf16* R;       // row-side vectors [B,S,G,N]: C (fwd) or B (bwd)
-  const bf16* Z;       // column-side vectors [B,S,G,N]: B (fwd) or C (bwd)
+  const float* cb;     // [B,G,nc,Q,Q] C_l . B_s (ssd_chunk_cb; unread without column tiles)
   const bf16* U;       // column-side values [B,S,H,P]: x (fwd) or dy (bwd)
   const float* state;  // [B,H,nc,P,N]: entering states (fwd) or gradients of leaving states (bwd)
   const bf16* x;       // [B,S,H,P]

@@ -1,7 +1,7 @@
 // Mamba2 SSD scan on the GPU, forward, and the kernels the backward shares with it.
 //
 // The chunked algorithm of mamba_ssm (and of the CPU oracle, runtime/kernels/cpu/SsdScan.cpp), in
-// four launches, chunk Q = 256, head_dim P, state N = 128, nc = ceil(seq / Q) chunks:
+// five launches, chunk Q = 256, head_dim P, state N = 128, nc = ceil(seq / Q) chunks:
 //   1. ssd_cumsum_kernel        acs = inclusive cumsum of dt*A within each chunk, and dt itself,
 //                               both [B,H,nc,Q] fp32, padded past the sequence with dt = 0 (so a
 //                               partial last chunk behaves exactly like the oracle's short chunk).
@@ -11,28 +11,31 @@
 //   3. ssd_state_passing_kernel H_0 = init, H_{c+1} = exp(acs_last^(c)) H_c + s_c, sequential over
 //                               chunks, parallel over (b, h, p, n); in place, so the buffer ends
 //                               up holding the state ENTERING each chunk; H_nc is the final state.
-//   4. ssd_chunk_scan_kernel    y_l = sum_{s<=l} (C_l.B_s) exp(acs_l - acs_s) dt_s x_s
+//   4. ssd_chunk_cb_kernel      CB[l,s] = C_l . B_s per (b, c, g), fp32, the lower-triangular
+//                               64 x 64 tiles: once per group, since every head of the group reads
+//                               the same scores (Granite has one group for all its heads).
+//   5. ssd_chunk_scan_kernel    y_l = sum_{s<=l} CB[l,s] exp(acs_l - acs_s) dt_s x_s
 //                                     + exp(acs_l) H_c C_l + D x_l,
 //                               flash-attention style: one block per (b, c, h, 128-row tile);
 //                               each warp reads its 16 rows of C as A fragments from shared memory,
 //                               does the incoming-state term (C H_c^T) first, then walks 64-wide
-//                               column tiles of B / x up to the diagonal (double-buffered with
-//                               cp.async): scores = C B^T on the tensor cores, times the decay
-//                               and dt in fp32, masked, packed to bf16 and multiplied by x.
+//                               column tiles of x up to the diagonal (double-buffered with
+//                               cp.async): the scores from CB (L2-resident: the blocks of one chunk
+//                               run together), times the decay and dt in fp32, masked, packed to
+//                               bf16 and multiplied by x on the tensor cores.
 //                               The backward runs the same kernel transposed for dx (dir = 1).
 // ssd_final_state_forward (context parallelism's segment summary) runs launches 1-3 only.
-// Packed documents (positions): launches 2, 3 and 4 zero every decay that crosses a document
-// start (chunk_document_start, SequenceDetail.cuh); launch 1 is unchanged.
+// Packed documents (positions): launches 2, 3 and 5 zero every decay that crosses a document
+// start (chunk_document_start, SequenceDetail.cuh); launches 1 and 4 are unchanged.
 // Precision: every product has bf16 operands and fp32 accumulators; x is scaled by its fp32
-// weight BEFORE rounding to bf16 (kernel 2), the decayed scores are rounded once (kernel 4), and
-// the fp32 entering state is rounded to bf16 as a product operand (kernel 4), as mamba_ssm does.
-// dt, the cumsums, the decays, the states and their passing stay fp32.
+// weight BEFORE rounding to bf16 (kernel 2), the decayed scores are rounded once (kernel 5), and
+// the fp32 entering state is rounded to bf16 as a product operand (kernel 5), as mamba_ssm does.
+// dt, the cumsums, the scores, the decays, the states and their passing stay fp32.
 //
 // Cost at granite-4.0-h-tiny shapes (48 heads x 64, N = 128, s = 65536, batch 1): kernel 2 is
-// 52 GFLOP, kernel 4 about 245 GFLOP (the C B^T scores are recomputed per head: cheaper than
-// storing them), kernels 3 and 1 move ~0.8 GB (fp32 states in and out). x is read twice and y
-// written once: ~1.2 GB in all. At ~300 TFLOP/s for mma.sync that is ~1 ms, against mamba_ssm's
-// 2.05 ms.
+// 52 GFLOP, kernel 4 4.3 GFLOP, kernel 5 about 100 GFLOP (the decayed scores times x, and the
+// state term), kernels 3 and 1 move ~0.8 GB (fp32 states in and out), kernel 4 writes 64 MB of
+// scores that kernel 5 reads once per head from L2. x is read twice and y written once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -230,7 +233,58 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. The chunk scan, forward (kDir = 0) and its transpose for the backward's dx (kDir = 1).
+// 4. CB[l,s] = C_l . B_s for the lower-triangular 64 x 64 tile pairs (tile of l >= tile of s).
+// grid (kCbPairs, nc, B * G), 128 threads = 4 warps x 16 rows of one tile, K = N. Positions past
+// the sequence read as zero (so their scores are 0).
+constexpr int kCbTile = 64, kCbTiles = kQ / kCbTile, kCbPairs = kCbTiles * (kCbTiles + 1) / 2;
+
+__global__ void __launch_bounds__(128)
+    ssd_chunk_cb_kernel(float* __restrict__ cb, const bf16* __restrict__ Cm,
+                        const bf16* __restrict__ Bm, int64_t S, int G, int nc) {
+  constexpr int kLd = kN + 8;
+  __shared__ __align__(16) bf16 Cs[kCbTile * kLd];
+  __shared__ __align__(16) bf16 Bs[kCbTile * kLd];
+  int lt = 0;
+  while ((lt + 1) * (lt + 2) / 2 <= static_cast<int>(blockIdx.x)) lt++;
+  const int st = static_cast<int>(blockIdx.x) - lt * (lt + 1) / 2;
+  const int c = blockIdx.y, b = blockIdx.z / G, g = blockIdx.z % G;
+  const int64_t t0 = static_cast<int64_t>(c) * kQ;
+  const int valid = static_cast<int>(S - t0 < kQ ? S - t0 : kQ);
+  const int l0 = lt * kCbTile, s0 = st * kCbTile;
+  const int64_t stride = static_cast<int64_t>(G) * kN;
+  tile_load_async<kCbTile, kN, 128>(Cs, Cm + ((static_cast<int64_t>(b) * S + t0 + l0) * G + g) * kN,
+                                    stride, valid - l0);
+  tile_load_async<kCbTile, kN, 128>(Bs, Bm + ((static_cast<int64_t>(b) * S + t0 + s0) * G + g) * kN,
+                                    stride, valid - s0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  float acc[8][4] = {};
+#pragma unroll
+  for (int k = 0; k < kN / 16; k++) {
+    uint32_t a[4];
+    load_a_mk(a, Cs, kLd, warp * 16, k * 16);
+#pragma unroll
+    for (int np = 0; np < 4; np++) {
+      uint32_t bb[4];
+      load_b_nk(bb, Bs, kLd, np * 16, k * 16);
+      mma_bf16(acc[2 * np], a, bb[0], bb[1]);
+      mma_bf16(acc[2 * np + 1], a, bb[2], bb[3]);
+    }
+  }
+  float* o = cb + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ +
+             static_cast<int64_t>(l0 + warp * 16 + gq) * kQ + s0 + 2 * tq;
+#pragma unroll
+  for (int nt = 0; nt < 8; nt++) {
+    *reinterpret_cast<float2*>(o + nt * 8) = make_float2(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<float2*>(o + 8 * kQ + nt * 8) = make_float2(acc[nt][2], acc[nt][3]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The chunk scan, forward (kDir = 0) and its transpose for the backward's dx (kDir = 1).
 // Rows r and columns j are positions within one chunk c of one head h:
 //   kDir 0: acc[r][p] = exp(a_r) (C_r . H_c[p]) + sum_{j <= r} (C_r . B_j) exp(a_r - a_j) dt_j
 //   x_j[p]
@@ -238,8 +292,9 @@ __global__ void __launch_bounds__(256)
 //   kDir 1: acc[r][p] = exp(a_last - a_r) (B_r . G_c[p]) + sum_{j >= r} (B_r . C_j) exp(a_j - a_r)
 //   dy_j[p]
 //           dx_r = dt_r acc_r + D dy_r,  ddt_part_r = acc_r . x_r,  dD_part += dy . x
-// (G_c = gradient of the state leaving chunk c.) In both, R = row vectors, Z = column vectors,
-// U = column values, and every exponent is (later cumsum - earlier cumsum) <= 0.
+// (G_c = gradient of the state leaving chunk c.) In both, R = row vectors, U = column values, the
+// scores C_r . B_j (dir 0) or B_r . C_j = CB[j][r] (dir 1) come from CB, and every exponent is
+// (later cumsum - earlier cumsum) <= 0.
 // kDir 1 with args.dy null is the backward without an output gradient (ssd_final_state's: dy = 0):
 // only the state term, so no column tiles, no D dy and no dD partials (args.dD_part unused).
 // grid (H, 2 * nc, B) (heads fastest, so the blocks sharing one chunk's B / C run together), 256
@@ -254,9 +309,8 @@ struct ScanSmem {
   static constexpr int kLdN = kN + 8, kLdP = P + 8;
   static constexpr int kR = kScanRows * kLdN;  // R rows (bf16)
   static constexpr int kS = P * kLdN;          // state as bf16 [P][N]
-  static constexpr int kZ = kScanCols * kLdN;  // one stage of Z
   static constexpr int kU = kScanCols * kLdP;  // one stage of U
-  static constexpr size_t kBytes = kHead + sizeof(bf16) * (kR + kS + 2 * (kZ + kU));
+  static constexpr size_t kBytes = kHead + sizeof(bf16) * (kR + kS + 2 * kU);
 };
 
 template <int kDir, int P>
@@ -273,8 +327,7 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   int* start_s = reinterpret_cast<int*>(red + 16);  // chunk_document_start of each position
   bf16* Rs = reinterpret_cast<bf16*>(smem_raw + Sm::kHead);
   bf16* Ss = Rs + Sm::kR;
-  bf16* Zs = Ss + Sm::kS;  // 2 stages
-  bf16* Us = Zs + 2 * Sm::kZ;
+  bf16* Us = Ss + Sm::kS;  // 2 stages
 
   const int h = blockIdx.x, c = blockIdx.y >> 1, rt = blockIdx.y & 1, b = blockIdx.z;
   const int g = h / (H / G);
@@ -299,7 +352,7 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   }
   const int64_t bc_row_stride = static_cast<int64_t>(G) * kN;
   const bf16* Rg = args.R + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN;
-  const bf16* Zg = args.Z + ((static_cast<int64_t>(b) * S + t0) * G + g) * kN;
+  const float* cb_chunk = args.cb + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ;
   const int64_t u_row_stride = static_cast<int64_t>(H) * P;
   const bf16* Ug = args.U + ((static_cast<int64_t>(b) * S + t0) * H + h) * P;
 
@@ -309,8 +362,6 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   cp_async_commit();
   auto load_tile = [&](int jt, int stage) {
     const int j0 = jt * kScanCols;
-    tile_load_async<kScanCols, kN, kScanThreads>(Zs + stage * Sm::kZ, Zg + j0 * bc_row_stride,
-                                                 bc_row_stride, valid - j0);
     tile_load_async<kScanCols, P, kScanThreads>(Us + stage * Sm::kU, Ug + j0 * u_row_stride,
                                                 u_row_stride, valid - j0);
   };
@@ -373,28 +424,36 @@ __global__ void __launch_bounds__(kScanThreads, 2)
     const int stage = (jt - jt_begin) & 1;
     if (jt + 1 < jt_end) load_tile(jt + 1, stage ^ 1);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
 
     const int j0 = jt * kScanCols;
     const bool active = kDir == 0 ? (j0 <= wr0 + 15) : (j0 + kScanCols - 1 >= wr0);
+    // This warp's scores, in the accumulator layout (rows row_a / row_b, columns
+    // j0 + nt * 8 + 2 * tq + {0, 1}), loaded before the wait so that the loads overlap it.
+    float sc[8][4];
     if (active) {
-      const bf16* Zt = Zs + stage * Sm::kZ;
-      const bf16* Ut = Us + stage * Sm::kU;
-      float sc[8][4] = {};
-      // Not unrolled: hoisting later steps' fragment loads would spill at 128 registers.
-#pragma unroll 1
-      for (int k = 0; k < kKn; k++) {
-        uint32_t ra[4];
-        load_a_mk(ra, Rs, kLdN, warp * 16, k * 16);
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
-          uint32_t bb[4];
-          load_b_nk(bb, Zt, kLdN, np * 16, k * 16);
-          mma_bf16(sc[2 * np], ra, bb[0], bb[1]);
-          mma_bf16(sc[2 * np + 1], ra, bb[2], bb[3]);
+      for (int nt = 0; nt < 8; nt++) {
+        const int col = j0 + nt * 8 + 2 * tq;
+        if (kDir == 0) {
+          const float2 va = __ldg(reinterpret_cast<const float2*>(cb_chunk + row_a * kQ + col));
+          const float2 vb = __ldg(reinterpret_cast<const float2*>(cb_chunk + row_b * kQ + col));
+          sc[nt][0] = va.x;
+          sc[nt][1] = va.y;
+          sc[nt][2] = vb.x;
+          sc[nt][3] = vb.y;
+        } else {
+          sc[nt][0] = __ldg(cb_chunk + col * kQ + row_a);
+          sc[nt][1] = __ldg(cb_chunk + (col + 1) * kQ + row_a);
+          sc[nt][2] = __ldg(cb_chunk + col * kQ + row_b);
+          sc[nt][3] = __ldg(cb_chunk + (col + 1) * kQ + row_b);
         }
       }
+    }
+    cp_async_wait<1>();
+    __syncthreads();
+
+    if (active) {
+      const bf16* Ut = Us + stage * Sm::kU;
       // Decay (and dt for the forward), causal mask.
 #pragma unroll
       for (int nt = 0; nt < 8; nt++) {
@@ -532,8 +591,10 @@ cudaError_t launch_chunk_scan(cudaStream_t stream, const SsdScanArgs& args, cons
 size_t ssd_forward_buffers_bytes(const SsdShape& s) {
   const size_t nc = static_cast<size_t>(ssd_num_chunks(s));
   const size_t bh = static_cast<size_t>(s.batch * s.heads);
+  const size_t bg = static_cast<size_t>(s.batch * s.groups);
   return 2 * align_up(bh * nc * kQ * sizeof(float)) +
-         align_up(bh * nc * static_cast<size_t>(s.head_dim * s.state) * sizeof(float));
+         align_up(bh * nc * static_cast<size_t>(s.head_dim * s.state) * sizeof(float)) +
+         align_up(bg * nc * kQ * kQ * sizeof(float));
 }
 
 SsdForwardBuffers ssd_forward_buffers(const SsdShape& s, void* base) {
@@ -546,7 +607,18 @@ SsdForwardBuffers ssd_forward_buffers(const SsdShape& s, void* base) {
   buf.dtc = reinterpret_cast<float*>(p);
   p += align_up(bh * nc * kQ * sizeof(float));
   buf.states = reinterpret_cast<float*>(p);
+  p += align_up(bh * nc * static_cast<size_t>(s.head_dim * s.state) * sizeof(float));
+  buf.cb = reinterpret_cast<float*>(p);
   return buf;
+}
+
+cudaError_t ssd_chunk_cb(cudaStream_t stream, const SsdForwardBuffers& buf, const bf16* Cm,
+                         const bf16* Bm, const SsdShape& s) {
+  const int nc = static_cast<int>(ssd_num_chunks(s));
+  dim3 grid(kCbPairs, nc, static_cast<unsigned>(s.batch * s.groups));
+  ssd_chunk_cb_kernel<<<grid, 128, 0, stream>>>(buf.cb, Cm, Bm, s.seq, static_cast<int>(s.groups),
+                                                nc);
+  return cudaGetLastError();
 }
 
 cudaError_t ssd_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U, const bf16* V,
@@ -645,9 +717,11 @@ Status ssd_scan_forward(cudaStream_t stream, bf16* y, float* final_state, const 
   cudaError_t err = seq_detail::ssd_forward_states(stream, buf, final_state, x, dt, A, Bm,
                                                    init_state, positions, s);
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_forward: states", err);
+  err = seq_detail::ssd_chunk_cb(stream, buf, Cm, Bm, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_scan_forward: scores", err);
   seq_detail::SsdScanArgs args{};
   args.R = Cm;
-  args.Z = Bm;
+  args.cb = buf.cb;
   args.U = x;
   args.state = buf.states;
   args.x = x;

@@ -18,7 +18,8 @@
 // Launches (after recomputing acs, dt and the entering states H_c with the forward's kernels):
 //   1. chunk_outer(kind 1)     ds_c per (b, c, h)                          [SsdScan.cu]
 //   2. ssd_state_passing_bwd   G_c in place over ds_c; dinit; exp(a_last)<G_c, H_c> partials
-//   3. chunk_scan(dir 1)       dx, the explicit part of ddt, dD partials   [SsdScan.cu]
+//   3. chunk_cb, chunk_scan(dir 1)
+//                              CB, then dx, the explicit part of ddt, dD partials  [SsdScan.cu]
 //   4. ssd_dcb_kernel          dCB per (b, c, g) as 64x64 tiles, the sum over the group's heads of
 //                              W (so the heavy Q x Q x N products of dB and dC run once per group,
 //                              not per head, as in mamba_ssm), and the W o CB row / column sums
@@ -782,9 +783,11 @@ Status ssd_scan_backward(cudaStream_t stream, bf16* dx, float* ddt, float* dA, b
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: state passing", err);
 
+  err = ssd_chunk_cb(stream, w.fwd, Cm, Bm, s);
+  if (err != cudaSuccess) return Status::Cuda("ssd_scan_backward: scores", err);
   SsdScanArgs args{};
   args.R = Bm;
-  args.Z = Cm;
+  args.cb = w.fwd.cb;
   args.U = dy;
   args.state = w.gstates;
   args.x = x;

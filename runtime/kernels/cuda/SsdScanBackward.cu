@@ -189,17 +189,18 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------------------------
 // 4. dCB tiles. grid (kPairs, nc, B * G), 128 threads = 4 warps x 16 rows of one 64x64 tile
-// (rows l in tile lt, columns s in tile st <= lt). CB for the tile is computed once (K = N) and
-// kept in registers; then for each head of the group (double-buffered with cp.async):
+// (rows l in tile lt, columns s in tile st <= lt). CB for the tile is read once from
+// ssd_chunk_cb's scores and kept in registers; then for each head of the group (double-buffered
+// with cp.async):
 //   dP = dy_l x_s^T (K = P), W = dP dec dt_s (masked), dCB += W, and the row / column sums of
 //   W o CB go to da_pairs (columns reduced over the 4 warps through shared memory).
 template <int P>
 struct DcbSmem {
-  static constexpr int kLdN = kN + 8, kLdP = P + 8;
+  static constexpr int kLdP = P + 8;
   static constexpr int kStageBf = 2 * kT * kLdP;  // dy tile + x tile
   static constexpr int kStageF = 3 * kT;          // a rows, a cols, dt cols
   static constexpr size_t kBytes =
-      sizeof(bf16) * (2 * kT * kLdN + 2 * kStageBf) + sizeof(float) * (2 * kStageF + 4 * kT);
+      sizeof(bf16) * 2 * kStageBf + sizeof(float) * (2 * kStageF + 4 * kT);
 };
 
 // kDocuments: positions non-null (a template parameter: the two row starts cost spills at the
@@ -208,15 +209,13 @@ template <int P, bool kDocuments>
 __global__ void __launch_bounds__(128, 3)
     ssd_dcb_kernel(float* __restrict__ dcb, float* __restrict__ da_pairs,
                    const bf16* __restrict__ x, const bf16* __restrict__ dy,
-                   const bf16* __restrict__ Bm, const bf16* __restrict__ Cm,
-                   const float* __restrict__ acs, const float* __restrict__ dtc,
-                   const int32_t* __restrict__ positions, int64_t S, int H, int G, int nc) {
+                   const float* __restrict__ cb_scores, const float* __restrict__ acs,
+                   const float* __restrict__ dtc, const int32_t* __restrict__ positions,
+                   int64_t S, int H, int G, int nc) {
   using Sm = DcbSmem<P>;
-  constexpr int kLdN = Sm::kLdN, kLdP = Sm::kLdP;
+  constexpr int kLdP = Sm::kLdP;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Cs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* Bs = Cs + kT * kLdN;
-  bf16* stage_bf = Bs + kT * kLdN;  // 2 stages of [dy tile][x tile]
+  bf16* stage_bf = reinterpret_cast<bf16*>(smem_raw);  // 2 stages of [dy tile][x tile]
   float* stage_f = reinterpret_cast<float*>(stage_bf + 2 * Sm::kStageBf);  // 2 x [al, as, dts]
   float* colbuf = stage_f + 2 * Sm::kStageF;                               // [4][64]
 
@@ -229,13 +228,6 @@ __global__ void __launch_bounds__(128, 3)
   const int64_t t0 = static_cast<int64_t>(c) * kQ;
   const int valid = static_cast<int>(S - t0 < kQ ? S - t0 : kQ);
   const int l0 = lt * kT, s0 = st * kT;
-
-  const int64_t bc_stride = static_cast<int64_t>(G) * kN;
-  tile_load_async<kT, kN, 128>(Cs, Cm + ((static_cast<int64_t>(b) * S + t0 + l0) * G + g) * kN,
-                               bc_stride, valid - l0);
-  tile_load_async<kT, kN, 128>(Bs, Bm + ((static_cast<int64_t>(b) * S + t0 + s0) * G + g) * kN,
-                               bc_stride, valid - s0);
-  cp_async_commit();
 
   const int64_t u_stride = static_cast<int64_t>(H) * P;
   auto load_head = [&](int hh, int stage) {
@@ -259,21 +251,20 @@ __global__ void __launch_bounds__(128, 3)
   };
   load_head(0, 0);
   cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
 
-  // CB tile rows of this warp, fp32 accumulators (same layout as W below).
-  float cbt[8][4] = {};
+  // CB tile rows of this warp, in the accumulator layout of W below.
+  float cbt[8][4];
+  {
+    const float* row = cb_scores + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ +
+                       static_cast<int64_t>(l0 + warp * 16 + gq) * kQ + s0 + 2 * tq;
 #pragma unroll
-  for (int k = 0; k < kN / 16; k++) {
-    uint32_t a[4];
-    load_a_mk(a, Cs, kLdN, warp * 16, k * 16);
-#pragma unroll
-    for (int np = 0; np < 4; np++) {
-      uint32_t bb[4];
-      load_b_nk(bb, Bs, kLdN, np * 16, k * 16);
-      mma_bf16(cbt[2 * np], a, bb[0], bb[1]);
-      mma_bf16(cbt[2 * np + 1], a, bb[2], bb[3]);
+    for (int nt = 0; nt < 8; nt++) {
+      const float2 va = __ldg(reinterpret_cast<const float2*>(row + nt * 8));
+      const float2 vb = __ldg(reinterpret_cast<const float2*>(row + 8 * kQ + nt * 8));
+      cbt[nt][0] = va.x;
+      cbt[nt][1] = va.y;
+      cbt[nt][2] = vb.x;
+      cbt[nt][3] = vb.y;
     }
   }
 
@@ -713,7 +704,7 @@ cudaError_t launch_backward_tail(cudaStream_t stream, const SsdBackwardBuffers& 
                                            static_cast<int>(smem));
       if (e != cudaSuccess) return e;
       kernel<<<dim3(kPairs, nc, bg), 128, smem, stream>>>(
-          w.dcb, w.da_pairs, x, dy, Bm, Cm, w.fwd.acs, w.fwd.dtc, positions, s.seq, H, G, nc);
+          w.dcb, w.da_pairs, x, dy, w.fwd.cb, w.fwd.acs, w.fwd.dtc, positions, s.seq, H, G, nc);
       return cudaGetLastError();
     };
     err = positions != nullptr ? launch(ssd_dcb_kernel<P, true>) : launch(ssd_dcb_kernel<P, false>);

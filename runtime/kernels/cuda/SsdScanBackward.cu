@@ -15,7 +15,8 @@
 //            + [l = last] ( sum_s (exp(a_last - a_s) dt_s x_s G_c) . B_s + exp(a_last) <G_c, H_c> )
 //   ddt_s  = x_s . (dx_s - D dy_s) / dt_s  (computed without the division)  + A sum_{l>=s} da_l
 //   dA     = sum_s dt_s sum_{l>=s} da_l,   dD = sum dy . x
-// Launches (after recomputing acs, dt and the entering states H_c with the forward's kernels):
+// Launches (after recomputing acs and dt, and the entering states H_c with the forward's kernels
+// unless the forward kept them, chunk_states):
 //   1. chunk_outer(kind 1)     ds_c per (b, c, h)                          [SsdScan.cu]
 //   2. ssd_state_passing_bwd   G_c in place over ds_c; dinit; exp(a_last)<G_c, H_c> partials
 //   3. chunk_cb, chunk_scan(dir 1)

@@ -35,7 +35,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 
   // Heads [h_begin, h_end), every batch row of each.
   auto backward_heads = [&](int64_t h_begin, int64_t h_end) {
-    std::vector<T> chunk_start((num_chunks + 1) * PN);
+    std::vector<T> chunk_start(num_chunks * PN);
     std::vector<double> S((shape.chunk + 1) * PN);  // S[l] = state before chunk position l
     std::vector<double> G(PN);                      // a_{t+1} G_{t+1}, then G_t
 

@@ -93,6 +93,27 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const __nv_bfloat16*
       b, smem_addr(base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8));
 }
 
+// acc += A Bt^T for a warp's 16 rows: A[m0 .. m0 + 16][0 .. K) and Bt[0 .. 64][0 .. K), both
+// row-major bf16 in shared memory (row strides lda, ldb); acc is [16 x 64] in the mma
+// accumulator layout (acc[nt]: columns nt * 8 ..).
+template <int K>
+__device__ __forceinline__ void warp_product_16x64(float (&acc)[8][4], const __nv_bfloat16* A,
+                                                   int lda, int m0, const __nv_bfloat16* Bt,
+                                                   int ldb) {
+#pragma unroll
+  for (int k = 0; k < K / 16; k++) {
+    uint32_t a[4];
+    load_a_mk(a, A, lda, m0, k * 16);
+#pragma unroll
+    for (int np = 0; np < 4; np++) {
+      uint32_t b[4];
+      load_b_nk(b, Bt, ldb, np * 16, k * 16);
+      mma_bf16(acc[2 * np], a, b[0], b[1]);
+      mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 // 16-byte global -> shared copy that bypasses registers; zero-fills when !valid (src not read).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
@@ -135,6 +156,34 @@ __device__ __forceinline__ void tile_load_async(__nv_bfloat16* dst, const __nv_b
 // ssd_supported accepts); the state size at 128.
 constexpr int kSsdChunk = 256;
 constexpr int kSsdState = 128;
+
+// A chunk's 64 x 64 tiles. The kernels that work on its Q x Q scores C_l . B_s take one
+// lower-triangular pair of tiles a block (rows in tile lt >= columns in tile st), numbered row by
+// row: pair (lt, st) is block lt (lt + 1) / 2 + st.
+constexpr int kSsdTile = 64, kSsdTiles = kSsdChunk / kSsdTile;
+constexpr int kSsdTilePairs = kSsdTiles * (kSsdTiles + 1) / 2;
+__host__ __device__ inline int ssd_pair_index(int lt, int st) { return lt * (lt + 1) / 2 + st; }
+// The tiles (lt, st) of pair `index`.
+__device__ __forceinline__ void ssd_tile_pair(int index, int& lt, int& st) {
+  lt = 0;
+  while (ssd_pair_index(lt + 1, 0) <= index) lt++;
+  st = index - ssd_pair_index(lt, 0);
+}
+
+// A warp's 16 rows of fp32 scores (row stride kSsdChunk) in the mma accumulator layout: row
+// points at the lane's first row (gq) and first column (2 * tq); sc[nt] holds columns nt * 8 +
+// {0, 1} of it (0, 1) and of the row 8 below (2, 3).
+__device__ __forceinline__ void load_score_rows(float (&sc)[8][4], const float* row) {
+#pragma unroll
+  for (int nt = 0; nt < 8; nt++) {
+    const float2 a = __ldg(reinterpret_cast<const float2*>(row + nt * 8));
+    const float2 b = __ldg(reinterpret_cast<const float2*>(row + 8 * kSsdChunk + nt * 8));
+    sc[nt][0] = a.x;
+    sc[nt][1] = a.y;
+    sc[nt][2] = b.x;
+    sc[nt][3] = b.y;
+  }
+}
 
 // One chunk's fp32 state [P][N] (contiguous) into a padded bf16 shared tile (row stride N + 8).
 // All of a thread's loads are issued before its first conversion, in groups of 8 16-byte loads

@@ -236,9 +236,9 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------------------------
 // 4. CB[l,s] = C_l . B_s for the lower-triangular 64 x 64 tile pairs (tile of l >= tile of s).
-// grid (kCbPairs, nc, B * G), 128 threads = 4 warps x 16 rows of one tile, K = N. Positions past
-// the sequence read as zero (so their scores are 0).
-constexpr int kCbTile = 64, kCbTiles = kQ / kCbTile, kCbPairs = kCbTiles * (kCbTiles + 1) / 2;
+// grid (kSsdTilePairs, nc, B * G), 128 threads = 4 warps x 16 rows of one tile, K = N. Positions
+// past the sequence read as zero (so their scores are 0).
+constexpr int kCbTile = kSsdTile;
 
 __global__ void __launch_bounds__(128)
     ssd_chunk_cb_kernel(float* __restrict__ cb, const bf16* __restrict__ Cm,
@@ -246,9 +246,8 @@ __global__ void __launch_bounds__(128)
   constexpr int kLd = kN + 8;
   __shared__ __align__(16) bf16 Cs[kCbTile * kLd];
   __shared__ __align__(16) bf16 Bs[kCbTile * kLd];
-  int lt = 0;
-  while ((lt + 1) * (lt + 2) / 2 <= static_cast<int>(blockIdx.x)) lt++;
-  const int st = static_cast<int>(blockIdx.x) - lt * (lt + 1) / 2;
+  int lt, st;
+  ssd_tile_pair(static_cast<int>(blockIdx.x), lt, st);
   const int c = blockIdx.y, b = blockIdx.z / G, g = blockIdx.z % G;
   const int64_t t0 = static_cast<int64_t>(c) * kQ;
   const int valid = static_cast<int>(S - t0 < kQ ? S - t0 : kQ);
@@ -264,18 +263,7 @@ __global__ void __launch_bounds__(128)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   float acc[8][4] = {};
-#pragma unroll
-  for (int k = 0; k < kN / 16; k++) {
-    uint32_t a[4];
-    load_a_mk(a, Cs, kLd, warp * 16, k * 16);
-#pragma unroll
-    for (int np = 0; np < 4; np++) {
-      uint32_t bb[4];
-      load_b_nk(bb, Bs, kLd, np * 16, k * 16);
-      mma_bf16(acc[2 * np], a, bb[0], bb[1]);
-      mma_bf16(acc[2 * np + 1], a, bb[2], bb[3]);
-    }
-  }
+  warp_product_16x64<kN>(acc, Cs, kLd, warp * 16, Bs, kLd);
   float* o = cb + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ +
              static_cast<int64_t>(l0 + warp * 16 + gq) * kQ + s0 + 2 * tq;
 #pragma unroll
@@ -432,23 +420,17 @@ __global__ void __launch_bounds__(kScanThreads, 2)
     // This warp's scores, in the accumulator layout (rows row_a / row_b, columns
     // j0 + nt * 8 + 2 * tq + {0, 1}), loaded before the wait so that the loads overlap it.
     float sc[8][4];
-    if (active) {
+    if (active && kDir == 0) {
+      load_score_rows(sc, cb_chunk + row_a * kQ + j0 + 2 * tq);
+    } else if (active) {
+      // The transpose: B_r . C_j = CB[j][r].
 #pragma unroll
       for (int nt = 0; nt < 8; nt++) {
         const int col = j0 + nt * 8 + 2 * tq;
-        if (kDir == 0) {
-          const float2 va = __ldg(reinterpret_cast<const float2*>(cb_chunk + row_a * kQ + col));
-          const float2 vb = __ldg(reinterpret_cast<const float2*>(cb_chunk + row_b * kQ + col));
-          sc[nt][0] = va.x;
-          sc[nt][1] = va.y;
-          sc[nt][2] = vb.x;
-          sc[nt][3] = vb.y;
-        } else {
-          sc[nt][0] = __ldg(cb_chunk + col * kQ + row_a);
-          sc[nt][1] = __ldg(cb_chunk + (col + 1) * kQ + row_a);
-          sc[nt][2] = __ldg(cb_chunk + col * kQ + row_b);
-          sc[nt][3] = __ldg(cb_chunk + (col + 1) * kQ + row_b);
-        }
+        sc[nt][0] = __ldg(cb_chunk + col * kQ + row_a);
+        sc[nt][1] = __ldg(cb_chunk + (col + 1) * kQ + row_a);
+        sc[nt][2] = __ldg(cb_chunk + col * kQ + row_b);
+        sc[nt][3] = __ldg(cb_chunk + (col + 1) * kQ + row_b);
       }
     }
     cp_async_wait<1>();
@@ -617,7 +599,7 @@ SsdForwardBuffers ssd_forward_buffers(const SsdShape& s, void* base) {
 cudaError_t ssd_chunk_cb(cudaStream_t stream, const SsdForwardBuffers& buf, const bf16* Cm,
                          const bf16* Bm, const SsdShape& s) {
   const int nc = static_cast<int>(ssd_num_chunks(s));
-  dim3 grid(kCbPairs, nc, static_cast<unsigned>(s.batch * s.groups));
+  dim3 grid(kSsdTilePairs, nc, static_cast<unsigned>(s.batch * s.groups));
   ssd_chunk_cb_kernel<<<grid, 128, 0, stream>>>(buf.cb, Cm, Bm, s.seq, static_cast<int>(s.groups),
                                                 nc);
   return cudaGetLastError();

@@ -66,11 +66,9 @@ namespace {
 
 constexpr int kQ = kSsdChunk;
 constexpr int kN = kSsdState;
-constexpr int kT = 64;                             // tile edge within a chunk
-constexpr int kTiles = kQ / kT;                    // 4
-constexpr int kPairs = kTiles * (kTiles + 1) / 2;  // lower-triangular tile pairs (lt >= st): 10
-
-__device__ __forceinline__ int pair_index(int lt, int st) { return lt * (lt + 1) / 2 + st; }
+constexpr int kT = kSsdTile;           // tile edge within a chunk: 64
+constexpr int kTiles = kSsdTiles;      // 4
+constexpr int kPairs = kSsdTilePairs;  // lower-triangular tile pairs (lt >= st): 10
 
 // Backward workspace, after the forward's buffers.
 struct SsdBackwardBuffers {
@@ -211,8 +209,8 @@ __global__ void __launch_bounds__(128, 3)
     ssd_dcb_kernel(float* __restrict__ dcb, float* __restrict__ da_pairs,
                    const bf16* __restrict__ x, const bf16* __restrict__ dy,
                    const float* __restrict__ cb_scores, const float* __restrict__ acs,
-                   const float* __restrict__ dtc, const int32_t* __restrict__ positions,
-                   int64_t S, int H, int G, int nc) {
+                   const float* __restrict__ dtc, const int32_t* __restrict__ positions, int64_t S,
+                   int H, int G, int nc) {
   using Sm = DcbSmem<P>;
   constexpr int kLdP = Sm::kLdP;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -220,9 +218,8 @@ __global__ void __launch_bounds__(128, 3)
   float* stage_f = reinterpret_cast<float*>(stage_bf + 2 * Sm::kStageBf);  // 2 x [al, as, dts]
   float* colbuf = stage_f + 2 * Sm::kStageF;                               // [4][64]
 
-  int lt = 0;
-  while (pair_index(lt + 1, 0) <= static_cast<int>(blockIdx.x)) lt++;
-  const int st = static_cast<int>(blockIdx.x) - pair_index(lt, 0);
+  int lt, st;
+  ssd_tile_pair(static_cast<int>(blockIdx.x), lt, st);
   const int c = blockIdx.y, b = blockIdx.z / G, g = blockIdx.z % G;
   const int hg = H / G;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -255,19 +252,8 @@ __global__ void __launch_bounds__(128, 3)
 
   // CB tile rows of this warp, in the accumulator layout of W below.
   float cbt[8][4];
-  {
-    const float* row = cb_scores + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ +
-                       static_cast<int64_t>(l0 + warp * 16 + gq) * kQ + s0 + 2 * tq;
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
-      const float2 va = __ldg(reinterpret_cast<const float2*>(row + nt * 8));
-      const float2 vb = __ldg(reinterpret_cast<const float2*>(row + 8 * kQ + nt * 8));
-      cbt[nt][0] = va.x;
-      cbt[nt][1] = va.y;
-      cbt[nt][2] = vb.x;
-      cbt[nt][3] = vb.y;
-    }
-  }
+  load_score_rows(cbt, cb_scores + ((static_cast<int64_t>(b) * G + g) * nc + c) * kQ * kQ +
+                           static_cast<int64_t>(l0 + warp * 16 + gq) * kQ + s0 + 2 * tq);
 
   float acc[8][4] = {};
   const int row_a = warp * 16 + gq, row_b = row_a + 8;  // tile-relative
@@ -289,18 +275,7 @@ __global__ void __launch_bounds__(128, 3)
     const float* as = al + kT;
     const float* dts = as + kT;
     float dp[8][4] = {};
-#pragma unroll
-    for (int k = 0; k < P / 16; k++) {
-      uint32_t a[4];
-      load_a_mk(a, dys, kLdP, warp * 16, k * 16);
-#pragma unroll
-      for (int np = 0; np < 4; np++) {
-        uint32_t bb[4];
-        load_b_nk(bb, xs, kLdP, np * 16, k * 16);
-        mma_bf16(dp[2 * np], a, bb[0], bb[1]);
-        mma_bf16(dp[2 * np + 1], a, bb[2], bb[3]);
-      }
-    }
+    warp_product_16x64<P>(dp, dys, kLdP, warp * 16, xs, kLdP);
     const float ala = al[row_a], alb = al[row_b];
     float rsum_a = 0.f, rsum_b = 0.f;
     float csum[8][2];
@@ -611,8 +586,8 @@ __global__ void __launch_bounds__(256)
   if (da_c != nullptr) da += da_c[bhc * kQ + l];
   if (da_pairs != nullptr) {
     const float* dap = da_pairs + bhc * kPairs * 128;
-    for (int st = 0; st <= lt; st++) da += dap[pair_index(lt, st) * 128 + o];
-    for (int l2 = lt; l2 < kTiles; l2++) da += dap[pair_index(l2, lt) * 128 + kT + o];
+    for (int st = 0; st <= lt; st++) da += dap[ssd_pair_index(lt, st) * 128 + o];
+    for (int l2 = lt; l2 < kTiles; l2++) da += dap[ssd_pair_index(l2, lt) * 128 + kT + o];
   }
   // Last position: + sum_s (state term . B_s) = - sum_s da_b[s], + exp(a_last) <G_c, H_c>.
   const float sum_b = block_sum_256(da_b[bhc * kQ + l], red);

@@ -373,9 +373,12 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
                                w_in.get(), w_out.get(), tokens, H, I, experts, k, ws_b.workspace(),
                                on_host, token_chunk));
   };
+  // The workspaces too: a padding row the kernels forget to zero reads as NaN.
   auto run_both = [&] {
     for (Dev<bf16>* d : {&out, &dx, &dw_in, &dw_out}) d->poison();
     dgates.poison();
+    ws_f.poison();
+    ws_b.poison();
     forward();
     ctx.sync();
     backward();
@@ -413,6 +416,8 @@ void experts_case(Context& ctx, int64_t tokens, int64_t hidden, int64_t inner, i
   };
   for (Dev<bf16>* d : {&out, &dx, &dw_in, &dw_out, &kept}) d->poison();
   dgates.poison();
+  ws_f.poison();
+  ws_b.poison();
   forward_kept();
   ctx.sync();
   backward_kept();

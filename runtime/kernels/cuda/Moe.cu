@@ -12,7 +12,8 @@
 //            plus one GEMM per expert that overflows (side by side, gemm_group). The capacity
 //            (a multiple of 64) is chosen per call from the counts: the largest count when the
 //            routing is balanced, less when a few experts take far more rows than the rest;
-//   gather   xp[p] = x[token of the slot at row p] (zero for a padding row);
+//   gather   xp[p] = x[token of the slot at row p] (zero for a padding row), written from the
+//            tokens' side (each row of x read once);
 //   experts  h = xp W_in[e]^T (GEMM), u = swiglu(h) (all rows at once), y = u W_out[e]^T (GEMM);
 //   combine  out[t] = sum_j gates[t, j] y[slot_pos[t*k + j]], fp32, slot order.
 // The backward recomputes h the same way (not y: its one use, dgates, has another form), gathers
@@ -356,6 +357,42 @@ __global__ void gather_kernel(bf16* xp, const bf16* x, const int32_t* row_slot, 
   }
 }
 
+// The same rows as gather_kernel, written from the tokens' side: each token's row of x is read
+// once and stored, times scale, at the rows of its slots (slot_pos; -1: none), then the padding
+// rows among the first `padded` rows (row_slot < 0) are zeroed. A gather by row reads a token's row
+// k times, mostly from memory once the rows it writes have pushed x out of L2. One warp per token,
+// then one per padded row.
+__global__ void scatter_rows_kernel(bf16* xp, const bf16* x, const int32_t* slot_pos,
+                                    const int32_t* row_slot, int64_t tokens, int64_t padded,
+                                    int64_t hidden, int k, float scale, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kWarpsPerBlock;
+  for (int64_t w = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5); w < tokens + padded;
+       w += warps) {
+    if (w >= tokens) {
+      const int64_t p = w - tokens;
+      if (row_slot[p] >= 0) continue;
+      const float zeros[8] = {};
+      for (int64_t c = lane * 8; c < hidden; c += 256) {
+        store8_any(xp + p * hidden + c, zeros, static_cast<int>(min(int64_t{8}, hidden - c)), vec);
+      }
+      continue;
+    }
+    const int32_t my_row = lane < k ? slot_pos[w * k + lane] : -1;
+    for (int64_t c = lane * 8; c < hidden; c += 256) {
+      const int valid = static_cast<int>(min(int64_t{8}, hidden - c));
+      float v[8];
+      load8_any(v, x + w * hidden + c, valid, vec);
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[e] *= scale;
+      for (int j = 0; j < k; j++) {
+        const int32_t p = __shfl_sync(0xffffffffu, my_row, j);
+        if (p >= 0) store8_any(xp + int64_t{p} * hidden + c, v, valid, vec);
+      }
+    }
+  }
+}
+
 // out[t] = sum_j w_j rows[slot_pos[t*k + j]] with w_j = gates[t*k + j] (or 1 when gates is
 // null), fp32 in slot order; slots outside the plan contribute nothing. When dgates is given, it
 // is zeroed for those slots (the backward's combine).
@@ -599,6 +636,17 @@ Status expert_products(GemmContext* ctx, cudaStream_t stream, const ExpertRows& 
   return gemm_group<TC>(ctx, stream, overflow);
 }
 
+// rows[p] = scale * x[token of the slot at row p] for every row of the layout, zero for padding.
+Status scatter_rows(cudaStream_t stream, const char* name, const ExpertBuffers& b,
+                    const ExpertRows& layout, bf16* rows, const bf16* x, int64_t tokens,
+                    int64_t hidden, int64_t k, float scale) {
+  const int64_t padded = layout.capacity * static_cast<int64_t>(layout.counts.size());
+  const bool vec = hidden % 8 == 0 && aligned16(x) && aligned16(rows);
+  scatter_rows_kernel<<<warp_grid(tokens + padded), kThreads, 0, stream>>>(
+      rows, x, b.slot_pos, b.row_slot, tokens, padded, hidden, static_cast<int>(k), scale, vec);
+  return launch_status(name);
+}
+
 // How much of the forward expert_forward_pass runs: all of it (the forward), up to h (the
 // backward), or only the layout and xp (the backward, given the forward's kept h).
 enum class ForwardUpTo { kOutput, kH, kLayout };
@@ -650,10 +698,9 @@ Status expert_forward_pass(GemmContext* ctx, cudaStream_t stream, const char* na
                                                                              cap, experts * cap);
   if (Status s = launch_status(name); !s.ok()) return s;
   const int64_t rows = layout.rows;
-  const bool vec = hidden % 8 == 0 && aligned16(x);
-  gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.xp, x, b.row_slot, rows, hidden,
-                                                          static_cast<int>(k), 1.f, vec);
-  if (Status s = launch_status(name); !s.ok()) return s;
+  if (Status s = scatter_rows(stream, name, b, layout, b.xp, x, tokens, hidden, k, 1.f); !s.ok()) {
+    return s;
+  }
   if (up_to == ForwardUpTo::kLayout) return Status();
   // h = xp W_in[e]^T, then u = swiglu(h), y = u W_out[e]^T.
   if (Status s = expert_products(ctx, stream, layout, false, true, 0, 2 * inner, hidden, b.xp,
@@ -803,9 +850,10 @@ Status expert_backward_chunk(GemmContext* ctx, cudaStream_t stream, const char* 
     return combine_dx(b.y);
   }
   // dyp = the rows' dout times dout_scale, not scaled by the gate (zero for padding).
-  gather_kernel<<<warp_grid(rows), kThreads, 0, stream>>>(b.dyp, dout, b.row_slot, rows, hidden,
-                                                          static_cast<int>(k), dout_scale, vec);
-  if (Status s = launch_status(name); !s.ok()) return s;
+  if (Status s = scatter_rows(stream, name, b, layout, b.dyp, dout, n, hidden, k, dout_scale);
+      !s.ok()) {
+    return s;
+  }
   // Through W_out: du = dyp W_out[e]; then dgates = <du, u>, gu = gate u into u's buffer and
   // dh = swiglu'(gate du) (expert_rows_backward_kernel); dW_out[e] = dyp^T gu (zero for an
   // expert without rows).

@@ -7,7 +7,8 @@
 //                               partial last chunk behaves exactly like the oracle's short chunk).
 //   2. ssd_chunk_outer_kernel   the state each chunk produces from zero,
 //                               s_c = sum_l (exp(acs_last - acs_l) dt_l x_l)^T B_l   (P x N),
-//                               one block per (b, c, h): a Q-deep tensor-core product.
+//                               a Q-deep tensor-core product per (b, c, h); a block serves
+//                               several heads of one group, reading their shared B once.
 //   3. ssd_state_passing_kernel H_0 = init, H_{c+1} = exp(acs_last^(c)) H_c + s_c, sequential over
 //                               chunks, parallel over (b, h, p, n); in place, so the buffer ends
 //                               up holding the state ENTERING each chunk; H_nc is the final state.
@@ -42,6 +43,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "runtime/kernels/cuda/SequenceDetail.cuh"
@@ -95,23 +97,25 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. out[b,h,c] (P x N fp32) = sum_l (w_l U_l)^T V_l. grid (nc, H, B), 256 threads = 8 warps in a
-// 2 (P) x 4 (N) arrangement, each a (P/2) x 32 tile of the output, k over the chunk's 256 rows.
-// U is scaled by w in fp32 on its way to shared memory; V is copied with cp.async.
+// 2. out[b,h,c] (P x N fp32) = sum_l (w_l U_l)^T V_l. grid (nc, H / heads_per_block, B), 256
+// threads = 8 warps in a 2 (P) x 4 (N) arrangement, each a (P/2) x 32 tile of the output, k over
+// the chunk's 256 rows. A block serves heads_per_block heads of one group, one after another:
+// V (B or C, shared by the group's heads) is copied once with cp.async, and each head's U is
+// scaled by its w in fp32 on its way to shared memory, the next head's U loaded meanwhile.
 template <int P>
 __global__ void __launch_bounds__(256, 2)
     ssd_chunk_outer_kernel(int kind, float* __restrict__ out, const bf16* __restrict__ U,
                            const bf16* __restrict__ V, const float* __restrict__ acs,
                            const float* __restrict__ dtc, const int32_t* __restrict__ positions,
-                           int64_t S, int H, int G, int nc) {
+                           int64_t S, int H, int G, int nc, int heads_per_block) {
   constexpr int kLdU = P + 8, kLdV = kN + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Us = reinterpret_cast<bf16*>(smem_raw);  // [Q][kLdU]
   bf16* Vs = Us + kQ * kLdU;                     // [Q][kLdV]
   float* w = reinterpret_cast<float*>(Vs + kQ * kLdV);
 
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int g = h / (H / G);
+  const int c = blockIdx.x, h0 = blockIdx.y * heads_per_block, b = blockIdx.z;
+  const int g = h0 / (H / G);
   const int64_t t0 = static_cast<int64_t>(c) * kQ;
   const int valid = static_cast<int>((S - t0 < kQ ? S - t0 : kQ));
 
@@ -119,78 +123,86 @@ __global__ void __launch_bounds__(256, 2)
                                static_cast<int64_t>(G) * kN, valid);
   cp_async_commit();
 
-  // Every load of U is issued before the first is used (a loop that loads, scales and stores
-  // one 16-byte piece at a time waits out the memory latency once per piece).
+  // Every load of a head's U is issued before the first is used (a loop that loads, scales and
+  // stores one 16-byte piece at a time waits out the memory latency once per piece).
   constexpr int kChunksPerRow = P / 8, kPieces = kQ * kChunksPerRow / 256;
   uint4 raw[kPieces];
+  auto load_u = [&](int h) {
 #pragma unroll
-  for (int k = 0; k < kPieces; k++) {
-    const int i = threadIdx.x + k * 256;
-    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-    raw[k] = r < valid ? *reinterpret_cast<const uint4*>(
-                             U + ((static_cast<int64_t>(b) * S + t0 + r) * H + h) * P + col)
-                       : make_uint4(0, 0, 0, 0);
-  }
-  const int64_t cb = ((static_cast<int64_t>(b) * H + h) * nc + c) * kQ;
-  {
-    const int l = threadIdx.x;
-    const float a = acs[cb + l];
-    float wl = kind == 0 ? fast_exp(acs[cb + kQ - 1] - a) * dtc[cb + l] : fast_exp(a);
-    if (positions != nullptr) {
-      // kind 0: l reaches the chunk's end; kind 1: the entering state reaches l.
-      const bool reaches = kind == 0
-                               ? l >= chunk_document_start(positions, b, S, t0, valid - 1, valid)
-                               : chunk_document_start(positions, b, S, t0, l, valid) < 0;
-      if (!reaches) wl = 0.f;
+    for (int k = 0; k < kPieces; k++) {
+      const int i = threadIdx.x + k * 256;
+      const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+      raw[k] = r < valid ? *reinterpret_cast<const uint4*>(
+                               U + ((static_cast<int64_t>(b) * S + t0 + r) * H + h) * P + col)
+                         : make_uint4(0, 0, 0, 0);
     }
-    w[l] = wl;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < kPieces; k++) {
-    const int i = threadIdx.x + k * 256;
-    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-    const bf16* e = reinterpret_cast<const bf16*>(&raw[k]);
-    const float wr = w[r];
-    uint4 o;
-    o.x = pack_bf16(bf2f(e[0]) * wr, bf2f(e[1]) * wr);
-    o.y = pack_bf16(bf2f(e[2]) * wr, bf2f(e[3]) * wr);
-    o.z = pack_bf16(bf2f(e[4]) * wr, bf2f(e[5]) * wr);
-    o.w = pack_bf16(bf2f(e[6]) * wr, bf2f(e[7]) * wr);
-    *reinterpret_cast<uint4*>(Us + r * kLdU + col) = o;
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+  };
+  load_u(h0);
 
   constexpr int kWm = P / 2, kMt = kWm / 16, kWn = kN / 4, kNt = kWn / 8;
   const int warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
-  float acc[kMt][kNt][4] = {};
-  for (int k0 = 0; k0 < kQ; k0 += 16) {
-    uint32_t a[kMt][4];
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  for (int h = h0; h < h0 + heads_per_block; h++) {
+    const int64_t cb = ((static_cast<int64_t>(b) * H + h) * nc + c) * kQ;
+    {
+      const int l = threadIdx.x;
+      const float a = acs[cb + l];
+      float wl = kind == 0 ? fast_exp(acs[cb + kQ - 1] - a) * dtc[cb + l] : fast_exp(a);
+      if (positions != nullptr) {
+        // kind 0: l reaches the chunk's end; kind 1: the entering state reaches l.
+        const bool reaches = kind == 0
+                                 ? l >= chunk_document_start(positions, b, S, t0, valid - 1, valid)
+                                 : chunk_document_start(positions, b, S, t0, l, valid) < 0;
+        if (!reaches) wl = 0.f;
+      }
+      w[l] = wl;
+    }
+    __syncthreads();  // w written; the previous head's products done with Us
 #pragma unroll
-    for (int mt = 0; mt < kMt; mt++) load_a_km(a[mt], Us, kLdU, wm * kWm + mt * 16, k0);
+    for (int k = 0; k < kPieces; k++) {
+      const int i = threadIdx.x + k * 256;
+      const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+      const bf16* e = reinterpret_cast<const bf16*>(&raw[k]);
+      const float wr = w[r];
+      uint4 o;
+      o.x = pack_bf16(bf2f(e[0]) * wr, bf2f(e[1]) * wr);
+      o.y = pack_bf16(bf2f(e[2]) * wr, bf2f(e[3]) * wr);
+      o.z = pack_bf16(bf2f(e[4]) * wr, bf2f(e[5]) * wr);
+      o.w = pack_bf16(bf2f(e[6]) * wr, bf2f(e[7]) * wr);
+      *reinterpret_cast<uint4*>(Us + r * kLdU + col) = o;
+    }
+    if (h + 1 < h0 + heads_per_block) load_u(h + 1);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc[kMt][kNt][4] = {};
+    for (int k0 = 0; k0 < kQ; k0 += 16) {
+      uint32_t a[kMt][4];
 #pragma unroll
-    for (int np = 0; np < kNt / 2; np++) {
-      uint32_t bb[4];
-      load_b_kn(bb, Vs, kLdV, wn * kWn + np * 16, k0);
+      for (int mt = 0; mt < kMt; mt++) load_a_km(a[mt], Us, kLdU, wm * kWm + mt * 16, k0);
 #pragma unroll
-      for (int mt = 0; mt < kMt; mt++) {
-        mma_bf16(acc[mt][2 * np], a[mt], bb[0], bb[1]);
-        mma_bf16(acc[mt][2 * np + 1], a[mt], bb[2], bb[3]);
+      for (int np = 0; np < kNt / 2; np++) {
+        uint32_t bb[4];
+        load_b_kn(bb, Vs, kLdV, wn * kWn + np * 16, k0);
+#pragma unroll
+        for (int mt = 0; mt < kMt; mt++) {
+          mma_bf16(acc[mt][2 * np], a[mt], bb[0], bb[1]);
+          mma_bf16(acc[mt][2 * np + 1], a[mt], bb[2], bb[3]);
+        }
       }
     }
-  }
 
-  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-  float* o = out + (((static_cast<int64_t>(b) * H + h) * nc + c) * P) * kN;
+    float* o = out + (((static_cast<int64_t>(b) * H + h) * nc + c) * P) * kN;
 #pragma unroll
-  for (int mt = 0; mt < kMt; mt++) {
+    for (int mt = 0; mt < kMt; mt++) {
 #pragma unroll
-    for (int nt = 0; nt < kNt; nt++) {
-      const int row = wm * kWm + mt * 16 + gq, col = wn * kWn + nt * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(o + row * kN + col) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<float2*>(o + (row + 8) * kN + col) =
-          make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      for (int nt = 0; nt < kNt; nt++) {
+        const int row = wm * kWm + mt * 16 + gq, col = wn * kWn + nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(o + row * kN + col) =
+            make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+        *reinterpret_cast<float2*>(o + (row + 8) * kN + col) =
+            make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      }
     }
   }
 }
@@ -538,6 +550,33 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   }
 }
 
+// How many heads (of one group) a chunk_outer block serves: of the divisors up to 8 of the
+// group's heads, the one whose launch moves the fewest bytes per SM, counting each wave of blocks
+// (two an SM) whole: a head moves its U and its output, and its share of the block's V. tiny
+// (48 heads of 64, one group, 132 SMs): 6 heads a block at s = 8192 (256 blocks, one wave), 8 at
+// s = 65536.
+int chunk_outer_heads_per_block(int64_t chunks, int64_t group_heads, int64_t head_dim) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    sms = 132;
+  }
+  const int64_t slots = 2 * int64_t{sms};
+  const int64_t u_bytes = 2 * kQ * head_dim, v_bytes = 2 * kQ * kN, out_bytes = 4 * head_dim * kN;
+  int best = 1;
+  int64_t best_bytes = INT64_MAX;
+  for (int d = 1; d <= 8; d++) {
+    if (group_heads % d != 0) continue;
+    const int64_t waves = (chunks * (group_heads / d) + slots - 1) / slots;
+    const int64_t bytes = waves * (v_bytes + d * (u_bytes + out_bytes));
+    if (bytes < best_bytes) {
+      best = d;
+      best_bytes = bytes;
+    }
+  }
+  return best;
+}
+
 template <int P>
 cudaError_t launch_chunk_outer(cudaStream_t stream, int kind, float* out, const bf16* U,
                                const bf16* V, const SsdForwardBuffers& buf,
@@ -548,10 +587,11 @@ cudaError_t launch_chunk_outer(cudaStream_t stream, int kind, float* out, const 
       cudaFuncSetAttribute(ssd_chunk_outer_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  dim3 grid(nc, static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
-  ssd_chunk_outer_kernel<P>
-      <<<grid, 256, smem, stream>>>(kind, out, U, V, buf.acs, buf.dtc, positions, s.seq,
-                                    static_cast<int>(s.heads), static_cast<int>(s.groups), nc);
+  const int per_block = chunk_outer_heads_per_block(nc * s.batch * s.groups, s.heads / s.groups, P);
+  dim3 grid(nc, static_cast<unsigned>(s.heads / per_block), static_cast<unsigned>(s.batch));
+  ssd_chunk_outer_kernel<P><<<grid, 256, smem, stream>>>(
+      kind, out, U, V, buf.acs, buf.dtc, positions, s.seq, static_cast<int>(s.heads),
+      static_cast<int>(s.groups), nc, per_block);
   return cudaGetLastError();
 }
 

@@ -23,9 +23,10 @@
 //     cores as bf16) that add in quadrature: ~3-6e-3 expected; tolerance 1.5e-2.
 //   - fp32 outputs computed through bf16 operands (final_state, dinit, ddt, dA, dD): same
 //     operand rounding without the output rounding, but ddt and dA are sums of terms of both
-//     signs (cancellation amplifies relative error): tolerance 2e-2. The initial-state
-//     correction's dA (a few decayed terms per head) is measured against the size of its terms,
-//     sum_{b,t} |w_t| cum_t, rather than against its sum (see run_ssd_init_case).
+//     signs (cancellation amplifies relative error): tolerance 2e-2. dA, a sum over every
+//     position of terms of both signs, is measured against the size of its terms rather than
+//     against its sum: sum |dt_s g_s| for the scan (report_ssd_dA), sum_{b,t} |w_t| cum_t for the
+//     initial-state correction's (see run_ssd_init_case).
 //   - lse: fp32 throughout (scores from exact bf16 inputs): max |err| <= 2e-3 absolute, and -inf
 //     exactly where the oracle has -inf (rows that see no key).
 // The attention backward is checked given the GPU's own out and lse (what a training step feeds
@@ -394,6 +395,42 @@ SsdRef ssd_reference(const SsdInputs& in, const SsdCase& c) {
   return r;
 }
 
+// dA_h = sum_{b,s} dt_s g_s with g_s = d loss / d(dt_s A_h), a sum of terms of both signs whose
+// cancellation (packed documents cut most of them; a fast head keeps few) makes ||err|| / ||dA||
+// swing with the draw. So dA's error is measured against the size of its terms,
+// sum_{b,s} |dt_s g_s|, with g_s from the oracle: ddt_s = x_s . (dx_s - D dy_s) / dt_s + A_h g_s
+// (dt enters only through dt A and dt x). The plain ratio is printed for information.
+void report_ssd_dA(const std::string& what, const std::vector<double>& got, const SsdInputs& in,
+                   const SsdRef& ref, bool has_D) {
+  const auto& s = in.shape;
+  const int64_t B = s.batch, S = s.seq, H = s.heads, P = s.head_dim;
+  std::vector<double> scale(H, 0.0);
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t t = 0; t < S; t++) {
+      for (int64_t h = 0; h < H; h++) {
+        const int64_t row = (b * S + t) * H + h;
+        const double dt = in.dt[row], D = has_D ? in.D[h] : 0.0;
+        double explicit_part = 0;
+        for (int64_t p = 0; p < P; p++) {
+          explicit_part +=
+              in.x.val[row * P + p] * (ref.dx[row * P + p] - D * in.dy.val[row * P + p]);
+        }
+        const double g = (ref.ddt[row] - explicit_part / dt) / in.A[h];
+        scale[h] += std::fabs(dt * g);
+      }
+    }
+  }
+  Err e = compare(got, ref.dA);
+  double num = 0, den = 0;
+  for (int64_t h = 0; h < H; h++) {
+    num += (got[h] - ref.dA[h]) * (got[h] - ref.dA[h]);
+    den += scale[h] * scale[h];
+  }
+  std::printf("  (%s: ||err|| / ||dA|| = %.3e)\n", what.c_str(), e.rel_rms);
+  e.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  report(what + " (error / sum |dt g|)", e, kTolF32);
+}
+
 void run_ssd_case(const SsdCase& c, uint64_t seed) {
   Rng rng(seed);
   hcp::cuda::SsdShape s{c.batch, c.seq, c.heads, c.head_dim, c.groups, 128, 256};
@@ -450,7 +487,7 @@ void run_ssd_case(const SsdCase& c, uint64_t seed) {
   if (c.want_final) report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
   report("dx", compare(download_bf16(dx), ref.dx), kTolBf16);
   report("ddt", compare(download_f32(ddt), ref.ddt), kTolF32);
-  report("dA", compare(download_f32(dA), ref.dA), kTolF32);
+  report_ssd_dA("dA", download_f32(dA), in, ref, c.has_D);
   report("dB", compare(download_bf16(dB), ref.dB), kTolBf16);
   report("dC", compare(download_bf16(dC), ref.dC), kTolBf16);
   report("dD", compare(download_f32(dD), ref.dD), kTolF32);
@@ -520,7 +557,7 @@ void run_ssd_final_state_case(const SsdFinalStateCase& c, uint64_t seed) {
   report("final_state", compare(download_f32(fin), ref.final_state), kTolF32);
   report("dx (dy = 0)", compare(download_bf16(dx), ref.dx), kTolBf16);
   report("ddt (dy = 0)", compare(download_f32(ddt), ref.ddt), kTolF32);
-  report("dA (dy = 0)", compare(download_f32(dA), ref.dA), kTolF32);
+  report_ssd_dA("dA (dy = 0)", download_f32(dA), in, ref, /*has_D=*/false);
   report("dB (dy = 0)", compare(download_bf16(dB), ref.dB), kTolBf16);
 
   // Against the GPU scan itself: the summary kernels are the scan's launches with the dy terms
@@ -1276,6 +1313,9 @@ int main(int argc, char** argv) {
         {"4-chunks", 1, 1024, 6, 64, 2, true, true, true, true, true},
         {"exact-chunk,no-states", 1, 256, 2, 64, 1, true, false, false, false, false},
         {"tiny s=8192", 1, 8192, 48, 64, 1, true, true, true, true, true},
+        // Enough blocks that chunk_outer's serve several heads each (2 and 3 on 132 SMs).
+        {"48 heads, 8 chunks", 1, 2048, 48, 64, 1, true, true, true, true, true},
+        {"documents: 48 heads, groups=2", 1, 2048, 48, 64, 2, true, true, true, true, true, 500},
         // Packed documents: starts anywhere in a chunk, documents across chunks, of 1 to 3 tokens,
         // the first continued from before the row (with an initial state) or not.
         {"documents", 2, 1000, 4, 64, 2, true, true, true, true, true, 300},

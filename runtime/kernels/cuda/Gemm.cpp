@@ -4,12 +4,13 @@
 // [c, r] matrix with the same ld, i.e. its transpose, so the row-major C = op(A) op(B) is computed
 // as the column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B, its "B" our A, M = n, N = m.
 //
-// The heuristic's choice is cached per problem (transposes, sizes, strides, C type, whether beta
-// is zero, alignments). A row-major leading dimension that varies from call to call (an MoE
-// expert's token count: m when A is not transposed, k when A is transposed and B is not) is
-// rounded up to a multiple of kBucket for the cache key and the heuristic query, so the experts'
-// GEMMs share entries; should cuBLASLt refuse the bucket's algorithm for the exact shape, the
-// exact shape is queried and used instead.
+// The algorithm is chosen once per problem (transposes, sizes, strides, C type, whether beta is
+// zero, alignments) and cached: the heuristic's first, or with beta 0 the fastest of its first
+// few that gives the first's bits (fastest_identical). A row-major leading dimension that varies
+// from call to call (an MoE expert's token count: m when A is not transposed, k when A is
+// transposed and B is not) is rounded up to a multiple of kBucket for the cache key and the
+// heuristic query, so the experts' GEMMs share entries; should cuBLASLt refuse the bucket's
+// algorithm for the exact shape, the exact shape is queried and used instead.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -27,8 +28,14 @@ namespace hcp::cuda {
 namespace {
 
 constexpr int64_t kBucket = 64;
+// The tuning times a family of buckets once: the experts' row counts change from step to step
+// (another bucket most steps), and timing each bucket's candidates would cost more than it saves.
+constexpr int64_t kTuningFamily = 512;
 
 int64_t round_up_bucket(int64_t v) { return (v + kBucket - 1) / kBucket * kBucket; }
+int64_t round_up_family(int64_t v) {
+  return (v + kTuningFamily - 1) / kTuningFamily * kTuningFamily;
+}
 
 using GemmKey = std::array<int64_t, 15>;
 
@@ -132,10 +139,17 @@ struct GemmContext {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
+  // The tuning's choice per family of problems (tuning_family): timed once for the family.
+  std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> tuned;
   cudaEvent_t fork = nullptr;  // recorded on the caller's stream before the lanes start
   std::vector<GemmLane> lanes;
   int lane_sm_count = 0;  // each lane's share of the device's multiprocessors
+  bool tune = true;       // time the heuristic's candidates on a problem's first call
 };
+
+void gemm_context_set_tuning(GemmContext* ctx, bool tune) {
+  if (ctx != nullptr) ctx->tune = tune;
+}
 
 void gemm_context_destroy(GemmContext* ctx) {
   if (ctx == nullptr) return;
@@ -230,10 +244,12 @@ Status describe(Descriptors& d, const char* where, int sm_count, bool trans_a, b
   return make_layouts(d, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch);
 }
 
-// The heuristic's best algorithm for the problem (m, n, k) with the given alignments.
-Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
-                  const Batch& batch, const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
+// The heuristic's best `wanted` algorithms (at least one) for the problem (m, n, k) with the
+// given alignments, best first.
+Status query_algos(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+                   const Batch& batch, const int64_t (&align)[3], int wanted,
+                   std::vector<cublasLtMatmulAlgo_t>* algos) {
   const char* where = "gemm: heuristic";
   Descriptors d;
   if (Status s =
@@ -257,16 +273,33 @@ Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, in
                                        sizeof(align_c));
   cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                        sizeof(align_c));
-  cublasLtMatmulHeuristicResult_t result;
-  std::memset(&result, 0, sizeof(result));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(std::max(wanted, 1));
+  std::memset(results.data(), 0, sizeof(results[0]) * results.size());
   int found = 0;
-  if (Status s = lt_status(where, cublasLtMatmulAlgoGetHeuristic(ctx->handle, d.op, d.a, d.b, d.c,
-                                                                 d.c, d.pref, 1, &result, &found));
+  if (Status s = lt_status(where, cublasLtMatmulAlgoGetHeuristic(
+                                      ctx->handle, d.op, d.a, d.b, d.c, d.c, d.pref,
+                                      static_cast<int>(results.size()), results.data(), &found));
       !s.ok()) {
     return s;
   }
-  if (found == 0) return Status(where, "cuBLASLt has no algorithm for this problem");
-  *algo = result.algo;
+  algos->clear();
+  for (int i = 0; i < found; i++) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) algos->push_back(results[i].algo);
+  }
+  if (algos->empty()) return Status(where, "cuBLASLt has no algorithm for this problem");
+  return Status();
+}
+
+Status query_algo(GemmContext* ctx, int sm_count, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, cudaDataType_t ctype,
+                  const Batch& batch, const int64_t (&align)[3], cublasLtMatmulAlgo_t* algo) {
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  if (Status s = query_algos(ctx, sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc, ctype, batch,
+                             align, 1, &algos);
+      !s.ok()) {
+    return s;
+  }
+  *algo = algos[0];
   return Status();
 }
 
@@ -287,6 +320,125 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
   return lt_status(
       where, cublasLtMatmul(ctx->handle, d.op, &alpha, b, d.a, a, d.b, &beta, c_in, d.c, c, d.c,
                             &algo, target.workspace, ctx->workspace_bytes, stream));
+}
+
+// The heuristic's candidates a problem's first call times, and the most scratch (a second C)
+// the timing may take.
+constexpr int kTuneCandidates = 8;
+constexpr size_t kTuneScratchBytes = size_t{512} << 20;
+
+// The fastest of `candidates` (the heuristic's, best first) among those that give the first's
+// result bit for bit, timed on this call's operands (one run to warm up, then two), c left
+// holding the first's result. cuBLASLt's first pick is not always its fastest: for tiny's experts'
+// W_out product (K = 512) it took 223 us where its eighth took 151 us, with the same bits, on an
+// H100. Without the scratch, or while the stream is being captured, the first is kept.
+template <typename TC>
+cublasLtMatmulAlgo_t fastest_identical(GemmContext* ctx, cudaStream_t stream, const Target& target,
+                                       bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                       float alpha, const bf16* a, int64_t lda, const bf16* b,
+                                       int64_t ldb, TC* c, int64_t ldc, const Batch& batch,
+                                       const std::vector<cublasLtMatmulAlgo_t>& candidates) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (candidates.size() < 2 || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return candidates[0];
+  }
+  const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
+  const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
+  if (c_bytes > kTuneScratchBytes) return candidates[0];
+  void* scratch = nullptr;
+  if (cudaMallocAsync(&scratch, c_bytes + sizeof(unsigned long long), stream) != cudaSuccess) {
+    cudaGetLastError();  // out of memory: not an error of the step's
+    return candidates[0];
+  }
+  auto* other = static_cast<TC*>(scratch);
+  auto* count = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch) + c_bytes);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  // Milliseconds a run of `algo` into `out`; negative when it does not run.
+  auto time = [&](const cublasLtMatmulAlgo_t& algo, TC* out) {
+    auto once = [&] {
+      return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f, out,
+                 ldc, batch, algo, static_cast<const TC*>(nullptr));
+    };
+    if (!once().ok()) return -1.f;
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < 2; i++) once();
+    cudaEventRecord(stop, stream);
+    float ms = -1.f;
+    if (cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      return -1.f;
+    }
+    return ms;
+  };
+  size_t best = 0;
+  float best_ms = time(candidates[0], c);
+  for (size_t i = 1; i < candidates.size() && best_ms >= 0.f; i++) {
+    const float ms = time(candidates[i], other);
+    if (ms < 0.f || ms >= best_ms) continue;
+    unsigned long long differ = 1;
+    if (!count_differences(stream, count, c, other, sizeof(TC), batch.count, batch.stride_c, m, n,
+                           ldc)
+             .ok() ||
+        cudaMemcpyAsync(&differ, count, sizeof(differ), cudaMemcpyDeviceToHost, stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess) {
+      break;
+    }
+    if (differ == 0) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFreeAsync(scratch, stream);
+  cudaGetLastError();  // a candidate that failed to launch leaves nothing for the step
+  return candidates[best];
+}
+
+// Whether `chosen` (the family's tuned algorithm) gives `first`'s result bit for bit on this
+// call's operands: one run of each, c left holding first's result. False while the stream is
+// being captured or without scratch.
+template <typename TC>
+bool same_bits(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a,
+               bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
+               int64_t lda, const bf16* b, int64_t ldb, TC* c, int64_t ldc, const Batch& batch,
+               const cublasLtMatmulAlgo_t& first, const cublasLtMatmulAlgo_t& chosen) {
+  if (std::memcmp(&first, &chosen, sizeof(first)) == 0) return true;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return false;
+  }
+  const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
+  const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
+  void* scratch = nullptr;
+  if (c_bytes > kTuneScratchBytes ||
+      cudaMallocAsync(&scratch, c_bytes + sizeof(unsigned long long), stream) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  auto* count = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch) + c_bytes);
+  unsigned long long differ = 1;
+  const bool ran =
+      run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc, batch,
+          first, static_cast<const TC*>(nullptr))
+          .ok() &&
+      run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f,
+          static_cast<TC*>(scratch), ldc, batch, chosen, static_cast<const TC*>(nullptr))
+          .ok() &&
+      count_differences(stream, count, c, scratch, sizeof(TC), batch.count, batch.stride_c, m, n,
+                        ldc)
+          .ok() &&
+      cudaMemcpyAsync(&differ, count, sizeof(differ), cudaMemcpyDeviceToHost, stream) ==
+          cudaSuccess &&
+      cudaStreamSynchronize(stream) == cudaSuccess;
+  cudaFreeAsync(scratch, stream);
+  cudaGetLastError();
+  return ran && differ == 0;
 }
 
 // gemm() on `stream` at `target` (the context's own workspace, or a lane's). With an `addend`
@@ -347,16 +499,35 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
                        batch.count};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
-    cublasLtMatmulAlgo_t algo;
-    if (Status s = query_algo(ctx, target.sm_count, trans_a, trans_b, m_key, n, k_key, lda, ldb,
-                              ldc, c_type<TC>(), batch, align, &algo);
+    const bool tune = ctx->tune && beta == 0.f && addend == nullptr;
+    const int wanted = tune ? kTuneCandidates : 1;
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    if (Status s = query_algos(ctx, target.sm_count, trans_a, trans_b, m_key, n, k_key, lda, ldb,
+                               ldc, c_type<TC>(), batch, align, wanted, &candidates);
         !s.ok()) {
       // The heuristic may have nothing for the bucket's shape yet something for the exact one.
       if (m_key == m && k_key == k) return s;
-      if (Status exact = query_algo(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
-                                    c_type<TC>(), batch, align, &algo);
+      if (Status exact = query_algos(ctx, target.sm_count, trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                                     c_type<TC>(), batch, align, wanted, &candidates);
           !exact.ok()) {
         return exact;
+      }
+    }
+    cublasLtMatmulAlgo_t algo = candidates[0];
+    if (tune) {
+      // The family: the key with its varying dimension in a coarser bucket.
+      GemmKey family = key;
+      if (bucket_m) family[2] = round_up_family(m);
+      if (bucket_k) family[4] = round_up_family(k);
+      if (auto f = ctx->tuned.find(family); f != ctx->tuned.end()) {
+        if (same_bits(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc,
+                      batch, candidates[0], f->second)) {
+          algo = f->second;
+        }
+      } else {
+        algo = fastest_identical(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                                 ldb, c, ldc, batch, candidates);
+        ctx->tuned.emplace(family, algo);
       }
     }
     it = ctx->algos.emplace(key, algo).first;

@@ -70,10 +70,21 @@ struct Workspace {
 // launches). Shapes whose leading row-major dimension varies from call to call (MoE experts'
 // token counts) share cache entries by rounding that dimension up to a multiple of 64.
 // It also owns `lanes` streams, each with a workspace of its own, for gemm_group.
+// On a problem's first call outside graph capture, with beta 0, the context times the heuristic's
+// first few candidates on the call's own operands and keeps the fastest of those whose result is
+// the first's bit for bit (so the numbers never depend on the timing); set_tuning(false) keeps
+// the heuristic's first.
 struct GemmContext;
 Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32} << 20,
                            int lanes = 4);
 void gemm_context_destroy(GemmContext* ctx);
+void gemm_context_set_tuning(GemmContext* ctx, bool tune);
+// The elements at which two matrices of the same layout differ in their bits (`batches` of
+// [rows, cols], row stride ld, batch stride `stride`, elements of 2 or 4 bytes), into *count
+// (device memory). GemmCompare.cu, for the tuning above.
+Status count_differences(cudaStream_t stream, unsigned long long* count, const void* a,
+                         const void* b, int element_bytes, int64_t batches, int64_t stride,
+                         int64_t rows, int64_t cols, int64_t ld);
 // The device memory such a context allocates.
 size_t gemm_context_bytes(size_t workspace_bytes, int lanes);
 

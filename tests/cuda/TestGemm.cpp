@@ -221,10 +221,10 @@ void tuning_case(Context& ctx, int64_t batch, int64_t m, int64_t n, int64_t k, i
     check(gemm_strided_batched<bf16>(gc, ctx.stream(), p, batch, r * lda, n * ldb, r * ldc));
   };
   // The products' elements (not the padding past each row's n, never written).
-  auto written = [&](const Dev<bf16>& c, int64_t r) {
+  auto written = [&](const Dev<bf16>& c, int64_t total_rows) {
     const std::vector<float> all = c.download();
     std::vector<float> out;
-    for (int64_t i = 0; i < batch * r; i++) {
+    for (int64_t i = 0; i < total_rows; i++) {
       out.insert(out.end(), all.begin() + i * ldc, all.begin() + i * ldc + n);
     }
     return out;
@@ -237,9 +237,21 @@ void tuning_case(Context& ctx, int64_t batch, int64_t m, int64_t n, int64_t k, i
     product(ctx.gemm(), tuned, r);
     product(untuned, plain, r);
     ctx.sync();
-    outputs.push_back(
-        {std::string("bits, ") + call, max_abs_diff(written(tuned, r), written(plain, r)), 0.0});
+    outputs.push_back({std::string("bits, ") + call,
+                       max_abs_diff(written(tuned, batch * r), written(plain, batch * r)), 0.0});
   }
+  // gemm_add with an addend other than its output is tuned too.
+  const std::vector<float> addend_values = randn(m * ldc, ctx.seed(), 1.f);
+  Dev<bf16> addend = to_device<bf16>(addend_values);
+  for (const auto& [call, gc, out] :
+       {std::tuple<const char*, GemmContext*, Dev<bf16>*>{"tuned", ctx.gemm(), &tuned},
+        {"plain", untuned, &plain}}) {
+    out->poison();
+    check(gemm_add<bf16>(gc, ctx.stream(), false, true, m, n, k, 0.5f, da.get(), lda, db.get(), ldb,
+                         0.75f, addend.get(), out->get(), ldc));
+  }
+  ctx.sync();
+  outputs.push_back({"bits, gemm_add", max_abs_diff(written(tuned, m), written(plain, m)), 0.0});
   gemm_context_destroy(untuned);
   ctx.report("gemm tuning", std::to_string(batch) + " x " + shape_str({m, n, k}), outputs, -1, "");
 }

@@ -5,8 +5,9 @@
 // as the column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B, its "B" our A, M = n, N = m.
 //
 // The algorithm is chosen once per problem (transposes, sizes, strides, C type, whether beta is
-// zero, alignments) and cached: the heuristic's first, or with beta 0 the fastest of its first
-// few that gives the first's bits (fastest_identical). A row-major leading dimension that varies
+// zero, alignments) and cached: the heuristic's first, or where the call can be run again with
+// the same result (beta 0, or an addend other than C) the fastest of its first few that gives the
+// first's bits (fastest_identical). A row-major leading dimension that varies
 // from call to call (an MoE expert's token count: m when A is not transposed, k when A is
 // transposed and B is not) is rounded up to a multiple of kBucket for the cache key and the
 // heuristic query, so the experts' GEMMs share entries; should cuBLASLt refuse the bucket's
@@ -327,45 +328,85 @@ Status run(GemmContext* ctx, cudaStream_t stream, const Target& target, bool tra
 constexpr int kTuneCandidates = 8;
 constexpr size_t kTuneScratchBytes = size_t{512} << 20;
 
+// A call the tuning runs again (its output into c or into scratch: beta 0, or an addend other
+// than c, so that every run gives the same result), with the scratch it runs into and counts the
+// differing elements in. ok() is false while the stream is being captured into a graph or without
+// the scratch: the tuning then keeps the heuristic's first.
+template <typename TC>
+struct TuningCall {
+  GemmContext* ctx;
+  cudaStream_t stream;
+  Target target;
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha;
+  const bf16* a;
+  int64_t lda;
+  const bf16* b;
+  int64_t ldb;
+  float beta;
+  int64_t ldc;
+  Batch batch;
+  const TC* addend;
+  TC* scratch = nullptr;
+  unsigned long long* count = nullptr;
+
+  bool prepare() {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone) {
+      return false;
+    }
+    const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
+    const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
+    void* p = nullptr;
+    if (c_bytes > kTuneScratchBytes ||
+        cudaMallocAsync(&p, c_bytes + sizeof(unsigned long long), stream) != cudaSuccess) {
+      cudaGetLastError();  // out of memory: not an error of the step's
+      return false;
+    }
+    scratch = static_cast<TC*>(p);
+    count = reinterpret_cast<unsigned long long*>(static_cast<char*>(p) + c_bytes);
+    return true;
+  }
+  ~TuningCall() {
+    if (scratch != nullptr) cudaFreeAsync(scratch, stream);
+    cudaGetLastError();  // a candidate that failed to launch leaves nothing for the step
+  }
+  Status run_into(TC* out, const cublasLtMatmulAlgo_t& algo) const {
+    return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, out,
+               ldc, batch, algo, addend);
+  }
+  // Whether `out` and the scratch hold the same bits (waits for the stream).
+  bool same_as_scratch(const TC* out) const {
+    unsigned long long differ = 1;
+    return count_differences(stream, count, out, scratch, sizeof(TC), batch.count, batch.stride_c,
+                             m, n, ldc)
+               .ok() &&
+           cudaMemcpyAsync(&differ, count, sizeof(differ), cudaMemcpyDeviceToHost, stream) ==
+               cudaSuccess &&
+           cudaStreamSynchronize(stream) == cudaSuccess && differ == 0;
+  }
+};
+
 // The fastest of `candidates` (the heuristic's, best first) among those that give the first's
 // result bit for bit, timed on this call's operands (one run to warm up, then two), c left
 // holding the first's result. cuBLASLt's first pick is not always its fastest: for tiny's experts'
 // W_out product (K = 512) it took 223 us where its eighth took 151 us, with the same bits, on an
-// H100. Without the scratch, or while the stream is being captured, the first is kept.
+// H100.
 template <typename TC>
-cublasLtMatmulAlgo_t fastest_identical(GemmContext* ctx, cudaStream_t stream, const Target& target,
-                                       bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                       float alpha, const bf16* a, int64_t lda, const bf16* b,
-                                       int64_t ldb, TC* c, int64_t ldc, const Batch& batch,
+cublasLtMatmulAlgo_t fastest_identical(TuningCall<TC>& call, TC* c,
                                        const std::vector<cublasLtMatmulAlgo_t>& candidates) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (candidates.size() < 2 || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    return candidates[0];
-  }
-  const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
-  const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
-  if (c_bytes > kTuneScratchBytes) return candidates[0];
-  void* scratch = nullptr;
-  if (cudaMallocAsync(&scratch, c_bytes + sizeof(unsigned long long), stream) != cudaSuccess) {
-    cudaGetLastError();  // out of memory: not an error of the step's
-    return candidates[0];
-  }
-  auto* other = static_cast<TC*>(scratch);
-  auto* count = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch) + c_bytes);
+  if (candidates.size() < 2 || !call.prepare()) return candidates[0];
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   // Milliseconds a run of `algo` into `out`; negative when it does not run.
   auto time = [&](const cublasLtMatmulAlgo_t& algo, TC* out) {
-    auto once = [&] {
-      return run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f, out,
-                 ldc, batch, algo, static_cast<const TC*>(nullptr));
-    };
-    if (!once().ok()) return -1.f;
-    cudaEventRecord(start, stream);
-    for (int i = 0; i < 2; i++) once();
-    cudaEventRecord(stop, stream);
+    if (!call.run_into(out, algo).ok()) return -1.f;
+    cudaEventRecord(start, call.stream);
+    for (int i = 0; i < 2; i++) call.run_into(out, algo);
+    cudaEventRecord(stop, call.stream);
     float ms = -1.f;
     if (cudaEventSynchronize(stop) != cudaSuccess ||
         cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
@@ -376,69 +417,25 @@ cublasLtMatmulAlgo_t fastest_identical(GemmContext* ctx, cudaStream_t stream, co
   size_t best = 0;
   float best_ms = time(candidates[0], c);
   for (size_t i = 1; i < candidates.size() && best_ms >= 0.f; i++) {
-    const float ms = time(candidates[i], other);
-    if (ms < 0.f || ms >= best_ms) continue;
-    unsigned long long differ = 1;
-    if (!count_differences(stream, count, c, other, sizeof(TC), batch.count, batch.stride_c, m, n,
-                           ldc)
-             .ok() ||
-        cudaMemcpyAsync(&differ, count, sizeof(differ), cudaMemcpyDeviceToHost, stream) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(stream) != cudaSuccess) {
-      break;
-    }
-    if (differ == 0) {
+    const float ms = time(candidates[i], call.scratch);
+    if (ms >= 0.f && ms < best_ms && call.same_as_scratch(c)) {
       best = i;
       best_ms = ms;
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  cudaFreeAsync(scratch, stream);
-  cudaGetLastError();  // a candidate that failed to launch leaves nothing for the step
   return candidates[best];
 }
 
 // Whether `chosen` (the family's tuned algorithm) gives `first`'s result bit for bit on this
-// call's operands: one run of each, c left holding first's result. False while the stream is
-// being captured or without scratch.
+// call's operands: one run of each, c left holding first's result.
 template <typename TC>
-bool same_bits(GemmContext* ctx, cudaStream_t stream, const Target& target, bool trans_a,
-               bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
-               int64_t lda, const bf16* b, int64_t ldb, TC* c, int64_t ldc, const Batch& batch,
-               const cublasLtMatmulAlgo_t& first, const cublasLtMatmulAlgo_t& chosen) {
+bool same_bits(TuningCall<TC>& call, TC* c, const cublasLtMatmulAlgo_t& first,
+               const cublasLtMatmulAlgo_t& chosen) {
   if (std::memcmp(&first, &chosen, sizeof(first)) == 0) return true;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    return false;
-  }
-  const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
-  const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
-  void* scratch = nullptr;
-  if (c_bytes > kTuneScratchBytes ||
-      cudaMallocAsync(&scratch, c_bytes + sizeof(unsigned long long), stream) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  auto* count = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch) + c_bytes);
-  unsigned long long differ = 1;
-  const bool ran =
-      run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc, batch,
-          first, static_cast<const TC*>(nullptr))
-          .ok() &&
-      run(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.f,
-          static_cast<TC*>(scratch), ldc, batch, chosen, static_cast<const TC*>(nullptr))
-          .ok() &&
-      count_differences(stream, count, c, scratch, sizeof(TC), batch.count, batch.stride_c, m, n,
-                        ldc)
-          .ok() &&
-      cudaMemcpyAsync(&differ, count, sizeof(differ), cudaMemcpyDeviceToHost, stream) ==
-          cudaSuccess &&
-      cudaStreamSynchronize(stream) == cudaSuccess;
-  cudaFreeAsync(scratch, stream);
-  cudaGetLastError();
-  return ran && differ == 0;
+  return call.prepare() && call.run_into(c, first).ok() &&
+         call.run_into(call.scratch, chosen).ok() && call.same_as_scratch(c);
 }
 
 // gemm() on `stream` at `target` (the context's own workspace, or a lane's). With an `addend`
@@ -499,7 +496,8 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
                        batch.count};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
-    const bool tune = ctx->tune && beta == 0.f && addend == nullptr;
+    // Runs that give the same result every time: C not read, or an addend other than c.
+    const bool tune = ctx->tune && (addend == nullptr ? beta == 0.f : addend != c);
     const int wanted = tune ? kTuneCandidates : 1;
     std::vector<cublasLtMatmulAlgo_t> candidates;
     if (Status s = query_algos(ctx, target.sm_count, trans_a, trans_b, m_key, n, k_key, lda, ldb,
@@ -519,14 +517,12 @@ Status gemm_with(GemmContext* ctx, cudaStream_t stream, const Target& target, bo
       GemmKey family = key;
       if (bucket_m) family[2] = round_up_family(m);
       if (bucket_k) family[4] = round_up_family(k);
+      TuningCall<TC> call{ctx, stream, target, trans_a, trans_b, m,   n,     k,     alpha,
+                          a,   lda,    b,      ldb,     beta,    ldc, batch, addend};
       if (auto f = ctx->tuned.find(family); f != ctx->tuned.end()) {
-        if (same_bits(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc,
-                      batch, candidates[0], f->second)) {
-          algo = f->second;
-        }
+        if (same_bits(call, c, candidates[0], f->second)) algo = f->second;
       } else {
-        algo = fastest_identical(ctx, stream, target, trans_a, trans_b, m, n, k, alpha, a, lda, b,
-                                 ldb, c, ldc, batch, candidates);
+        algo = fastest_identical(call, c, candidates);
         ctx->tuned.emplace(family, algo);
       }
     }

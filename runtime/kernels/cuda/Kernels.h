@@ -70,10 +70,11 @@ struct Workspace {
 // launches). Shapes whose leading row-major dimension varies from call to call (MoE experts'
 // token counts) share cache entries by rounding that dimension up to a multiple of 64.
 // It also owns `lanes` streams, each with a workspace of its own, for gemm_group.
-// On a problem's first call outside graph capture, with beta 0, the context times the heuristic's
-// first few candidates on the call's own operands and keeps the fastest of those whose result is
-// the first's bit for bit (so the numbers never depend on the timing); set_tuning(false) keeps
-// the heuristic's first.
+// On a problem's first call outside graph capture, where the call can be run again with the same
+// result (beta 0, or gemm_add with an addend other than its output), the context times the
+// heuristic's first few candidates on the call's own operands and keeps the fastest of those whose
+// result is the first's bit for bit (so the numbers never depend on the timing);
+// set_tuning(false) keeps the heuristic's first.
 struct GemmContext;
 Status gemm_context_create(GemmContext** ctx, size_t workspace_bytes = size_t{32} << 20,
                            int lanes = 4);

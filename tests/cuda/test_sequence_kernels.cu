@@ -1313,7 +1313,7 @@ int main(int argc, char** argv) {
         {"4-chunks", 1, 1024, 6, 64, 2, true, true, true, true, true},
         {"exact-chunk,no-states", 1, 256, 2, 64, 1, true, false, false, false, false},
         {"tiny s=8192", 1, 8192, 48, 64, 1, true, true, true, true, true},
-        // Enough blocks that chunk_outer's serve several heads each (2 and 3 on 132 SMs).
+        // Enough blocks that chunk_outer's serve several heads each (2 on 132 SMs).
         {"48 heads, 8 chunks", 1, 2048, 48, 64, 1, true, true, true, true, true},
         {"documents: 48 heads, groups=2", 1, 2048, 48, 64, 2, true, true, true, true, true, 500},
         // Packed documents: starts anywhere in a chunk, documents across chunks, of 1 to 3 tokens,

@@ -1,12 +1,17 @@
-// How the SSD backward's dB / dC kernel (ssd_dbc_kernel, SsdScanBackward.cu) spreads a group's
-// heads over blocks. Each block sums its 64 rows' per-head state terms over the group's heads one
-// after another. At short sequences there are few blocks (4 per chunk and group: 128 at s = 8192
-// with one group, one per SM and one latency-bound warp group each), so the heads are split over
-// up to 8x more blocks, each summing its slice in fp32 into a slice buffer that a second kernel
-// adds in slice order (deterministic). A function of the shape only: the results do not depend
-// on the device. Plain C++, so that the rule is unit-tested without a GPU.
+// How SSD kernels spread a group's heads over blocks; plain C++, so that the rules are unit-tested
+// without a GPU.
+//
+// The backward's dB / dC kernel (ssd_dbc_kernel, SsdScanBackward.cu). Each block sums its 64 rows'
+// per-head state terms over the group's heads one after another. At short sequences there are few
+// blocks (4 per chunk and group: 128 at s = 8192 with one group, one per SM and one latency-bound
+// warp group each), so the heads are split over up to 8x more blocks, each summing its slice in
+// fp32 into a slice buffer that a second kernel adds in slice order (deterministic). A function of
+// the shape only: the results do not depend on the device. Plain C++, so that the rule is
+// unit-tested without a GPU.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 
 namespace hcp::cuda {
@@ -34,6 +39,32 @@ inline int ssd_dbc_head_slices(int64_t chunks, int64_t batch, int64_t groups, in
 inline int64_t ssd_dbc_slice_floats(int64_t slices, int64_t batch, int64_t seq, int64_t groups,
                                     int64_t state) {
   return slices > 1 ? slices * batch * seq * groups * state : 0;
+}
+
+// The chunk states' kernel (ssd_chunk_outer_kernel, SsdScan.cu): a block serves several heads of
+// one group one after another, reading the chunk's B (or C), shared by the group, once. Of the
+// divisors d <= 8 of the group's heads, the one whose launch moves the fewest bytes per SM,
+// counting each wave of blocks (`blocks_per_sm` an SM) whole: a head moves its x (chunk x
+// head_dim bf16) and its state (head_dim x state fp32), a block also B (chunk x state bf16); the
+// smallest d of equals. `blocks` is chunks x batch x groups (the blocks of one head each).
+inline int ssd_outer_heads_per_block(int64_t blocks, int64_t group_heads, int64_t head_dim,
+                                     int64_t chunk, int64_t state, int64_t sms,
+                                     int64_t blocks_per_sm) {
+  const int64_t slots = std::max<int64_t>(1, sms * blocks_per_sm);
+  const int64_t head_bytes = 2 * chunk * head_dim + 4 * head_dim * state,
+                b_bytes = 2 * chunk * state;
+  int best = 1;
+  int64_t best_bytes = INT64_MAX;
+  for (int d = 1; d <= 8; d++) {
+    if (group_heads % d != 0) continue;
+    const int64_t waves = (blocks * (group_heads / d) + slots - 1) / slots;
+    const int64_t bytes = waves * (b_bytes + d * head_bytes);
+    if (bytes < best_bytes) {
+      best = d;
+      best_bytes = bytes;
+    }
+  }
+  return best;
 }
 
 }  // namespace hcp::cuda

@@ -43,11 +43,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "runtime/kernels/cuda/SequenceDetail.cuh"
 #include "runtime/kernels/cuda/SequenceKernels.h"
+#include "runtime/kernels/cuda/SsdHeadSlices.h"
 
 namespace hcp::cuda {
 namespace seq_detail {
@@ -550,31 +550,16 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   }
 }
 
-// How many heads (of one group) a chunk_outer block serves: of the divisors up to 8 of the
-// group's heads, the one whose launch moves the fewest bytes per SM, counting each wave of blocks
-// (two an SM) whole: a head moves its U and its output, and its share of the block's V. tiny
-// (48 heads of 64, one group, 132 SMs): 6 heads a block at s = 8192 (256 blocks, one wave), 8 at
-// s = 65536.
-int chunk_outer_heads_per_block(int64_t chunks, int64_t group_heads, int64_t head_dim) {
+// How many heads a chunk_outer block serves (ssd_outer_heads_per_block), on this device: tiny
+// (48 heads of 64, one group, 132 SMs) 6 at s = 8192 (256 blocks, one wave), 8 at s = 65536.
+int chunk_outer_heads_per_block(int64_t blocks, int64_t group_heads, int64_t head_dim) {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     sms = 132;
   }
-  const int64_t slots = 2 * int64_t{sms};
-  const int64_t u_bytes = 2 * kQ * head_dim, v_bytes = 2 * kQ * kN, out_bytes = 4 * head_dim * kN;
-  int best = 1;
-  int64_t best_bytes = INT64_MAX;
-  for (int d = 1; d <= 8; d++) {
-    if (group_heads % d != 0) continue;
-    const int64_t waves = (chunks * (group_heads / d) + slots - 1) / slots;
-    const int64_t bytes = waves * (v_bytes + d * (u_bytes + out_bytes));
-    if (bytes < best_bytes) {
-      best = d;
-      best_bytes = bytes;
-    }
-  }
-  return best;
+  // Two blocks an SM: the kernel's launch bounds, and its shared memory (107 KB at P = 64).
+  return ssd_outer_heads_per_block(blocks, group_heads, head_dim, kQ, kN, sms, 2);
 }
 
 template <int P>

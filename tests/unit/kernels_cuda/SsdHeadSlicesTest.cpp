@@ -1,6 +1,8 @@
-// How the SSD backward's dB / dC kernel splits a group's heads over blocks
-// (runtime/kernels/cuda/SsdHeadSlices.h): slices divide the group's heads, the grid stays within
-// the target, the choice is the largest such, and the slice buffer stays within 32 MiB.
+// How SSD kernels spread a group's heads over blocks (runtime/kernels/cuda/SsdHeadSlices.h). The
+// backward's dB / dC kernel: slices divide the group's heads, the grid stays within the target,
+// the choice is the largest such, and the slice buffer stays within 32 MiB. The chunk states'
+// kernel: heads per block divide the group's heads, one head a block while every block fits in
+// one wave, more where that saves whole waves of B's bytes.
 #include "runtime/kernels/cuda/SsdHeadSlices.h"
 
 #include <cstdint>
@@ -44,6 +46,43 @@ TEST(SsdHeadSlices, DivideTheHeadsWithinTheTargetAndTakeTheLargest) {
           if (slices == 1) {
             EXPECT_EQ(bytes, 0);
           }
+        }
+      }
+    }
+  }
+}
+
+// The chunk states' kernel on 132 SMs, two blocks each, Granite's chunk (256) and state (128).
+int OuterHeads(int64_t blocks, int64_t group_heads, int64_t head_dim = 64) {
+  return ssd_outer_heads_per_block(blocks, group_heads, head_dim, 256, 128, 132, 2);
+}
+
+TEST(SsdOuterHeads, GraniteTinyShapes) {
+  // 48 heads of 64 in one group, batch 1: s = 8192 (32 chunks): 256 blocks of 6 heads, one wave;
+  // s = 65536 (256 chunks): 8 heads a block.
+  EXPECT_EQ(OuterHeads(32, 48), 6);
+  EXPECT_EQ(OuterHeads(256, 48), 8);
+  // test_sequence_kernels' cases for several heads a block: s = 2048 with one group, and with
+  // two groups of 24; 3 a block at s = 4096 in one group.
+  EXPECT_EQ(OuterHeads(8, 48), 2);
+  EXPECT_EQ(OuterHeads(16, 24), 2);
+  EXPECT_EQ(OuterHeads(16, 48), 3);
+  // Everything in one wave anyway: one head a block (B's bytes saved would not shorten it).
+  EXPECT_EQ(OuterHeads(4, 6), 1);
+  EXPECT_EQ(OuterHeads(1, 48), 1);
+}
+
+TEST(SsdOuterHeads, DivideTheGroupsHeads) {
+  for (int64_t blocks : {1, 8, 32, 100, 256, 1024}) {
+    for (int64_t group_heads : {1, 2, 3, 7, 11, 24, 48, 64, 128}) {
+      for (int64_t head_dim : {32, 64}) {
+        const int d = OuterHeads(blocks, group_heads, head_dim);
+        ASSERT_GE(d, 1);
+        ASSERT_LE(d, 8);
+        EXPECT_EQ(group_heads % d, 0) << blocks << " blocks, " << group_heads << " heads";
+        // A launch of one wave at one head a block keeps one head a block.
+        if (blocks * group_heads <= 264) {
+          EXPECT_EQ(d, 1) << blocks << " blocks, " << group_heads << " heads";
         }
       }
     }

@@ -330,8 +330,8 @@ constexpr size_t kTuneScratchBytes = size_t{512} << 20;
 
 // A call the tuning runs again (its output into c or into scratch: beta 0, or an addend other
 // than c, so that every run gives the same result), with the scratch it runs into and counts the
-// differing elements in. ok() is false while the stream is being captured into a graph or without
-// the scratch: the tuning then keeps the heuristic's first.
+// differing elements in. prepare() is false while the stream is being captured into a graph or
+// without the scratch: the tuning then keeps the heuristic's first.
 template <typename TC>
 struct TuningCall {
   GemmContext* ctx;
@@ -353,10 +353,11 @@ struct TuningCall {
 
   bool prepare() {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-        capture != cudaStreamCaptureStatusNone) {
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      cudaGetLastError();  // a stream that cannot say: not tuned, not an error of the step's
       return false;
     }
+    if (capture != cudaStreamCaptureStatusNone) return false;
     const int64_t extent = (batch.count - 1) * batch.stride_c + (m - 1) * ldc + n;
     const size_t c_bytes = (sizeof(TC) * extent + 255) / 256 * 256;
     void* p = nullptr;
@@ -370,7 +371,8 @@ struct TuningCall {
     return true;
   }
   ~TuningCall() {
-    if (scratch != nullptr) cudaFreeAsync(scratch, stream);
+    if (scratch == nullptr) return;
+    cudaFreeAsync(scratch, stream);
     cudaGetLastError();  // a candidate that failed to launch leaves nothing for the step
   }
   Status run_into(TC* out, const cublasLtMatmulAlgo_t& algo) const {

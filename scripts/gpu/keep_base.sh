@@ -10,4 +10,4 @@ BIN=$ROOT/build-gpu/bundle/bin/hybridcp
 mkdir -p "$ROOT/build-gpu/carry/base"
 strip -o "$ROOT/build-gpu/carry/base/hybridcp" "$BIN"
 gzip -f "$ROOT/build-gpu/carry/base/hybridcp"
-echo "kept $(git -C "$ROOT" log -1 --format=%h) as the base: build-gpu/carry/base/hybridcp.gz"
+echo "kept the bundle's hybridcp of $(date -r "$BIN" "+%F %T") as the base: build-gpu/carry/base/hybridcp.gz"

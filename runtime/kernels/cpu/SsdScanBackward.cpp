@@ -48,20 +48,21 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
 
         // Chunk-start states H_0 .. H_{num_chunks - 1}: the forward's, or computed exactly as
         // the forward computes them.
-        const int64_t bh = b * shape.heads + h;
+        const T* starts = chunk_start.data();
         if (chunk_states != nullptr) {
-          std::copy(chunk_states + bh * num_chunks * PN, chunk_states + (bh + 1) * num_chunks * PN,
-                    chunk_start.begin());
-        } else if (init_state != nullptr) {
-          std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
-                    chunk_start.begin());
+          starts = chunk_states + (b * shape.heads + h) * num_chunks * PN;
         } else {
-          std::fill(chunk_start.begin(), chunk_start.begin() + PN, T(0));
-        }
-        for (int64_t c = 0; c + 1 < num_chunks && chunk_states == nullptr; c++) {
-          const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
-          detail::ssd_chunk_forward<T>(nullptr, chunk_start.data() + (c + 1) * PN,
-                                       chunk_start.data() + c * PN, hd, t0, t1);
+          if (init_state != nullptr) {
+            std::copy(init_state + hd.state_offset(), init_state + hd.state_offset() + PN,
+                      chunk_start.begin());
+          } else {
+            std::fill(chunk_start.begin(), chunk_start.begin() + PN, T(0));
+          }
+          for (int64_t c = 0; c + 1 < num_chunks; c++) {
+            const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
+            detail::ssd_chunk_forward<T>(nullptr, chunk_start.data() + (c + 1) * PN,
+                                         chunk_start.data() + c * PN, hd, t0, t1);
+          }
         }
 
         for (int64_t i = 0; i < PN; i++) {
@@ -73,7 +74,7 @@ void ssd_scan_backward(T* dx, T* ddt, T* dA, T* dBm, T* dCm, T* dD, T* dinit_sta
           const int64_t t0 = c * shape.chunk, t1 = std::min(t0 + shape.chunk, shape.seq);
           const int64_t L = t1 - t0;
           // Per-position states of this chunk by the plain recurrence from its start state.
-          for (int64_t i = 0; i < PN; i++) S[i] = static_cast<double>(chunk_start[c * PN + i]);
+          for (int64_t i = 0; i < PN; i++) S[i] = static_cast<double>(starts[c * PN + i]);
           for (int64_t l = 0; l < L; l++) {
             const int64_t t = t0 + l;
             const double dt_t = static_cast<double>(dt[hd.dti(t)]);

@@ -85,18 +85,39 @@ void adamw_case(Context& ctx, int64_t n, int64_t t, bool decay, bool with_param,
 // Every parameter in one launch: tensors of several sizes (within a chunk, across chunks),
 // gradients bf16 and fp32, with and without decay and a compute copy, aligned and not; each
 // tensor bit-identical to the CPU's update of it alone.
-void adamw_many_case(Context& ctx) {
+struct ManySpec {
+  int64_t n, offset;
+  bool bf16_grad, decay, with_param;
+};
+const ManySpec kManySpecs[] = {{1, 0, true, true, true},
+                               {3, 1, true, false, true},
+                               {1001, 3, true, true, true},
+                               {70000, 0, false, true, false},
+                               {kAdamWChunk * 2 + 5, 2, true, false, true},
+                               {4099, 1, false, true, true}};
+// A model's mix at a fifth of tiny's scale for the timing: large expert tensors, layer
+// matrices, fp32 norm weights without decay or compute copy.
+std::vector<ManySpec> model_like_specs() {
+  std::vector<ManySpec> specs;
+  for (int layer = 0; layer < 8; ++layer) {
+    specs.push_back({25'165'824, 0, true, true, true});
+    specs.push_back({6'291'456, 0, true, true, true});
+    specs.push_back({1536, 0, false, false, false});
+  }
+  return specs;
+}
+
+double adamw_bytes(std::span<const ManySpec> specs) {
+  double bytes = 0;
+  for (const ManySpec& spec : specs) {
+    bytes += spec.n * (6.0 * 4 + (spec.bf16_grad ? 2.0 : 4.0) + (spec.with_param ? 2.0 : 0.0));
+  }
+  return bytes;
+}
+
+void adamw_many_case(Context& ctx, std::span<const ManySpec> specs, bool big) {
   if (!ctx.wants("adamw")) return;
-  struct Spec {
-    int64_t n, offset;
-    bool bf16_grad, decay, with_param;
-  };
-  const Spec specs[] = {{1, 0, true, true, true},
-                        {3, 1, true, false, true},
-                        {1001, 3, true, true, true},
-                        {70000, 0, false, true, false},
-                        {kAdamWChunk * 2 + 5, 2, true, false, true},
-                        {4099, 1, false, true, true}};
+  using Spec = ManySpec;
   AdamWStep step;
   step.lr = 3e-4;
   step.clip_coef = 0.7;
@@ -142,7 +163,10 @@ void adamw_many_case(Context& ctx) {
     sizes.push_back(spec.n);
   }
   Dev<uint8_t> ws = scratch(adamw_update_many_workspace_bytes(sizes));
-  check(adamw_update_many(ctx.stream(), tensors, step, ws.workspace()));
+  const auto launch = [&] {
+    check(adamw_update_many(ctx.stream(), tensors, step, ws.workspace()));
+  };
+  launch();
   ctx.sync();
   std::vector<Output> outputs;
   for (size_t i = 0; i < arrays.size(); ++i) {
@@ -165,7 +189,10 @@ void adamw_many_case(Context& ctx) {
                          0.0});
     }
   }
-  ctx.report("adamw_update_many", std::to_string(arrays.size()) + " tensors", outputs, -1, "");
+  // Timed on the updated state (the values keep changing; the traffic is the same).
+  const double ms = big ? ctx.time_ms(launch) : -1;
+  ctx.report("adamw_update_many", std::to_string(arrays.size()) + " tensors", outputs, ms,
+             big ? tbps(adamw_bytes(specs), ms) : "");
 }
 
 template <typename T>
@@ -191,20 +218,21 @@ void squares_case(Context& ctx, int64_t n, bool big) {
 
 // Every gradient's sum of squares at once: sizes within and across chunks, bf16 and fp32,
 // aligned and not, each against the CPU's sum of that tensor alone.
-void squares_many_case(Context& ctx) {
+struct SquaresSpec {
+  int64_t n, offset;
+  bool bf16;
+};
+const SquaresSpec kSquaresSpecs[] = {{1, 0, true},     {7, 3, true},       {1001, 0, false},
+                                     {70000, 1, true}, {131077, 0, false}, {kAdamWChunk, 5, false}};
+
+void squares_many_case(Context& ctx, std::span<const SquaresSpec> specs, bool big) {
   if (!ctx.wants("sum_of_squares")) return;
-  struct Spec {
-    int64_t n, offset;
-    bool bf16;
-  };
-  const Spec specs[] = {{1, 0, true},     {7, 3, true},       {1001, 0, false},
-                        {70000, 1, true}, {131077, 0, false}, {kAdamWChunk, 5, false}};
   std::vector<std::vector<float>> values;
   std::vector<Dev<float>> f32;
   std::vector<Dev<bf16>> b16;
   std::vector<SquaresTensor> tensors;
   std::vector<int64_t> sizes;
-  for (const Spec& spec : specs) {
+  for (const SquaresSpec& spec : specs) {
     values.push_back(randn(spec.offset + spec.n, ctx.seed(), 1e-2f, spec.bf16));
     f32.push_back(to_device<float>(values.back()));
     b16.push_back(to_device<bf16>(values.back()));
@@ -221,7 +249,10 @@ void squares_many_case(Context& ctx) {
   Dev<double> out(static_cast<int64_t>(tensors.size()));
   out.poison();
   Dev<uint8_t> ws = scratch(sum_of_squares_many_workspace_bytes(sizes));
-  check(sum_of_squares_many(ctx.stream(), out.get(), tensors, ws.workspace()));
+  const auto launch = [&] {
+    check(sum_of_squares_many(ctx.stream(), out.get(), tensors, ws.workspace()));
+  };
+  launch();
   ctx.sync();
   const std::vector<double> got = out.download_raw();
   std::vector<Output> outputs;
@@ -231,7 +262,11 @@ void squares_many_case(Context& ctx) {
     const double error = std::isfinite(got[i]) ? std::abs(got[i] - ref) / std::abs(ref) : INFINITY;
     outputs.push_back({"sum" + std::to_string(i), error, kTolSquares});
   }
-  ctx.report("sum_of_squares_many", std::to_string(values.size()) + " tensors", outputs, -1, "");
+  const double ms = big ? ctx.time_ms(launch) : -1;
+  double bytes = 0;
+  for (const SquaresSpec& spec : specs) bytes += spec.n * (spec.bf16 ? 2.0 : 4.0);
+  ctx.report("sum_of_squares_many", std::to_string(values.size()) + " tensors", outputs, ms,
+             big ? tbps(bytes, ms) : "");
 }
 
 }  // namespace
@@ -244,16 +279,21 @@ void test_adamw(Context& ctx) {
   adamw_case<float>(ctx, 1002, 2, false, true, false, 1, 1);
   adamw_case<bf16>(ctx, 1001, 2, true, true, false, 2, 1);  // alignments disagree
   adamw_case<bf16>(ctx, 3, 5, true, true, false, 1, 1);     // fewer than four
-  adamw_many_case(ctx);
+  adamw_many_case(ctx, kManySpecs, false);
   squares_case<float>(ctx, 1001, false);
   squares_case<bf16>(ctx, 12345, false);
-  squares_many_case(ctx);
+  squares_many_case(ctx, kSquaresSpecs, false);
   if (!ctx.options().big) return;
   // 50M parameters (about the tiny model's embedding table and a layer's experts).
   adamw_case<float>(ctx, 50'000'000, 10, true, true, true);
   adamw_case<bf16>(ctx, 50'000'000, 10, true, true, true);
   squares_case<float>(ctx, 50'000'000, true);
   squares_case<bf16>(ctx, 50'000'000, true);
+  const std::vector<ManySpec> model = model_like_specs();
+  adamw_many_case(ctx, model, true);
+  std::vector<SquaresSpec> gradients;
+  for (const ManySpec& spec : model) gradients.push_back({spec.n, 0, spec.bf16_grad});
+  squares_many_case(ctx, gradients, true);
 }
 
 }  // namespace hcp::cuda::test

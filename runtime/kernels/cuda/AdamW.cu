@@ -8,8 +8,10 @@
 //
 // AdamW moves 28 bytes an element and does little arithmetic: its speed is the memory's. So
 // every parameter is updated in one launch (adamw_update_many), the tensors cut into chunks of
-// kAdamWChunk elements, a block each, with 16-byte loads and stores where the arrays allow; the
-// sums of squares likewise (sum_of_squares_many).
+// kAdamWChunk elements, a block each, with 16-byte loads and stores where the arrays allow,
+// several of them in flight per thread; the sums of squares likewise (sum_of_squares_many). A
+// block finds its tensor in the table of tensors by its chunk's number, so a step copies one
+// entry a tensor to the device, not one a chunk (tiny has ~100,000 chunks).
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -62,8 +64,8 @@ __device__ __forceinline__ float4 to_float4(const Bf16x4& g) {
   return make_float4(to_float(g.x[0]), to_float(g.x[1]), to_float(g.x[2]), to_float(g.x[3]));
 }
 
-// adamw_update_many's tables: per tensor its arrays, where its groups of four start (head, -1:
-// none) and its decay factor; per chunk its tensor and first element.
+// adamw_update_many's table: per tensor its arrays, where its groups of four start (head, -1:
+// none), its decay factor and its first chunk (the blocks find their tensor by it).
 struct ManyTensor {
   float* master;
   bf16* param;
@@ -72,71 +74,102 @@ struct ManyTensor {
   float* v;
   int64_t n;
   int64_t head;
+  int64_t first_chunk;
   float decay_factor;
   int grad_is_bf16;
 };
-struct ManyChunk {
-  int64_t tensor;
-  int64_t begin;
-};
+
+// The tensor whose chunks hold chunk `c`: the last whose first chunk is at or before it (an
+// empty tensor shares its first chunk with the next one, which wins).
+template <typename Entry>
+__device__ int64_t tensor_of_chunk(const Entry* tensors, int64_t count, int64_t c) {
+  int64_t lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (tensors[mid].first_chunk <= c) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
 
 // Elements [lo, hi) of one tensor by one block: groups of four from the first index at or after
-// lo that is head plus a multiple of four, single elements before and after them.
+// lo that is head plus a multiple of four, single elements before and after them. A thread loads
+// kAdamWUnroll groups before it computes and stores them: the loads of several groups are in
+// flight together, which the memory's latency needs.
+constexpr int kAdamWUnroll = 2;
 template <typename G>
 __device__ void adamw_block_range(const ManyTensor& t, int64_t lo, int64_t hi, AdamWScalars s) {
   s.decay_factor = t.decay_factor;
-  const G* grad = static_cast<const G*>(t.grad);
+  float* __restrict__ master = t.master;
+  bf16* __restrict__ param = t.param;
+  const G* __restrict__ grad = static_cast<const G*>(t.grad);
+  float* __restrict__ m = t.m;
+  float* __restrict__ v = t.v;
   int64_t vlo = hi, vectors = 0;
   if (t.head >= 0) {
     vlo = lo + ((t.head - lo) % 4 + 4) % 4;
     if (vlo > hi) vlo = hi;
     vectors = (hi - vlo) / 4;
   }
-  for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
-    const int64_t i = vlo + 4 * j;
-    const float4 w = *reinterpret_cast<const float4*>(t.master + i);
-    const float4 g = to_float4(*reinterpret_cast<const GradVec<G>*>(grad + i));
-    float4 mv = *reinterpret_cast<const float4*>(t.m + i);
-    float4 vv = *reinterpret_cast<const float4*>(t.v + i);
-    float4 p;
-    p.x = adamw_element(w.x, g.x, mv.x, vv.x, s);
-    p.y = adamw_element(w.y, g.y, mv.y, vv.y, s);
-    p.z = adamw_element(w.z, g.z, mv.z, vv.z, s);
-    p.w = adamw_element(w.w, g.w, mv.w, vv.w, s);
-    *reinterpret_cast<float4*>(t.m + i) = mv;
-    *reinterpret_cast<float4*>(t.v + i) = vv;
-    *reinterpret_cast<float4*>(t.master + i) = p;
-    if (t.param != nullptr) {
-      Bf16x4 out;
-      out.x[0] = __float2bfloat16_rn(p.x);
-      out.x[1] = __float2bfloat16_rn(p.y);
-      out.x[2] = __float2bfloat16_rn(p.z);
-      out.x[3] = __float2bfloat16_rn(p.w);
-      *reinterpret_cast<Bf16x4*>(t.param + i) = out;
+  for (int64_t j = threadIdx.x; j < vectors; j += int64_t{kThreads} * kAdamWUnroll) {
+    float4 w[kAdamWUnroll], g[kAdamWUnroll], mv[kAdamWUnroll], vv[kAdamWUnroll];
+#pragma unroll
+    for (int u = 0; u < kAdamWUnroll; ++u) {
+      const int64_t i = vlo + 4 * (j + u * kThreads);
+      if (j + u * kThreads >= vectors) break;
+      w[u] = *reinterpret_cast<const float4*>(master + i);
+      g[u] = to_float4(*reinterpret_cast<const GradVec<G>*>(grad + i));
+      mv[u] = *reinterpret_cast<const float4*>(m + i);
+      vv[u] = *reinterpret_cast<const float4*>(v + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kAdamWUnroll; ++u) {
+      const int64_t i = vlo + 4 * (j + u * kThreads);
+      if (j + u * kThreads >= vectors) break;
+      float4 p;
+      p.x = adamw_element(w[u].x, g[u].x, mv[u].x, vv[u].x, s);
+      p.y = adamw_element(w[u].y, g[u].y, mv[u].y, vv[u].y, s);
+      p.z = adamw_element(w[u].z, g[u].z, mv[u].z, vv[u].z, s);
+      p.w = adamw_element(w[u].w, g[u].w, mv[u].w, vv[u].w, s);
+      *reinterpret_cast<float4*>(m + i) = mv[u];
+      *reinterpret_cast<float4*>(v + i) = vv[u];
+      *reinterpret_cast<float4*>(master + i) = p;
+      if (param != nullptr) {
+        Bf16x4 out;
+        out.x[0] = __float2bfloat16_rn(p.x);
+        out.x[1] = __float2bfloat16_rn(p.y);
+        out.x[2] = __float2bfloat16_rn(p.z);
+        out.x[3] = __float2bfloat16_rn(p.w);
+        *reinterpret_cast<Bf16x4*>(param + i) = out;
+      }
     }
   }
   const int64_t before = vlo - lo, tail = vlo + 4 * vectors;
-  for (int64_t k = threadIdx.x; k < before + (hi - tail); k += blockDim.x) {
-    adamw_one(t.master, t.param, grad, t.m, t.v, k < before ? lo + k : tail + (k - before), s);
+  for (int64_t k = threadIdx.x; k < before + (hi - tail); k += kThreads) {
+    adamw_one(master, param, grad, m, v, k < before ? lo + k : tail + (k - before), s);
   }
 }
 
 // One tensor (adamw_update): its chunks, a block each, as adamw_many_kernel's.
 template <typename G>
-__global__ void adamw_kernel(ManyTensor t, AdamWScalars s) {
+__global__ void __launch_bounds__(kThreads) adamw_kernel(ManyTensor t, AdamWScalars s) {
   const int64_t begin = blockIdx.x * kAdamWChunk;
   adamw_block_range<G>(t, begin, min(begin + kAdamWChunk, t.n), s);
 }
 
-__global__ void adamw_many_kernel(const ManyTensor* tensors, const ManyChunk* chunks,
-                                  AdamWScalars s) {
-  const ManyChunk chunk = chunks[blockIdx.x];
-  const ManyTensor t = tensors[chunk.tensor];  // in registers, read once
-  const int64_t hi = min(chunk.begin + kAdamWChunk, t.n);
+__global__ void __launch_bounds__(kThreads)
+    adamw_many_kernel(const ManyTensor* tensors, int64_t count, AdamWScalars s) {
+  const int64_t c = blockIdx.x;
+  const ManyTensor t = tensors[tensor_of_chunk(tensors, count, c)];  // in registers, read once
+  const int64_t begin = (c - t.first_chunk) * kAdamWChunk;
+  const int64_t hi = min(begin + kAdamWChunk, t.n);
   if (t.grad_is_bf16) {
-    adamw_block_range<bf16>(t, chunk.begin, hi, s);
+    adamw_block_range<bf16>(t, begin, hi, s);
   } else {
-    adamw_block_range<float>(t, chunk.begin, hi, s);
+    adamw_block_range<float>(t, begin, hi, s);
   }
 }
 
@@ -156,15 +189,20 @@ int64_t aligned_head(const float* master, const bf16* param, const G* grad, cons
   return -1;
 }
 
-// The fp32 sum of the squares of up to 8 values at x (valid of them), in a fixed order.
-template <typename T>
-__device__ __forceinline__ float squares8(const T* x, int valid, bool vec) {
-  float v[8];
-  load8_any(v, x, valid, vec);
+// The fp32 sum of the squares of 8 values, in a fixed order.
+__device__ __forceinline__ float squares_of(const float (&v)[8]) {
   float s = 0.f;
 #pragma unroll
   for (int e = 0; e < 8; e++) s += v[e] * v[e];
   return s;
+}
+
+// The same of up to 8 values at x (valid of them).
+template <typename T>
+__device__ __forceinline__ float squares8(const T* x, int valid, bool vec) {
+  float v[8];
+  load8_any(v, x, valid, vec);
+  return squares_of(v);
 }
 
 // Per-block sums of squares (fp32 per group of 8, double across groups), then one block sums
@@ -183,8 +221,8 @@ __global__ void squares_kernel(double* partials, const T* x, int64_t n, bool vec
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// sum_of_squares_many's tables: per tensor its data and its first chunk (and one more entry:
-// the chunks' count), per chunk its tensor and first element.
+// sum_of_squares_many's table: per tensor its data and its first chunk (and one more entry: the
+// chunks' count).
 struct SquaresEntry {
   const void* x;
   int64_t n;
@@ -192,26 +230,41 @@ struct SquaresEntry {
   int is_bf16;
 };
 
+// Elements [begin, end) by one block: a thread's groups of 8 in order, kSquaresUnroll groups
+// loaded before they are summed where they are all whole and aligned.
+constexpr int kSquaresUnroll = 4;
 template <typename T>
 __device__ double chunk_squares(const T* x, int64_t begin, int64_t end, bool vec, double* scratch) {
+  constexpr int64_t stride = 8 * int64_t{kThreads};
   double acc = 0.0;
-  for (int64_t i = begin + 8 * int64_t{threadIdx.x}; i < end; i += 8 * int64_t{blockDim.x}) {
+  int64_t i = begin + 8 * int64_t{threadIdx.x};
+  if (vec) {
+    for (; i + (kSquaresUnroll - 1) * stride + 8 <= end; i += kSquaresUnroll * stride) {
+      float v[kSquaresUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kSquaresUnroll; ++u) load8(v[u], x + i + u * stride);
+#pragma unroll
+      for (int u = 0; u < kSquaresUnroll; ++u) acc += static_cast<double>(squares_of(v[u]));
+    }
+  }
+  for (; i < end; i += stride) {
     acc += static_cast<double>(squares8(x + i, static_cast<int>(min(int64_t{8}, end - i)), vec));
   }
   return block_sum(acc, scratch);
 }
 
-__global__ void squares_many_kernel(double* partials, const SquaresEntry* tensors,
-                                    const ManyChunk* chunks) {
+__global__ void __launch_bounds__(kThreads)
+    squares_many_kernel(double* partials, const SquaresEntry* tensors, int64_t count) {
   __shared__ double scratch[32];
-  const ManyChunk chunk = chunks[blockIdx.x];
-  const SquaresEntry& t = tensors[chunk.tensor];
-  const int64_t end = min(chunk.begin + kAdamWChunk, t.n);
+  const int64_t c = blockIdx.x;
+  const SquaresEntry& t = tensors[tensor_of_chunk(tensors, count, c)];
+  const int64_t begin = (c - t.first_chunk) * kAdamWChunk;
+  const int64_t end = min(begin + kAdamWChunk, t.n);
   const bool vec = (reinterpret_cast<uintptr_t>(t.x) & 15) == 0;
-  const double sum =
-      t.is_bf16 ? chunk_squares(static_cast<const bf16*>(t.x), chunk.begin, end, vec, scratch)
-                : chunk_squares(static_cast<const float*>(t.x), chunk.begin, end, vec, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+  const double sum = t.is_bf16
+                         ? chunk_squares(static_cast<const bf16*>(t.x), begin, end, vec, scratch)
+                         : chunk_squares(static_cast<const float*>(t.x), begin, end, vec, scratch);
+  if (threadIdx.x == 0) partials[c] = sum;
 }
 
 // One thread a tensor: its chunks' sums in order.
@@ -265,6 +318,7 @@ Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* gr
                      v,
                      n,
                      aligned_head(master, param, grad, m, v),
+                     0,
                      s.decay_factor,
                      std::is_same_v<G, bf16> ? 1 : 0};
   adamw_kernel<G><<<static_cast<unsigned>(chunks_of(n)), kThreads, 0, stream>>>(t, s);
@@ -277,11 +331,8 @@ template Status adamw_update<bf16>(cudaStream_t, float*, bf16*, const bf16*, flo
                                    int64_t, const AdamWStep&);
 
 size_t adamw_update_many_workspace_bytes(std::span<const int64_t> sizes) {
-  int64_t chunks = 0;
-  for (int64_t n : sizes) chunks += chunks_of(n);
   WorkspaceCarver carve(Workspace{});  // sizes only
   carve.take<ManyTensor>(static_cast<int64_t>(sizes.size()));
-  carve.take<ManyChunk>(chunks);
   return carve.used();
 }
 
@@ -291,7 +342,7 @@ Status adamw_update_many(cudaStream_t stream, std::span<const AdamWTensor> tenso
   if (step.t < 1) return Status(name, "need t >= 1");
   std::vector<int64_t> sizes;
   std::vector<ManyTensor> table;
-  std::vector<ManyChunk> chunks;
+  int64_t chunks = 0;
   for (const AdamWTensor& t : tensors) {
     if (t.n < 0) return Status(name, "a tensor of negative size");
     sizes.push_back(t.n);
@@ -301,29 +352,22 @@ Status adamw_update_many(cudaStream_t stream, std::span<const AdamWTensor> tenso
         t.grad_is_bf16
             ? aligned_head(t.master, t.param, static_cast<const bf16*>(t.grad), t.m, t.v)
             : aligned_head(t.master, t.param, static_cast<const float*>(t.grad), t.m, t.v);
-    table.push_back(ManyTensor{t.master, t.param, t.grad, t.m, t.v, t.n, head,
+    table.push_back(ManyTensor{t.master, t.param, t.grad, t.m, t.v, t.n, head, chunks,
                                scalars_of(own).decay_factor, t.grad_is_bf16 ? 1 : 0});
-    for (int64_t c = 0; c < chunks_of(t.n); ++c) {
-      chunks.push_back(ManyChunk{static_cast<int64_t>(table.size()) - 1, c * kAdamWChunk});
-    }
+    chunks += chunks_of(t.n);
   }
-  if (chunks.empty()) return Status();
+  if (chunks == 0) return Status();
   if (workspace.ptr == nullptr || workspace.bytes < adamw_update_many_workspace_bytes(sizes)) {
     return Status(name, "workspace too small");
   }
   WorkspaceCarver carve(workspace);
-  auto* d_table = carve.take<ManyTensor>(table.size());
-  auto* d_chunks = carve.take<ManyChunk>(chunks.size());
-  // From pageable memory: the copies are staged before the calls return.
-  cudaError_t err = cudaMemcpyAsync(d_table, table.data(), sizeof(ManyTensor) * table.size(),
-                                    cudaMemcpyHostToDevice, stream);
-  if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(d_chunks, chunks.data(), sizeof(ManyChunk) * chunks.size(),
-                          cudaMemcpyHostToDevice, stream);
-  }
+  auto* d_table = carve.take<ManyTensor>(static_cast<int64_t>(table.size()));
+  // From pageable memory: the copy is staged before the call returns.
+  const cudaError_t err = cudaMemcpyAsync(d_table, table.data(), sizeof(ManyTensor) * table.size(),
+                                          cudaMemcpyHostToDevice, stream);
   if (err != cudaSuccess) return Status::Cuda(name, err);
-  adamw_many_kernel<<<static_cast<unsigned>(chunks.size()), kThreads, 0, stream>>>(
-      d_table, d_chunks, scalars_of(step));
+  adamw_many_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+      d_table, static_cast<int64_t>(table.size()), scalars_of(step));
   return launch_status(name);
 }
 
@@ -353,7 +397,6 @@ size_t sum_of_squares_many_workspace_bytes(std::span<const int64_t> sizes) {
   for (int64_t n : sizes) chunks += chunks_of(n);
   WorkspaceCarver carve(Workspace{});  // sizes only
   carve.take<SquaresEntry>(static_cast<int64_t>(sizes.size()) + 1);
-  carve.take<ManyChunk>(chunks);
   carve.take<double>(chunks);
   return carve.used();
 }
@@ -363,38 +406,31 @@ Status sum_of_squares_many(cudaStream_t stream, double* out, std::span<const Squ
   const char* name = "sum_of_squares_many";
   std::vector<int64_t> sizes;
   std::vector<SquaresEntry> table;
-  std::vector<ManyChunk> chunks;
+  int64_t chunks = 0;
   for (const SquaresTensor& t : tensors) {
     if (t.n < 0) return Status(name, "a tensor of negative size");
     sizes.push_back(t.n);
-    table.push_back(SquaresEntry{t.x, t.n, static_cast<int64_t>(chunks.size()), t.is_bf16 ? 1 : 0});
-    for (int64_t c = 0; c < chunks_of(t.n); ++c) {
-      chunks.push_back(ManyChunk{static_cast<int64_t>(table.size()) - 1, c * kAdamWChunk});
-    }
+    table.push_back(SquaresEntry{t.x, t.n, chunks, t.is_bf16 ? 1 : 0});
+    chunks += chunks_of(t.n);
   }
   if (tensors.empty()) return Status();
-  table.push_back(SquaresEntry{nullptr, 0, static_cast<int64_t>(chunks.size()), 0});
+  table.push_back(SquaresEntry{nullptr, 0, chunks, 0});
   if (workspace.ptr == nullptr || workspace.bytes < sum_of_squares_many_workspace_bytes(sizes)) {
     return Status(name, "workspace too small");
   }
   WorkspaceCarver carve(workspace);
   auto* d_table = carve.take<SquaresEntry>(static_cast<int64_t>(table.size()));
-  auto* d_chunks = carve.take<ManyChunk>(static_cast<int64_t>(chunks.size()));
-  auto* partials = carve.take<double>(static_cast<int64_t>(chunks.size()));
-  // From pageable memory: the copies are staged before the calls return.
-  cudaError_t err = cudaMemcpyAsync(d_table, table.data(), sizeof(SquaresEntry) * table.size(),
-                                    cudaMemcpyHostToDevice, stream);
-  if (err == cudaSuccess && !chunks.empty()) {
-    err = cudaMemcpyAsync(d_chunks, chunks.data(), sizeof(ManyChunk) * chunks.size(),
-                          cudaMemcpyHostToDevice, stream);
-  }
+  auto* partials = carve.take<double>(chunks);
+  // From pageable memory: the copy is staged before the call returns.
+  const cudaError_t err = cudaMemcpyAsync(
+      d_table, table.data(), sizeof(SquaresEntry) * table.size(), cudaMemcpyHostToDevice, stream);
   if (err != cudaSuccess) return Status::Cuda(name, err);
-  if (!chunks.empty()) {
-    squares_many_kernel<<<static_cast<unsigned>(chunks.size()), kThreads, 0, stream>>>(
-        partials, d_table, d_chunks);
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  if (chunks > 0) {
+    squares_many_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(partials, d_table,
+                                                                                count);
     if (Status s = launch_status(name); !s.ok()) return s;
   }
-  const int64_t count = static_cast<int64_t>(tensors.size());
   squares_many_sum_kernel<<<static_cast<unsigned>(ceil_div(count, kThreads)), kThreads, 0,
                             stream>>>(out, partials, d_table, count);
   return launch_status(name);

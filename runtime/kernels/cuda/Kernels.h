@@ -425,8 +425,8 @@ Status adamw_update(cudaStream_t stream, float* master, bf16* param, const G* gr
                     float* v, int64_t n, const AdamWStep& step);
 // Every parameter's update in one launch (the optimizer step): each tensor's elements exactly as
 // adamw_update's, the tensors cut into chunks of kAdamWChunk elements, a block each. `decay`
-// per tensor (AdamWStep::decay is not read). The workspace holds the tensors' and the chunks'
-// tables (adamw_update_many_workspace_bytes of the same sizes).
+// per tensor (AdamWStep::decay is not read). The workspace holds the tensors' table
+// (adamw_update_many_workspace_bytes of the same sizes).
 inline constexpr int64_t kAdamWChunk = 65536;
 struct AdamWTensor {
   float* master = nullptr;

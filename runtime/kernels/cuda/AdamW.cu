@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/kernels/cuda/ChunkTable.h"
 #include "runtime/kernels/cuda/Common.cuh"
 
 namespace hcp::cuda {
@@ -78,22 +79,6 @@ struct ManyTensor {
   float decay_factor;
   int grad_is_bf16;
 };
-
-// The tensor whose chunks hold chunk `c`: the last whose first chunk is at or before it (an
-// empty tensor shares its first chunk with the next one, which wins).
-template <typename Entry>
-__device__ int64_t tensor_of_chunk(const Entry* tensors, int64_t count, int64_t c) {
-  int64_t lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tensors[mid].first_chunk <= c) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
 
 // Elements [lo, hi) of one tensor by one block: groups of four from the first index at or after
 // lo that is head plus a multiple of four, single elements before and after them. A thread loads

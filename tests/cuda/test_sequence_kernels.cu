@@ -1075,9 +1075,11 @@ void fill_random_bf16(DevBuf<bf16>& d, Rng& rng, double stddev) {
   CHECK_CUDA(cudaGetLastError());
 }
 
-void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& rng) {
-  hcp::cuda::SsdShape s{1, seq, 48, 64, 1, 128, 256};
-  const size_t nx = seq * 48 * 64, nbc = seq * 128, nst = 48 * 64 * 128;
+// 48 heads of head_dim (tiny: 64, 350m: 32), one group; anchor times 0 where there is none.
+void time_ssd(int64_t seq, int64_t head_dim, double anchor_fwd, double anchor_fb, int reps,
+              Rng& rng) {
+  hcp::cuda::SsdShape s{1, seq, 48, head_dim, 1, 128, 256};
+  const size_t nx = seq * 48 * head_dim, nbc = seq * 128, nst = 48 * head_dim * 128;
   const size_t set_bytes = 2 * nx * 2 + 2 * nbc * 2 + seq * 48 * 4;
   const int sets =
       static_cast<int>(std::min<size_t>(4, std::max<size_t>(1, (240u << 20) / set_bytes + 1)));
@@ -1123,8 +1125,10 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
   // is counted as 2x the forward (the usual convention); the anchors are times, compare those.
   const double nc = static_cast<double>((seq + 255) / 256);
   const double fwd_flop =
-      2.0 * 48 * nc * (256.0 * 256 / 2 * 128 + 256.0 * 256 / 2 * 64 + 2 * 256.0 * 64 * 128);
-  const std::string tag = "SSD s=" + std::to_string(seq);
+      2.0 * 48 * nc *
+      (256.0 * 256 / 2 * 128 + 256.0 * 256 / 2 * head_dim + 2 * 256.0 * head_dim * 128);
+  const std::string tag =
+      "SSD s=" + std::to_string(seq) + (head_dim == 64 ? "" : " P=" + std::to_string(head_dim));
   add_row(tag + " fwd", median_ms(reps, fwd), fwd_flop, anchor_fwd);
   const double fb_ms = median_ms(reps, fb);
   add_row(tag + " fwd+bwd", fb_ms, 3 * fwd_flop, anchor_fb);
@@ -1142,7 +1146,7 @@ void time_ssd(int64_t seq, double anchor_fwd, double anchor_fb, int reps, Rng& r
     CHECK_OK(hcp::cuda::ssd_final_state_backward(nullptr, dx.ptr, ddt.ptr, dA.ptr, dB.ptr, fin.ptr,
                                                  st.x.ptr, st.dt.ptr, dA_in.ptr, st.Bm.ptr, s, wf));
   };
-  const double final_flop = 3 * 2.0 * 48 * nc * (256.0 * 64 * 128);
+  const double final_flop = 3 * 2.0 * 48 * nc * (256.0 * head_dim * 128);
   add_row(tag + " final_state fwd+bwd", median_ms(reps, final_fb), final_flop, fb_ms);
 }
 
@@ -1315,6 +1319,9 @@ int main(int argc, char** argv) {
         {"tiny s=8192", 1, 8192, 48, 64, 1, true, true, true, true, true},
         // Enough blocks that chunk_outer's serve several heads each (2 on 132 SMs).
         {"48 heads, 8 chunks", 1, 2048, 48, 64, 1, true, true, true, true, true},
+        // granite-4.0-h-350m's heads (P = 32, one group), and P = 32 with groups of two heads.
+        {"350m: 48 heads, P=32", 1, 2048, 48, 32, 1, true, true, true, true, true},
+        {"documents: 6 heads, P=32, groups=3", 1, 700, 6, 32, 3, true, true, true, true, true, 90},
         {"documents: 48 heads, groups=2", 1, 2048, 48, 64, 2, true, true, true, true, true, 500},
         // Packed documents: starts anywhere in a chunk, documents across chunks, of 1 to 3 tokens,
         // the first continued from before the row (with an initial state) or not.
@@ -1401,8 +1408,9 @@ int main(int argc, char** argv) {
     Rng rng(seed ^ 0x9e3779b97f4a7c15ull);
     std::printf("timing (median of %d, after 3 warm-ups):\n", reps);
     if (only.empty() || only == "ssd") {
-      time_ssd(8192, 0.746, 5.62, reps, rng);
-      time_ssd(65536, 2.05, 8.71, reps, rng);
+      time_ssd(8192, 64, 0.746, 5.62, reps, rng);
+      time_ssd(65536, 64, 2.05, 8.71, reps, rng);
+      time_ssd(8192, 32, 0, 0, reps, rng);  // granite-4.0-h-350m's heads
     }
     if (only.empty() || only == "ssd" || only == "ssd-init") time_ssd_init(reps, rng);
     if (only.empty() || only == "attn") {
@@ -1414,8 +1422,12 @@ int main(int argc, char** argv) {
     }
     std::printf("\n%-34s %10s %10s %12s %8s\n", "kernel", "ms", "TFLOP/s", "anchor ms", "speed");
     for (const auto& r : g_rows) {
-      std::printf("%-34s %10.3f %10.1f %12.3f %7.2fx\n", r.what.c_str(), r.ms, r.tflops,
-                  r.anchor_ms, r.anchor_ms / r.ms);
+      if (r.anchor_ms > 0) {
+        std::printf("%-34s %10.3f %10.1f %12.3f %7.2fx\n", r.what.c_str(), r.ms, r.tflops,
+                    r.anchor_ms, r.anchor_ms / r.ms);
+      } else {  // no anchor for this shape
+        std::printf("%-34s %10.3f %10.1f %12s %8s\n", r.what.c_str(), r.ms, r.tflops, "-", "-");
+      }
     }
     std::printf(
         "targets: SSD fwd+bwd s=65536 <= 8.71 ms; SSD init-state cp=2 fwd <= 0.040 ms, bwd <= "

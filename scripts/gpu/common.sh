@@ -43,3 +43,17 @@ expect_failure() {
     status=1
   fi
 }
+
+# The base hybridcp that scripts/gpu/keep_base.sh kept, unpacked: sets BASE to its path, or to
+# nothing (with a message in $LOG) when none was kept.
+unpack_base() {
+  local packed
+  packed="$(dirname "$BUNDLE")/carry/base/hybridcp.gz"
+  BASE=/tmp/hybridcp-base
+  if [ -f "$packed" ]; then
+    gunzip -c "$packed" >"$BASE" && chmod +x "$BASE"
+  else
+    echo "no base (scripts/gpu/keep_base.sh): the new binary alone" | tee -a "$LOG"
+    BASE=""
+  fi
+}

@@ -13,13 +13,7 @@ source "$ROOT/scripts/gpu/common.sh"
 P=$BUNDLE/plans
 TXT=${OUT:-/tmp}/steps.txt
 NEW=$BUNDLE/bin/hybridcp
-BASE=/tmp/hybridcp-base
-if [ -f "$ROOT/build-gpu/carry/base/hybridcp.gz" ]; then
-  gunzip -c "$ROOT/build-gpu/carry/base/hybridcp.gz" >"$BASE" && chmod +x "$BASE"
-else
-  echo "no base (scripts/gpu/keep_base.sh): the new binary alone" | tee -a "$TXT"
-  BASE=""
-fi
+unpack_base
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$TXT"
 bench() {
   echo "== $*" | tee -a "$TXT"

@@ -16,9 +16,8 @@ run "$BUNDLE/bin/test_kernels_cuda" --filter adamw
 run "$BUNDLE/bin/test_kernels_cuda" --filter sum_of_squares
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "$mem" -gt 102400 ]; then
-  BASE=/tmp/hybridcp-base
-  gunzip -c "$ROOT/build-gpu/carry/base/hybridcp.gz" >"$BASE" && chmod +x "$BASE"
-  for bin in "$BUNDLE/bin/hybridcp" "$BASE"; do
+  unpack_base
+  for bin in "$BUNDLE/bin/hybridcp" $BASE; do
     run "$bin" bench "$P/tiny-8192-bf16.plan" --steps 6 --warmup 1 --optimizer
   done
 fi
